@@ -1,0 +1,1 @@
+"""The pure core: wire contract, topology and placement. No I/O, no third-party imports."""

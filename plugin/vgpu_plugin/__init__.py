@@ -1,0 +1,1 @@
+"""Node and scheduler side of jupyter-vgpu: device plugin, scheduler extender, metrics, simulated cluster."""
