@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Set up and run every check: lint, type-check of the pure core, frontend unit tests, pytest.
+# Extra arguments go to pytest (e.g. scripts/test.sh tests/core -x).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh test || exit 1
+status=0
+step() { echo "== $*"; "$@" || status=1; }
+
+step .venv/bin/ruff check jupyter_vgpu plugin tests benchmarks
+step .venv/bin/mypy
+if [ -f labextension/package.json ]; then
+  (cd labextension && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm test --silent) || { echo "frontend unit tests failed"; status=1; }
+fi
+echo "== pytest"
+mkdir -p tests/artifacts
+.venv/bin/python -m pytest -p no:cacheprovider -ra "$@"
+rc=$?
+if [ $rc -eq 5 ]; then
+  echo "pytest collected no tests for this selection"; rc=0
+fi
+[ $rc -eq 0 ] || status=1
+exit $status
