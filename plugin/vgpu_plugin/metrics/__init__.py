@@ -1,0 +1,1 @@
+"""Node metrics: GPU usage sampler, process -> pod mapping, Prometheus endpoints, per-pod JSON API."""
