@@ -96,6 +96,11 @@ METRIC_GM_CONTAINER_REQUEST_UTILIZATION = "container_request_gpu_utilization"
 METRIC_GM_CONTAINER_MEMORY_TOTAL = "container_gpu_memory_total"
 METRIC_GM_CONTAINER_REQUEST_MEMORY = "container_request_gpu_memory"
 GM_LABELS = ("pod_name", "namespace", "node", "container_name")
+# gpu-manager's per-series extra label: "gpu<index>" or "total"
+GM_LABEL_UTILIZATION_GPU = "gpu"
+GM_LABEL_MEMORY_GPU = "gpu_memory"
+GM_LABEL_REQUEST_UTILIZATION = "req_of_gpu"
+GM_LABEL_REQUEST_MEMORY = "req_of_gpu_memory"
 
 # this project's own, served on /metrics
 METRIC_CARD_MEMORY_TOTAL = "vgpu_card_memory_total_bytes"
@@ -113,6 +118,7 @@ METRIC_SAMPLE_STALE = "vgpu_sample_stale"
 METRIC_SAMPLE_AGE = "vgpu_sample_age_seconds"
 CARD_LABELS = ("node", "gpu", "uuid", "model")
 CONTAINER_LABELS = ("node", "namespace", "pod", "container", "gpu", "uuid")
+PROCESS_LABELS = ("node", "gpu", "uuid", "pid", "namespace", "pod", "container")  # "" when not in a known pod
 
 
 # --- names that depend on the configured domains -----------------------------
