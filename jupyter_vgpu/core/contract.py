@@ -85,6 +85,16 @@ ENV_XLA_MEM_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION"
 ENV_XLA_PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
 ENV_CUPY_MEMORY_LIMIT = "CUPY_GPU_MEMORY_LIMIT"
 ENV_TF_FORCE_GROWTH = "TF_FORCE_GPU_ALLOW_GROWTH"
+# notebook side: the fact source the server extension chose, passed on to its kernels
+ENV_NOTEBOOK_SOURCE = "JUPYTER_VGPU_SOURCE"
+# notebook side: kubeconfig the simulated cluster gives a notebook pod to re-create itself
+ENV_NOTEBOOK_KUBECONFIG = "JUPYTER_VGPU_KUBECONFIG"
+# TKEStack gpu-manager (vcuda-controller) container contract
+GM_VCUDA_CONFIG_DIR = "/etc/vcuda"
+GM_VCUDA_CONFIG_NAME = "vcuda.config"
+# JupyterHub user_options keys a vGPU share request sends to the Hub (read by jupyter_vgpu.hub)
+HUB_OPTION_CORES = "vgpu_cores"
+HUB_OPTION_MEMORY_UNITS = "vgpu_memory_units"
 
 ENFORCEMENT_BACKENDS = ("hami-core", "mps", "none")
 
