@@ -95,6 +95,13 @@ GM_VCUDA_CONFIG_NAME = "vcuda.config"
 # JupyterHub user_options keys a vGPU share request sends to the Hub (read by jupyter_vgpu.hub)
 HUB_OPTION_CORES = "vgpu_cores"
 HUB_OPTION_MEMORY_UNITS = "vgpu_memory_units"
+# set on vGPU notebook containers by jupyter_vgpu.hub's modify_pod_hook: what the Hub asked
+# for and the user's ceiling (absent when unlimited), so the notebook can explain a missing
+# allocation and refuse an over-limit request before restarting anything
+ENV_HUB_REQUESTED_CORES = "VGPU_REQUESTED_CORES"
+ENV_HUB_REQUESTED_MEMORY_MIB = "VGPU_REQUESTED_MEMORY_MIB"
+ENV_HUB_MAX_CORES = "VGPU_MAX_CORES"
+ENV_HUB_MAX_MEMORY_MIB = "VGPU_MAX_MEMORY_MIB"
 
 ENFORCEMENT_BACKENDS = ("hami-core", "mps", "none")
 
