@@ -1,0 +1,330 @@
+"""Simulated GPUs: a real `nvidia-smi topo -m` capture plus a model, driven by a caller.
+
+The simulated cluster (and tests) start and stop "processes" on cards; their usage
+follows a plausible pattern within their limits that changes over time (so charts
+move), and is a pure function of (seed, pid, card, time), so a run is reproducible.
+Faults (an XID, a card falling off the bus) are injected and come out of
+``next_health_event`` exactly as NVML's would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import queue
+import threading
+import time
+import uuid as uuid_module
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from jupyter_vgpu.gpu.base import (
+    APPLICATION_XIDS,
+    CardSample,
+    GPUError,
+    HealthEvent,
+    ProcessSample,
+    Sample,
+    describe_xid,
+)
+
+if TYPE_CHECKING:
+    from jupyter_vgpu.core.inventory import Card
+    from jupyter_vgpu.core.topology import Topology
+
+DEFAULT_MODEL = "NVIDIA A100-SXM4-40GB"
+DEFAULT_MEMORY_MIB = 40960
+PATTERNS = ("notebook", "training", "idle")
+
+# how long a freshly started process takes to reach its working-set memory
+_WARMUP_SECONDS = 8.0
+
+
+@dataclass
+class _Process:
+    pid: int
+    cards: tuple[int, ...]
+    memory_limit_mib: int
+    cores_limit: int
+    pattern: str
+    started_at: float
+    pinned_memory_mib: int | None = None
+    pinned_utilization: float | None = None
+
+
+class SimulatedGPUs:
+    """A GPUBackend whose cards come from a topology and whose load a caller drives."""
+
+    name = "sim"
+
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        model: str = DEFAULT_MODEL,
+        memory_mib: int = DEFAULT_MEMORY_MIB,
+        seed: int = 0,
+        host: str = "",
+        clock: Callable[[], float] = time.time,
+        driver_problem: str | None = None,
+    ) -> None:
+        """``host`` salts the card UUIDs so two simulated nodes built from one fixture differ.
+
+        ``driver_problem`` simulates a node without a working driver: the backend is then
+        unavailable and reports that text, as the NVML backend does on such a node.
+        """
+        if memory_mib <= 0:
+            raise ValueError(f"memory_mib must be positive, got {memory_mib}")
+        if not model.strip():
+            raise ValueError("model must not be empty")
+        self._topology = topology
+        self._model = model
+        self._memory_mib = memory_mib
+        self._seed = seed
+        self._clock = clock
+        self._driver_problem = driver_problem
+        count = len(topology.gpus)
+        self._uuids = [
+            "GPU-" + str(uuid_module.UUID(bytes=_digest(f"{seed}:{host}:{i}")[:16], version=4))
+            for i in range(count)
+        ]
+        self._lock = threading.Lock()
+        self._processes: dict[int, _Process] = {}
+        self._lost: set[int] = set()
+        self._failed: dict[int, str] = {}  # card -> reason for a non-application XID
+        self._events: queue.Queue[HealthEvent] = queue.Queue()
+
+    @classmethod
+    def from_fixture(
+        cls,
+        path: str | Path,
+        *,
+        model: str = DEFAULT_MODEL,
+        memory_mib: int = DEFAULT_MEMORY_MIB,
+        seed: int = 0,
+        host: str = "",
+        clock: Callable[[], float] = time.time,
+    ) -> SimulatedGPUs:
+        """Build from an `nvidia-smi topo -m` capture; TopologyError names a bad line."""
+        from jupyter_vgpu.core.topology import parse_nvidia_smi_topo
+
+        text = Path(path).read_text(encoding="utf-8")
+        return cls(parse_nvidia_smi_topo(text), model=model, memory_mib=memory_mib, seed=seed,
+                   host=host, clock=clock)
+
+    # --- GPUBackend -------------------------------------------------------------------
+
+    def available(self) -> bool:
+        return self._driver_problem is None and bool(self._topology.gpus)
+
+    def problem(self) -> str | None:
+        if self._driver_problem is not None:
+            return self._driver_problem
+        return None if self._topology.gpus else "no GPUs"
+
+    def driver_version(self) -> str | None:
+        return None if self._driver_problem else "simulated"
+
+    def inventory(self) -> list[Card]:
+        from jupyter_vgpu.core.inventory import Card
+
+        if not self.available():
+            return []
+        with self._lock:
+            unhealthy = self._lost | set(self._failed)
+        return [
+            Card(
+                index=gpu.index,
+                uuid=self._uuids[i],
+                model=self._model,
+                memory_mib=self._memory_mib,
+                minor=gpu.index,
+                bus_id=f"00000000:{0x10 + 0x10 * i:02X}:00.0",
+                numa=gpu.numa,
+                healthy=gpu.index not in unhealthy,
+            )
+            for i, gpu in enumerate(self._topology.gpus)
+        ]
+
+    def topology(self) -> Topology | None:
+        return self._topology if self.available() else None
+
+    def sample(self) -> Sample:
+        if not self.available():
+            raise GPUError(self.problem() or "no GPUs")
+        now = self._clock()
+        with self._lock:
+            processes = list(self._processes.values())
+            lost = set(self._lost)
+            failed = set(self._failed)
+        per_card: dict[int, list[ProcessSample]] = {}
+        for proc in processes:
+            for card in proc.cards:
+                if card in lost:
+                    continue  # a lost card reports nothing, as NVML cannot reach it
+                memory, utilization = self._usage(proc, card, now)
+                per_card.setdefault(card, []).append(
+                    ProcessSample(pid=proc.pid, card_index=card, uuid=self._uuid(card),
+                                  memory_used_mib=memory, utilization_percent=utilization)
+                )
+        cards = []
+        for i, gpu in enumerate(self._topology.gpus):
+            procs = per_card.get(gpu.index, [])
+            used = min(self._memory_mib, sum(p.memory_used_mib for p in procs))
+            utilization = min(100.0, round(sum(p.utilization_percent for p in procs), 1))
+            cards.append(
+                CardSample(index=gpu.index, uuid=self._uuids[i], memory_used_mib=used,
+                           memory_total_mib=self._memory_mib, utilization_percent=utilization,
+                           healthy=gpu.index not in lost and gpu.index not in failed)
+            )
+        flat = [p for procs in per_card.values() for p in procs]
+        flat.sort(key=lambda p: (p.card_index, p.pid))
+        return Sample(taken_at=now, cards=cards, processes=flat)
+
+    def next_health_event(self, timeout: float) -> HealthEvent | None:
+        try:
+            return self._events.get(timeout=max(0.0, timeout))
+        except queue.Empty:
+            return None
+
+    def close(self) -> None:
+        pass
+
+    # --- driving it -------------------------------------------------------------------
+
+    def start_process(
+        self,
+        pid: int,
+        card_index: int | Sequence[int],
+        memory_limit_mib: int,
+        cores_limit: int,
+        pattern: str = "notebook",
+    ) -> None:
+        """A process appears on one card (or several) and uses it within the given limits.
+
+        ``memory_limit_mib`` is per card, ``cores_limit`` in percent of a card (1-100).
+        """
+        cards = (card_index,) if isinstance(card_index, int) else tuple(card_index)
+        indices = {gpu.index for gpu in self._topology.gpus}
+        unknown = [c for c in cards if c not in indices]
+        if not cards or unknown:
+            raise ValueError(f"no such card(s) {unknown or 'given'}; this node has {sorted(indices)}")
+        if pattern not in PATTERNS:
+            raise ValueError(f"unknown usage pattern {pattern!r}; choose one of {', '.join(PATTERNS)}")
+        if memory_limit_mib <= 0 or not 0 < cores_limit <= 100:
+            raise ValueError(
+                f"limits must be positive (memory {memory_limit_mib} MiB, cores {cores_limit} % of 1-100)"
+            )
+        with self._lock:
+            if pid in self._processes:
+                raise ValueError(f"process {pid} is already running")
+            self._processes[pid] = _Process(
+                pid=pid, cards=cards, memory_limit_mib=min(memory_limit_mib, self._memory_mib),
+                cores_limit=cores_limit, pattern=pattern, started_at=self._clock(),
+            )
+
+    def stop_process(self, pid: int) -> bool:
+        """The process exits; False when it was not running."""
+        with self._lock:
+            return self._processes.pop(pid, None) is not None
+
+    def set_usage(self, pid: int, memory_mib: int | None, utilization: float | None) -> None:
+        """Pin a process's usage (per card); None returns that value to the pattern.
+
+        Pinned values are not clamped to the process's limits: with enforcement ``none``
+        nothing stops a process from going over its share, and that must be visible.
+        """
+        with self._lock:
+            proc = self._processes.get(pid)
+            if proc is None:
+                raise KeyError(f"process {pid} is not running")
+            proc.pinned_memory_mib = None if memory_mib is None else max(0, int(memory_mib))
+            proc.pinned_utilization = None if utilization is None else max(0.0, min(100.0, float(utilization)))
+
+    def process_ids(self) -> list[int]:
+        with self._lock:
+            return sorted(self._processes)
+
+    def inject_xid(self, card_index: int, xid: int) -> None:
+        """An XID on a card. Application XIDs are reported and leave the card healthy."""
+        self._check_card(card_index)
+        reason = describe_xid(xid)
+        with self._lock:
+            if xid not in APPLICATION_XIDS:
+                self._failed[card_index] = reason
+            healthy = card_index not in self._failed and card_index not in self._lost
+        self._events.put(HealthEvent(card_index, self._uuid(card_index), healthy, reason))
+
+    def lose_card(self, card_index: int) -> None:
+        """The card falls off the bus: unhealthy, and its processes vanish from samples."""
+        self._check_card(card_index)
+        with self._lock:
+            self._lost.add(card_index)
+        self._events.put(HealthEvent(card_index, self._uuid(card_index), False,
+                                     "card lost (" + describe_xid(79) + ")"))
+
+    def restore_card(self, card_index: int) -> None:
+        """The card is back (reset or replaced) and healthy again."""
+        self._check_card(card_index)
+        with self._lock:
+            self._lost.discard(card_index)
+            self._failed.pop(card_index, None)
+        self._events.put(HealthEvent(card_index, self._uuid(card_index), True, "card restored"))
+
+    # --- internals --------------------------------------------------------------------
+
+    def _check_card(self, card_index: int) -> None:
+        if not any(gpu.index == card_index for gpu in self._topology.gpus):
+            raise ValueError(f"no card {card_index} on this node")
+
+    def _uuid(self, card_index: int) -> str:
+        for i, gpu in enumerate(self._topology.gpus):
+            if gpu.index == card_index:
+                return self._uuids[i]
+        raise ValueError(f"no card {card_index} on this node")
+
+    def _usage(self, proc: _Process, card: int, now: float) -> tuple[int, float]:
+        """(memory MiB, utilization % of the card) of a process on one card at time ``now``."""
+        key = f"{self._seed}:{proc.pid}:{card}"
+        limit_mem, limit_util = proc.memory_limit_mib, float(proc.cores_limit)
+        if proc.pattern == "training":
+            util = limit_util * (0.85 + 0.15 * _smooth(key + ":u", now, 3.0))
+            mem_fraction = 0.88 + 0.08 * _smooth(key + ":m", now, 60.0)
+        elif proc.pattern == "idle":
+            util = 0.0
+            mem_fraction = min(1.0, 300.0 / limit_mem)
+        else:  # notebook: bursts of work between think time; memory held between cells
+            busy = _smooth(key + ":b", now, 20.0)
+            if busy > 0.45:
+                util = limit_util * (0.55 + 0.45 * _smooth(key + ":u", now, 4.0))
+            else:
+                util = limit_util * 0.04 * _smooth(key + ":u", now, 4.0)
+            mem_fraction = 0.2 + 0.6 * _smooth(key + ":m", now, 90.0)
+        warmup = min(1.0, max(0.0, (now - proc.started_at) / _WARMUP_SECONDS))
+        memory = int(limit_mem * mem_fraction * (0.3 + 0.7 * warmup))
+        if proc.pinned_memory_mib is not None:
+            memory = proc.pinned_memory_mib
+        if proc.pinned_utilization is not None:
+            util = proc.pinned_utilization
+        return min(memory, self._memory_mib), round(min(util, 100.0), 1)
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
+def _noise(key: str, step: int) -> float:
+    """Deterministic value in [0, 1) for (key, step)."""
+    return int.from_bytes(_digest(f"{key}:{step}")[:8], "big") / 2**64
+
+
+def _smooth(key: str, now: float, period: float) -> float:
+    """Value noise in [0, 1): cosine-interpolated between per-period random points."""
+    position = now / period
+    step = math.floor(position)
+    frac = position - step
+    a, b = _noise(key, step), _noise(key, step + 1)
+    weight = (1 - math.cos(math.pi * frac)) / 2
+    return a + (b - a) * weight
