@@ -1,0 +1,295 @@
+"""The per-pod JSON API the notebook reads (``/api/v1/...``, documented in docs/metrics-api.yaml).
+
+Every call names its caller with the per-allocation read token the device plugin put in
+the container (``Authorization: Bearer $VGPU_TOKEN``). The token is an HMAC over (pod UID,
+container index), so it identifies the container without a lookup table and cannot be
+forged or pointed at another pod. A caller sees its own allocation and usage; other pods
+appear only as anonymous counts and totals per card.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import tornado.web
+
+from jupyter_vgpu.core.contract import CORES_PER_CARD
+
+from .podmap import PodEntry, held_memory_mib
+from .sampler import ContainerKey, Sampler, Snapshot
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HISTORY_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class Caller:
+    pod: PodEntry
+    container_index: int
+
+    @property
+    def key(self) -> ContainerKey:
+        return ContainerKey(self.pod.uid, self.container_index)
+
+
+@dataclass
+class ApiContext:
+    sampler: Sampler
+    token_minter: Any
+    """vgpu_plugin.tokens.TokenMinter (verify(token) -> (pod_uid, index) | None)."""
+    enforcement: str
+    require_token: bool = True
+    clock: Callable[[], float] = time.time
+
+
+class ApiError(tornado.web.HTTPError):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(status, reason=None, log_message=message.replace("%", "%%"))
+        self.message = message
+
+
+def _round(value: float) -> float:
+    return round(value, 2)
+
+
+# --- identification ---------------------------------------------------------------------
+
+
+def identify(context: ApiContext, authorization: str | None, query: dict[str, str]) -> Caller:
+    """The caller's pod and container, or ApiError 401/403/404 saying nothing about others."""
+    token = None
+    if authorization:
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise ApiError(401, "use 'Authorization: Bearer <token>' with the VGPU_TOKEN of your container")
+        token = value.strip()
+    if token is None and not context.require_token and query.get("pod"):
+        return _identify_by_name(context, query)
+    if token is None:
+        raise ApiError(401, "missing token: send 'Authorization: Bearer <token>' with your container's VGPU_TOKEN")
+    verified = context.token_minter.verify(token)
+    if verified is None:
+        raise ApiError(403, "the token is not valid on this node")
+    pod_uid, index = verified
+    pod = context.sampler.find_pod(pod_uid)
+    if pod is None:
+        raise ApiError(403, "the pod this token was issued to is not running on this node")
+    return _with_allocation(pod, index)
+
+
+def _identify_by_name(context: ApiContext, query: dict[str, str]) -> Caller:
+    """Token-less lookup by ``?pod=<namespace>/<name>&container=<name or index>`` (only when
+    the node runs with tokens turned off, for debugging)."""
+    namespace, _, name = query["pod"].partition("/")
+    container = query.get("container", "0")
+    for pod in context.sampler.snapshot().pods.pods():
+        if pod.namespace == namespace and pod.name == name:
+            index = int(container) if container.isdigit() else (
+                pod.container_names.index(container) if container in pod.container_names else -1)
+            return _with_allocation(pod, index)
+    raise ApiError(404, f"no pod {query['pod']} on this node")
+
+
+def _with_allocation(pod: PodEntry, index: int) -> Caller:
+    if pod.allocation is None or pod.allocation.container(index) is None:
+        raise ApiError(404, "no vGPU allocation is recorded for this container")
+    return Caller(pod, index)
+
+
+# --- views ------------------------------------------------------------------------------------
+
+
+def allocation_view(snapshot: Snapshot, caller: Caller, enforcement: str) -> dict[str, Any]:
+    assert caller.pod.allocation is not None
+    container = caller.pod.allocation.container(caller.container_index)
+    assert container is not None
+    cards = []
+    for share in container.cards:
+        view = snapshot.card(share.index)
+        card = view.card if view else None
+        cards.append({
+            "index": share.index,
+            "uuid": share.uuid or (card.uuid if card else ""),
+            "model": card.model if card else None,
+            "cores": share.cores,
+            "memoryMib": held_memory_mib(share, card),
+            "memoryTotalMib": card.memory_mib if card else None,
+        })
+    return {
+        "node": snapshot.node,
+        "namespace": caller.pod.namespace,
+        "pod": caller.pod.name,
+        "podUid": caller.pod.uid,
+        "container": caller.pod.container_name(caller.container_index),
+        "containerIndex": caller.container_index,
+        "cores": container.cores,
+        "memoryMib": sum(c["memoryMib"] for c in cards),
+        "enforcement": enforcement,
+        "policy": caller.pod.allocation.policy,
+        "cards": cards,
+    }
+
+
+def limits_of(snapshot: Snapshot, caller: Caller) -> dict[str, int]:
+    assert caller.pod.allocation is not None
+    container = caller.pod.allocation.container(caller.container_index)
+    assert container is not None
+    memory = 0
+    for share in container.cards:
+        view = snapshot.card(share.index)
+        memory += held_memory_mib(share, view.card if view else None)
+    return {"cores": container.cores, "memoryMib": memory}
+
+
+def usage_view(sampler: Sampler, snapshot: Snapshot, caller: Caller, history_seconds: float,
+               now: float) -> dict[str, Any]:
+    stale, message = snapshot.staleness(now)
+    current = None
+    if snapshot.taken_at is not None:
+        usage = snapshot.usage.get(caller.key)
+        measured = {u.index: u for u in usage.cards} if usage else {}
+        assert caller.pod.allocation is not None
+        container = caller.pod.allocation.container(caller.container_index)
+        held = [s.index for s in container.cards] if container else []
+        current = {
+            "t": snapshot.taken_at,
+            "memoryUsedMib": _round(usage.memory_used_mib) if usage else 0.0,
+            "utilizationPercent": _round(usage.utilization_percent) if usage else 0.0,
+            "cards": [
+                {
+                    "index": index,
+                    "memoryUsedMib": _round(measured[index].memory_used_mib) if index in measured else 0.0,
+                    "utilizationPercent": _round(measured[index].utilization_percent) if index in measured else 0.0,
+                }
+                for index in sorted(set(held) | set(measured))
+            ],
+        }
+    history = sampler.history(caller.key, history_seconds, now=now)
+    return {
+        "stale": stale,
+        "message": message,
+        "periodSeconds": sampler.period,
+        "historySeconds": sampler.history_seconds,
+        "limits": limits_of(snapshot, caller),
+        "current": current,
+        "history": [
+            {"t": p.t, "memoryUsedMib": _round(p.memory_used_mib), "utilizationPercent": _round(p.utilization_percent)}
+            for p in history
+        ],
+    }
+
+
+def topology_view(snapshot: Snapshot, caller: Caller, now: float) -> dict[str, Any]:
+    stale, message = snapshot.staleness(now)
+    topology = snapshot.topology_dict or {}
+    numa = {g.get("index"): g.get("numa") for g in topology.get("gpus", [])}
+    assert caller.pod.allocation is not None
+    container = caller.pod.allocation.container(caller.container_index)
+    mine = {s.index: s for s in container.cards} if container else {}
+    gpus = []
+    for view in snapshot.cards:
+        card = view.card
+        share = mine.get(card.index)
+        others = sum(1 for holder in view.holders if holder != caller.key)
+        gpus.append({
+            "index": card.index,
+            "uuid": card.uuid,
+            "model": card.model,
+            "memoryMib": card.memory_mib,
+            "numa": card.numa if getattr(card, "numa", None) is not None else numa.get(card.index),
+            "healthy": bool(card.healthy),
+            "mine": share is not None,
+            "myCores": share.cores if share else 0,
+            "myMemoryMib": held_memory_mib(share, card) if share else 0,
+            "allocatedCores": min(view.allocated_cores, CORES_PER_CARD),
+            "allocatedMemoryMib": view.allocated_memory_mib,
+            "tenants": others,
+            "memoryUsedMib": _round(view.memory_used_mib) if view.memory_used_mib is not None else None,
+            "utilizationPercent": _round(view.utilization_percent) if view.utilization_percent is not None else None,
+        })
+    return {
+        "node": snapshot.node,
+        "stale": stale,
+        "message": message,
+        "links": topology.get("links", []),
+        "tree": topology.get("tree"),
+        "gpus": gpus,
+    }
+
+
+# --- tornado handlers ---------------------------------------------------------------------
+
+
+class JSONHandler(tornado.web.RequestHandler):
+    def set_default_headers(self) -> None:
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.set_header("Cache-Control", "no-store")
+        self.set_header("X-Content-Type-Options", "nosniff")
+
+    def write_json(self, body: Any) -> None:
+        self.finish(json.dumps(body, separators=(",", ":")))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        error = kwargs.get("exc_info", (None, None, None))[1]
+        message = error.message if isinstance(error, ApiError) else self._reason
+        if status_code == 401:
+            self.set_header("WWW-Authenticate", 'Bearer realm="vgpu"')
+        self.finish(json.dumps({"status": status_code, "message": message}))
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        if isinstance(value, ApiError):  # a refused caller is not a server error
+            log.debug("%s %s: %d %s", self.request.method, self.request.path, value.status_code, value.message)
+            return
+        super().log_exception(typ, value, tb)
+
+
+class ApiHandler(JSONHandler):
+    def initialize(self, context: ApiContext) -> None:
+        self.context = context
+
+    def prepare(self) -> None:
+        query = {k: self.get_query_argument(k) for k in ("pod", "container") if self.get_query_argument(k, None)}
+        self.caller = identify(self.context, self.request.headers.get("Authorization"), query)
+        self.snapshot = self.context.sampler.snapshot()
+
+
+class AllocationHandler(ApiHandler):
+    def get(self) -> None:
+        self.write_json(allocation_view(self.snapshot, self.caller, self.context.enforcement))
+
+
+class UsageHandler(ApiHandler):
+    def get(self) -> None:
+        text = self.get_query_argument("history", None)
+        seconds = DEFAULT_HISTORY_SECONDS
+        if text is not None:
+            try:
+                seconds = float(text)
+            except ValueError:
+                seconds = math.nan
+            if not math.isfinite(seconds) or seconds < 0:
+                raise ApiError(400, f"history={text!r}: give a number of seconds, 0 or more")
+        seconds = min(seconds, self.context.sampler.history_seconds)
+        self.write_json(usage_view(self.context.sampler, self.snapshot, self.caller, seconds, self.context.clock()))
+
+
+class TopologyHandler(ApiHandler):
+    def get(self) -> None:
+        self.write_json(topology_view(self.snapshot, self.caller, self.context.clock()))
+
+
+class HealthHandler(JSONHandler):
+    def initialize(self, context: ApiContext) -> None:
+        self.context = context
+
+    def get(self) -> None:
+        # the server is alive even when the GPU numbers are stale; say so without failing
+        stale, message = self.context.sampler.snapshot().staleness(self.context.clock())
+        self.write_json({"ok": True, "stale": stale, "message": message})

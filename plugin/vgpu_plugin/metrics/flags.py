@@ -1,0 +1,87 @@
+"""The metrics server's command-line flags, for the node daemon's parser (env-var fallbacks).
+
+    parser = argparse.ArgumentParser()
+    add_metrics_arguments(parser)
+    args = parser.parse_args(argv)
+    server = MetricsServer(node, backend, pods, minter, names, **metrics_options(args), enforcement=...)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from jupyter_vgpu.core.contract import DEFAULT_METRICS_PORT
+
+ENV_ADDRESS = "VGPU_METRICS_ADDRESS"
+ENV_PORT = "VGPU_METRICS_PORT"
+ENV_PERIOD = "VGPU_METRICS_PERIOD"
+ENV_HISTORY = "VGPU_METRICS_HISTORY"
+ENV_REQUIRE_TOKEN = "VGPU_METRICS_REQUIRE_TOKEN"
+ENV_PROC_ROOT = "VGPU_METRICS_PROC_ROOT"
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port {value} is outside 0-65535 (0 picks a free port)")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number of seconds")
+    return value
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+
+
+def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --metrics-* flags; each defaults to its VGPU_METRICS_* variable, then to the built-in."""
+    env = os.environ.get
+    group = parser.add_argument_group("metrics endpoint")
+    group.add_argument("--metrics-address", default=env(ENV_ADDRESS, "0.0.0.0"),
+                       help=f"address to serve /metrics and the per-pod API on [${ENV_ADDRESS}, default 0.0.0.0]")
+    group.add_argument("--metrics-port", type=_port, default=env(ENV_PORT, str(DEFAULT_METRICS_PORT)),
+                       help=f"port (0 picks a free one) [${ENV_PORT}, default {DEFAULT_METRICS_PORT}]")
+    group.add_argument("--metrics-period", type=_seconds, default=env(ENV_PERIOD, "1"),
+                       help=f"seconds between GPU usage samples [${ENV_PERIOD}, default 1]")
+    group.add_argument("--metrics-history", type=_seconds, default=env(ENV_HISTORY, "900"),
+                       help=f"seconds of per-container usage history kept for the API [${ENV_HISTORY}, default 900]")
+    group.add_argument("--metrics-require-token", type=_bool, default=env(ENV_REQUIRE_TOKEN, "true"),
+                       metavar="BOOL",
+                       help=f"require the container's read token on /api/ calls; 'false' is for debugging only "
+                            f"[${ENV_REQUIRE_TOKEN}, default true]")
+    group.add_argument("--metrics-proc-root", default=env(ENV_PROC_ROOT, "/proc"),
+                       help=f"the host's /proc (mounted into the daemon's container) to map GPU processes to pods "
+                            f"[${ENV_PROC_ROOT}, default /proc]")
+
+
+def metrics_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Keyword arguments for MetricsServer from parsed flags; ValueError when they disagree."""
+    if args.metrics_history < args.metrics_period:
+        raise ValueError(f"--metrics-history ({args.metrics_history:g} s) must be at least "
+                         f"--metrics-period ({args.metrics_period:g} s)")
+    return {
+        "address": args.metrics_address,
+        "port": args.metrics_port,
+        "period": args.metrics_period,
+        "history_seconds": args.metrics_history,
+        "require_token": args.metrics_require_token,
+        "proc_root": args.metrics_proc_root,
+    }

@@ -1,0 +1,221 @@
+"""Who holds which share on this node, and which container a GPU process runs in.
+
+Built from the pod cache (plain dicts as the API server sends them) once per sample: the
+allocation of each pod comes from the project's allocation annotation, or — for pods
+placed by gpu-admission, which writes only its ``predicate-gpu-idx-<i>`` keys — from those
+keys and the container's resource limits. Processes are matched by the pod UID in their
+cgroup path and the container ID in ``status.containerStatuses[].containerID``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from jupyter_vgpu.core.contract import (
+    CORES_PER_CARD,
+    DEFAULT_NAMES,
+    MEMORY_UNIT_MIB,
+    CardShare,
+    ContainerAllocation,
+    Names,
+    PodAllocation,
+    RequestError,
+    parse_predicate_indices,
+    pod_requests,
+)
+
+from .cgroup import CgroupIdentity
+
+log = logging.getLogger(__name__)
+
+# kubelet sets this on a static pod's mirror: the UID the node (and the cgroup path) uses
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+_FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+class CardLike(Protocol):
+    index: int
+    uuid: str
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class PodEntry:
+    uid: str
+    namespace: str
+    name: str
+    container_names: tuple[str, ...]
+    """``spec.containers`` names, in order (the container index is the position)."""
+    allocation: PodAllocation | None
+    problem: str | None = None
+    """Why the pod's allocation could not be read, for logs; None when fine."""
+    container_ids: Mapping[str, int] = field(default_factory=dict)
+
+    def container_name(self, index: int) -> str:
+        if 0 <= index < len(self.container_names):
+            return self.container_names[index]
+        return f"#{index}"
+
+
+@dataclass(frozen=True)
+class Holding:
+    """One container's share of one card, with the memory it holds in MiB."""
+
+    pod: PodEntry
+    container_index: int
+    share: CardShare
+    memory_mib: int
+
+
+def _container_id(status_id: str | None) -> str | None:
+    """'containerd://4c01...' -> '4c01...' (the runtime prefix does not appear in cgroups)."""
+    if not status_id:
+        return None
+    return status_id.split("://", 1)[-1] or None
+
+
+def allocation_of(
+    pod: Mapping[str, Any], names: Names, cards: Mapping[int, CardLike]
+) -> tuple[PodAllocation | None, str | None]:
+    """(allocation, problem) for a pod: our annotation, else gpu-admission's keys + limits."""
+    metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    raw = annotations.get(names.allocation)
+    if raw:
+        try:
+            return PodAllocation.from_json(raw), None
+        except ValueError as error:
+            return None, str(error)
+    try:
+        predicates = parse_predicate_indices(annotations, names)
+        if not predicates:
+            return None, None
+        requests = pod_requests(pod, names)
+    except (ValueError, RequestError) as error:
+        return None, str(error)
+    spec_containers = (pod.get("spec") or {}).get("containers") or []
+    containers = []
+    for index, indices in sorted(predicates.items()):
+        request = requests.get(index)
+        if request is None or index >= len(spec_containers):
+            continue
+        shares = []
+        for card_index in indices[: request.cards]:
+            card = cards.get(card_index)
+            uuid = card.uuid if card else ""
+            if request.is_share:
+                shares.append(CardShare(card_index, uuid, request.cores, request.memory_units))
+            else:
+                units = request.memory_units // request.cards if request.memory_units else (
+                    card.memory_mib // MEMORY_UNIT_MIB if card else 0)
+                shares.append(CardShare(card_index, uuid, CORES_PER_CARD, units))
+        containers.append(ContainerAllocation(index, str(spec_containers[index].get("name", "")), tuple(shares)))
+    if not containers:
+        return None, None
+    node = str((pod.get("spec") or {}).get("nodeName") or annotations.get(names.predicate_node, ""))
+    return PodAllocation(node=node, containers=tuple(containers)), None
+
+
+def held_memory_mib(share: CardShare, card: CardLike | None) -> int:
+    """A whole card holds all its memory; a share holds its units."""
+    if share.cores >= CORES_PER_CARD and card is not None:
+        return card.memory_mib
+    return share.memory_mib
+
+
+class PodIndex:
+    """The pods on one node, looked up by UID and container ID. Immutable once built."""
+
+    def __init__(self, entries: Iterable[PodEntry], cards: Mapping[int, CardLike], mirrors: Mapping[str, str]) -> None:
+        self._by_uid: dict[str, PodEntry] = {}
+        self._by_container: dict[str, tuple[PodEntry, int]] = {}
+        for entry in entries:
+            self._by_uid[entry.uid] = entry
+            for cid, index in entry.container_ids.items():
+                self._by_container[cid] = (entry, index)
+        self._mirrors = dict(mirrors)  # cgroup UID of a static pod -> API UID
+        self._cards = cards
+
+    @classmethod
+    def build(
+        cls,
+        pods: Iterable[Mapping[str, Any]],
+        node: str,
+        names: Names = DEFAULT_NAMES,
+        cards: Mapping[int, CardLike] | None = None,
+    ) -> PodIndex:
+        cards = cards or {}
+        entries = []
+        mirrors: dict[str, str] = {}
+        for pod in pods:
+            metadata = pod.get("metadata") or {}
+            spec = pod.get("spec") or {}
+            status = pod.get("status") or {}
+            uid = metadata.get("uid")
+            if not uid or spec.get("nodeName") != node or status.get("phase") in _FINISHED_PHASES:
+                continue
+            names_in_order = tuple(str(c.get("name", "")) for c in spec.get("containers") or [])
+            position = {name: i for i, name in enumerate(names_in_order)}
+            container_ids = {}
+            for container_status in status.get("containerStatuses") or []:
+                cid = _container_id(container_status.get("containerID"))
+                index = position.get(container_status.get("name"))
+                if cid and index is not None:
+                    container_ids[cid] = index
+            allocation, problem = allocation_of(pod, names, cards)
+            if problem:
+                log.debug("pod %s/%s: %s", metadata.get("namespace"), metadata.get("name"), problem)
+            entries.append(
+                PodEntry(
+                    uid=uid,
+                    namespace=str(metadata.get("namespace", "")),
+                    name=str(metadata.get("name", "")),
+                    container_names=names_in_order,
+                    allocation=allocation,
+                    problem=problem,
+                    container_ids=container_ids,
+                )
+            )
+            mirror = (metadata.get("annotations") or {}).get(MIRROR_ANNOTATION)
+            if mirror:
+                mirrors[mirror] = uid
+        return cls(entries, cards, mirrors)
+
+    def __len__(self) -> int:
+        return len(self._by_uid)
+
+    def by_uid(self, uid: str) -> PodEntry | None:
+        return self._by_uid.get(uid)
+
+    def pods(self) -> Iterator[PodEntry]:
+        return iter(self._by_uid.values())
+
+    def resolve(self, identity: CgroupIdentity) -> tuple[PodEntry | None, int | None]:
+        """(pod, container index) for a process's cgroup identity; either may be None.
+
+        A container ID not (yet) in the pod's status still names the pod; when the pod
+        has a single container that is the one.
+        """
+        if identity.container_id:
+            found = self._by_container.get(identity.container_id)
+            if found:
+                return found
+        pod = self._by_uid.get(identity.pod_uid) or self._by_uid.get(self._mirrors.get(identity.pod_uid, ""))
+        if pod is None:
+            return None, None
+        if identity.container_id and len(pod.container_names) == 1:
+            return pod, 0
+        return pod, None
+
+    def holdings(self) -> Iterator[Holding]:
+        """Every (container, card share) held on this node."""
+        for pod in self._by_uid.values():
+            if pod.allocation is None:
+                continue
+            for container in pod.allocation.containers:
+                for share in container.cards:
+                    card = self._cards.get(share.index)
+                    yield Holding(pod, container.index, share, held_memory_mib(share, card))

@@ -1,0 +1,378 @@
+"""The one thread that talks to the GPU backend for metrics.
+
+Every period it takes a backend sample, maps each GPU process to its pod and container,
+adds up usage per container, records the containers' usage history, and publishes an
+immutable Snapshot. HTTP requests only ever read the latest snapshot, so a scrape never
+waits for NVML and a slow or failing driver never takes the endpoint down: a failed sample
+keeps the last known numbers and marks them stale, with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from jupyter_vgpu.core.contract import DEFAULT_NAMES, Names
+
+from .cgroup import CgroupIdentity, read_process_identity
+from .podmap import PodEntry, PodIndex
+
+log = logging.getLogger(__name__)
+
+STALE_AFTER_PERIODS = 3
+"""Data older than this many periods (plus a second of slack) is stale even without an error."""
+
+
+class PodSource(Protocol):
+    def items(self) -> list[dict[str, Any]]: ...
+
+
+@dataclass(frozen=True)
+class ContainerKey:
+    pod_uid: str
+    index: int
+
+
+@dataclass(frozen=True)
+class CardUsage:
+    index: int
+    memory_used_mib: float
+    utilization_percent: float
+
+
+@dataclass(frozen=True)
+class ContainerUsage:
+    memory_used_mib: float
+    utilization_percent: float
+    """Summed over the container's processes and cards, in percent of one card (= vcuda-core)."""
+    cards: tuple[CardUsage, ...]
+    pids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ProcessView:
+    pid: int
+    card_index: int
+    uuid: str
+    memory_used_mib: float
+    utilization_percent: float
+    pod: PodEntry | None
+    container_index: int | None
+    owner: str
+    """"container", "pod" (container unknown), "unknown-pod" (a pod path this node's cache
+    does not know), "host" (outside Kubernetes: real usage nonetheless) or "unreadable"."""
+
+
+@dataclass(frozen=True)
+class CardView:
+    card: Any
+    """core.inventory.Card (index, uuid, model, memory_mib, numa, healthy, ...)."""
+    memory_used_mib: float | None
+    utilization_percent: float | None
+    allocated_cores: int
+    allocated_memory_mib: int
+    holders: tuple[ContainerKey, ...]
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    t: float
+    memory_used_mib: float
+    utilization_percent: float
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    node: str
+    period: float
+    taken_at: float | None
+    """Wall-clock time of the GPU data shown (None until the first good sample)."""
+    failure: str | None
+    """Why the latest sampling attempt failed; None when it worked."""
+    cards: tuple[CardView, ...] = ()
+    topology: Any = None
+    topology_dict: Mapping[str, Any] | None = None
+    """topology.to_dict(), computed once per inventory refresh (the tree is not free)."""
+    pods: PodIndex = field(default_factory=lambda: PodIndex((), {}, {}))
+    processes: tuple[ProcessView, ...] = ()
+    usage: Mapping[ContainerKey, ContainerUsage] = field(default_factory=dict)
+
+    def card(self, index: int) -> CardView | None:
+        for view in self.cards:
+            if view.card.index == index:
+                return view
+        return None
+
+    def staleness(self, now: float) -> tuple[bool, str | None]:
+        """(stale, message): stale after a failed sample or when the data has aged."""
+        if self.failure:
+            return True, self.failure
+        if self.taken_at is None:
+            return True, "no GPU sample taken yet"
+        age = now - self.taken_at
+        if age > STALE_AFTER_PERIODS * self.period + 1.0:
+            return True, f"the last GPU sample is {age:.0f} s old (sampling every {self.period:g} s)"
+        return False, None
+
+
+class Sampler:
+    def __init__(
+        self,
+        node_name: str,
+        backend: Any,
+        pods: PodSource,
+        names: Names = DEFAULT_NAMES,
+        *,
+        period: float = 1.0,
+        history_seconds: float = 900.0,
+        proc_root: str = "/proc",
+        inventory_refresh: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if period <= 0:
+            raise ValueError(f"sample period must be positive, not {period!r}")
+        if history_seconds < period:
+            raise ValueError(f"history ({history_seconds} s) must cover at least one period ({period} s)")
+        self.node = node_name
+        self.backend = backend
+        self.period = float(period)
+        self.history_seconds = float(history_seconds)
+        self._pods = pods
+        self._names = names
+        self._proc_root = proc_root
+        self._inventory_refresh = inventory_refresh
+        self._clock = clock
+        self._history_len = math.ceil(history_seconds / period) + 1
+        self._history: dict[ContainerKey, deque[HistoryPoint]] = {}
+        self._history_lock = threading.Lock()
+        self._identities: dict[int, tuple[CgroupIdentity | None, bool]] = {}
+        self._inventory: list[Any] = []
+        self._topology: Any = None
+        self._topology_dict: Mapping[str, Any] | None = None
+        self._inventory_at = -math.inf
+        self._inventory_problem: str | None = None
+        self._snapshot = Snapshot(node_name, self.period, None, "the sampler has not run yet")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.samples_taken = 0
+        self.failures = 0
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"vgpu-metrics-sampler-{self.node}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    @property
+    def thread_ident(self) -> int | None:
+        """The sampling thread's ident (for CPU accounting in benchmarks)."""
+        return self._thread.native_id if self._thread else None
+
+    def _run(self) -> None:
+        deadline = time.monotonic()
+        while not self._stop.is_set():
+            self.sample_once()
+            deadline += self.period
+            now = time.monotonic()
+            if deadline < now:  # fell behind (slow driver): skip, do not burst
+                deadline = now + self.period
+            self._stop.wait(deadline - now)
+
+    # --- reading -----------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    def history(self, key: ContainerKey, seconds: float, now: float | None = None) -> list[HistoryPoint]:
+        since = (self._clock() if now is None else now) - seconds
+        with self._history_lock:
+            ring = self._history.get(key)
+            points = list(ring) if ring else []
+        return [p for p in points if p.t >= since]
+
+    def find_pod(self, uid: str) -> PodEntry | None:
+        """A pod on this node by UID; falls back to the live cache for pods newer than the snapshot."""
+        entry = self._snapshot.pods.by_uid(uid)
+        if entry is None:
+            entry = self._build_pods().by_uid(uid)
+        return entry
+
+    # --- sampling ----------------------------------------------------------------------
+
+    def _cards_by_index(self) -> dict[int, Any]:
+        return {card.index: card for card in self._inventory}
+
+    def _build_pods(self) -> PodIndex:
+        return PodIndex.build(self._pods.items(), self.node, self._names, self._cards_by_index())
+
+    def _refresh_inventory(self, now: float, force: bool = False) -> None:
+        if not force and now - self._inventory_at < self._inventory_refresh:
+            return
+        self._inventory_at = now
+        try:
+            if not self.backend.available():
+                self._inventory, self._topology, self._topology_dict = [], None, None
+                self._inventory_problem = self.backend.problem() or "no GPUs on this node"
+                return
+            self._inventory = list(self.backend.inventory())
+            topology = self.backend.topology()
+            if topology is not self._topology:
+                self._topology = topology
+                self._topology_dict = topology.to_dict() if topology is not None else None
+            self._inventory_problem = None
+        except Exception as error:  # keep the previous inventory: a transient driver error
+            log.warning("GPU inventory failed: %s", error)
+            self._inventory_problem = f"GPU inventory failed: {error}"
+
+    def sample_once(self) -> Snapshot:
+        """Take one sample and publish the snapshot. Never raises."""
+        try:
+            snapshot = self._sample()
+        except Exception as error:  # a bug or an odd pod must not stop sampling
+            log.exception("metrics sampling failed")
+            self.failures += 1
+            previous = self._snapshot
+            snapshot = Snapshot(
+                previous.node, previous.period, previous.taken_at, f"sampling failed: {error}",
+                previous.cards, previous.topology, previous.topology_dict, previous.pods, previous.processes,
+                previous.usage,
+            )
+        self._snapshot = snapshot
+        return snapshot
+
+    def _sample(self) -> Snapshot:
+        now = self._clock()
+        self._refresh_inventory(now)
+        failure: str | None = None
+        sample = None
+        if self._inventory_problem and not self._inventory:
+            failure = self._inventory_problem
+        else:
+            try:
+                sample = self.backend.sample()
+            except Exception as error:
+                failure = f"GPU sampling failed: {error}"
+                self.failures += 1
+        if sample is not None and {c.uuid for c in sample.cards} != {c.uuid for c in self._inventory}:
+            self._refresh_inventory(now, force=True)  # a card came or went
+        pods = self._build_pods()
+        previous = self._snapshot
+        if sample is None:
+            # keep the last known GPU numbers, re-derive occupancy from the fresh pod cache
+            cards = self._card_views(pods, {v.card.index: v for v in previous.cards}, None)
+            return Snapshot(self.node, self.period, previous.taken_at, failure, cards, self._topology,
+                            self._topology_dict, pods, previous.processes, previous.usage)
+
+        processes = self._attribute(sample.processes, pods)
+        usage = _usage_by_container(processes)
+        cards = self._card_views(pods, {}, sample)
+        taken_at = float(getattr(sample, "taken_at", now) or now)
+        self._record_history(pods, usage, taken_at)
+        self.samples_taken += 1
+        return Snapshot(self.node, self.period, taken_at, None, cards, self._topology, self._topology_dict,
+                        pods, processes, usage)
+
+    def _attribute(self, samples: Any, pods: PodIndex) -> tuple[ProcessView, ...]:
+        seen = set()
+        views = []
+        for process in samples:
+            pid = int(process.pid)
+            seen.add(pid)
+            if pid not in self._identities:
+                self._identities[pid] = read_process_identity(self._proc_root, pid)
+            identity, readable = self._identities[pid]
+            pod, container = (None, None)
+            if not readable:
+                owner = "unreadable"
+            elif identity is None:
+                owner = "host"
+            else:
+                pod, container = pods.resolve(identity)
+                owner = "unknown-pod" if pod is None else ("pod" if container is None else "container")
+            views.append(
+                ProcessView(pid, int(process.card_index), str(process.uuid), float(process.memory_used_mib),
+                            float(process.utilization_percent), pod, container, owner)
+            )
+        for gone in self._identities.keys() - seen:  # a reused PID is re-read
+            del self._identities[gone]
+        # an unreadable cgroup file may appear a moment later (process just started)
+        for view in views:
+            if view.owner == "unreadable":
+                self._identities.pop(view.pid, None)
+        return tuple(views)
+
+    def _card_views(self, pods: PodIndex, previous: Mapping[int, CardView], sample: Any) -> tuple[CardView, ...]:
+        measured = {c.index: c for c in sample.cards} if sample is not None else {}
+        cores: dict[int, int] = {}
+        memory: dict[int, int] = {}
+        holders: dict[int, list[ContainerKey]] = {}
+        for holding in pods.holdings():
+            index = holding.share.index
+            cores[index] = cores.get(index, 0) + holding.share.cores
+            memory[index] = memory.get(index, 0) + holding.memory_mib
+            holders.setdefault(index, []).append(ContainerKey(holding.pod.uid, holding.container_index))
+        views = []
+        for card in self._inventory:
+            if card.index in measured:
+                used: float | None = float(measured[card.index].memory_used_mib)
+                util: float | None = float(measured[card.index].utilization_percent)
+            elif card.index in previous:
+                used, util = previous[card.index].memory_used_mib, previous[card.index].utilization_percent
+            else:
+                used, util = None, None
+            views.append(CardView(card, used, util, cores.get(card.index, 0), memory.get(card.index, 0),
+                                  tuple(holders.get(card.index, ()))))
+        return tuple(views)
+
+    def _record_history(self, pods: PodIndex, usage: Mapping[ContainerKey, ContainerUsage], t: float) -> None:
+        keys = {ContainerKey(h.pod.uid, h.container_index) for h in pods.holdings()}
+        with self._history_lock:
+            for key in keys:
+                ring = self._history.get(key)
+                if ring is None:
+                    ring = self._history[key] = deque(maxlen=self._history_len)
+                used = usage.get(key)
+                ring.append(HistoryPoint(t, used.memory_used_mib if used else 0.0,
+                                         used.utilization_percent if used else 0.0))
+            for gone in self._history.keys() - keys:  # the pod ended or gave its share back
+                del self._history[gone]
+
+
+def _usage_by_container(processes: tuple[ProcessView, ...]) -> dict[ContainerKey, ContainerUsage]:
+    per_card: dict[ContainerKey, dict[int, list[float]]] = {}
+    pids: dict[ContainerKey, list[int]] = {}
+    for process in processes:
+        if process.pod is None or process.container_index is None:
+            continue
+        key = ContainerKey(process.pod.uid, process.container_index)
+        totals = per_card.setdefault(key, {}).setdefault(process.card_index, [0.0, 0.0])
+        totals[0] += process.memory_used_mib
+        totals[1] += process.utilization_percent
+        pids.setdefault(key, []).append(process.pid)
+    usage = {}
+    for key, cards in per_card.items():
+        card_usage = tuple(
+            CardUsage(index, memory, min(util, 100.0)) for index, (memory, util) in sorted(cards.items())
+        )
+        usage[key] = ContainerUsage(
+            memory_used_mib=sum(c.memory_used_mib for c in card_usage),
+            utilization_percent=sum(c.utilization_percent for c in card_usage),
+            cards=card_usage,
+            pids=tuple(sorted(set(pids[key]))),
+        )
+    return usage
