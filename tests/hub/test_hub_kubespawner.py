@@ -1,0 +1,279 @@
+"""jupyter_vgpu.hub against real KubeSpawner objects (no Hub, no cluster).
+
+Each test goes the way a spawn goes: the rendered options form, the form data JupyterHub
+parses into user_options, JupyterHub's apply_user_options step, KubeSpawner's profile
+loading, its pod manifest, then the modify_pod_hook.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from kubespawner import KubeSpawner
+from tornado import web
+from traitlets.config import Config
+
+from jupyter_vgpu.core import contract
+from jupyter_vgpu.hub import (
+    CUSTOM_PROFILE_SLUG,
+    SHARE_OPTION,
+    VGPUHub,
+    parse_share_text,
+)
+
+NAMES = contract.DEFAULT_NAMES
+CORE, MEM = NAMES.core_resource, NAMES.memory_resource
+
+
+def make_user(name: str = "alice", groups: tuple[str, ...] = ()) -> SimpleNamespace:
+    return SimpleNamespace(
+        name=name, id=7, url=f"/user/{name}/", escaped_name=name,
+        groups=[SimpleNamespace(name=g) for g in groups],
+    )
+
+
+def hub_config(**traits) -> Config:
+    c = Config()
+    c.KubeSpawner.profile_list = [{"display_name": "CPU only", "slug": "cpu", "default": True}]
+    for key, value in traits.items():
+        setattr(c.VGPUHub, key, value)
+    VGPUHub(config=c).configure(c)
+    return c
+
+
+def make_spawner(c: Config, user: SimpleNamespace | None = None) -> KubeSpawner:
+    return KubeSpawner(_mock=True, config=c, user=user or make_user(), namespace="jhub")
+
+
+async def spawn_pod(spawner: KubeSpawner, formdata: dict | None = None, user_options: dict | None = None):
+    """What JupyterHub + KubeSpawner do between 'Start' and the pod create call."""
+    if formdata is not None:
+        user_options = spawner.options_from_form(formdata)
+    spawner.user_options = user_options or {}
+    await spawner._run_apply_user_options(spawner.user_options)
+    await spawner.load_user_options()
+    pod = await spawner.get_pod_manifest()
+    return await spawner.modify_pod_hook(spawner, pod)
+
+
+def notebook_env(pod) -> dict[str, str]:
+    return {e.name: e.value for e in pod.spec.containers[0].env or [] if hasattr(e, "name")}
+
+
+async def test_form_offers_shares_with_readable_labels():
+    spawner = make_spawner(hub_config())
+    form = await spawner.options_form(spawner)
+    for label in ("CPU only", "¼ GPU · 20 GiB", "½ GPU · 40 GiB", "1 GPU", "2 GPUs (NVLink)", "Custom vGPU share", "Other…"):
+        assert label in form
+    assert f'name="profile-option-{CUSTOM_PROFILE_SLUG}--{SHARE_OPTION}"' in form
+
+
+async def test_quarter_profile_sets_limits_scheduler_and_hints():
+    c = hub_config(default_limit={"cores": 100, "memory": "40GiB"})
+    pod = await spawn_pod(make_spawner(c), formdata={"profile": ["vgpu-quarter"]})
+    limits = pod.spec.containers[0].resources.limits
+    assert limits[CORE] == "25" and limits[MEM] == "80"  # 80 x 256 MiB = 20 GiB
+    assert contract.parse_container_request(limits, pod.spec.containers[0].resources.requests) == contract.Request(25, 80)
+    assert pod.spec.scheduler_name == contract.SCHEDULER_NAME
+    env = notebook_env(pod)
+    assert env[contract.ENV_HUB_REQUESTED_CORES] == "25"
+    assert env[contract.ENV_HUB_REQUESTED_MEMORY_MIB] == str(20 * 1024)
+    assert env[contract.ENV_HUB_MAX_CORES] == "100"
+    assert env[contract.ENV_HUB_MAX_MEMORY_MIB] == str(40 * 1024)
+
+
+async def test_cpu_profile_keeps_the_admins_scheduler():
+    c = hub_config()
+    c.KubeSpawner.scheduler_name = "jhub-user-scheduler"  # what Zero to JupyterHub sets
+    pod = await spawn_pod(make_spawner(c), formdata={"profile": ["cpu"]})
+    assert pod.spec.scheduler_name == "jhub-user-scheduler"
+    assert not (pod.spec.containers[0].resources.limits or {}).keys() & {CORE, MEM}
+    assert contract.ENV_HUB_REQUESTED_CORES not in notebook_env(pod)
+
+
+async def test_switching_profiles_on_one_spawner_drops_old_memory():
+    """KubeSpawner merges dict overrides into the spawner; a whole-card profile after a share
+    must not keep the share's vcuda-memory."""
+    spawner = make_spawner(hub_config())
+    await spawn_pod(spawner, formdata={"profile": ["vgpu-quarter"]})
+    pod = await spawn_pod(spawner, formdata={"profile": ["vgpu-two"]})
+    limits = pod.spec.containers[0].resources.limits
+    assert limits[CORE] == "200" and MEM not in limits
+
+
+async def test_custom_share_from_the_form():
+    spawner = make_spawner(hub_config())
+    form = {"profile": [CUSTOM_PROFILE_SLUG], f"profile-option-{CUSTOM_PROFILE_SLUG}--{SHARE_OPTION}--unlisted-choice": ["30% 8GiB"]}
+    pod = await spawn_pod(spawner, formdata=form)
+    limits = pod.spec.containers[0].resources.limits
+    assert (limits[CORE], limits[MEM]) == ("30", "32")
+    assert pod.spec.scheduler_name == contract.SCHEDULER_NAME
+
+
+async def test_listed_choice_inside_the_custom_profile():
+    spawner = make_spawner(hub_config())
+    form = {"profile": [CUSTOM_PROFILE_SLUG], f"profile-option-{CUSTOM_PROFILE_SLUG}--{SHARE_OPTION}": ["vgpu-half"]}
+    pod = await spawn_pod(spawner, formdata=form)
+    assert pod.spec.containers[0].resources.limits[CORE] == "50"
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("150% 8GiB", "1-99 %"),
+        ("30% 100MiB", "multiple of 256 MiB"),
+        ("30%", "not understood"),
+        ("lots", "not understood"),
+    ],
+)
+async def test_bad_custom_share_is_refused_with_a_reason(text, words):
+    spawner = make_spawner(hub_config())
+    form = {"profile": [CUSTOM_PROFILE_SLUG], f"profile-option-{CUSTOM_PROFILE_SLUG}--{SHARE_OPTION}--unlisted-choice": [text]}
+    with pytest.raises(web.HTTPError) as info:
+        await spawn_pod(spawner, formdata=form)
+    assert info.value.status_code == 400
+    assert words in info.value.jupyterhub_message
+
+
+async def test_group_limit_filters_the_form_and_refuses_over_limit_requests():
+    c = hub_config(default_limit={"cores": 50, "memory": "20GiB"}, group_limits={"gpu-power": {"cores": 200}})
+    plain = make_spawner(c, make_user("bob"))
+    form = await plain.options_form(plain)
+    assert '"vgpu-quarter"' in form and '"vgpu-half"' not in form and '"vgpu-two"' not in form
+    with pytest.raises(web.HTTPError) as info:
+        await spawn_pod(plain, user_options={"profile": CUSTOM_PROFILE_SLUG, f"{SHARE_OPTION}--unlisted-choice": "1 GPU"})
+    assert "the default limit" in info.value.jupyterhub_message
+    power = make_spawner(c, make_user("carol", groups=("gpu-power", "students")))
+    pod = await spawn_pod(power, formdata={"profile": ["vgpu-two"]})
+    assert pod.spec.containers[0].resources.limits[CORE] == "200"
+
+
+async def test_user_limit_wins_over_groups():
+    c = hub_config(group_limits={"gpu-power": {"cores": 200}}, user_limits={"dave": {"cores": 25, "memory": "4GiB"}})
+    spawner = make_spawner(c, make_user("dave", groups=("gpu-power",)))
+    with pytest.raises(web.HTTPError) as info:
+        await spawn_pod(spawner, user_options={"profile": "vgpu-quarter"})
+    assert "user dave's limit" in info.value.jupyterhub_message
+
+
+async def test_runtime_request_replaces_the_profile_share():
+    """What %vgpu request sends: the server's user_options plus vgpu_cores/vgpu_memory_units."""
+    spawner = make_spawner(hub_config())
+    options = {"profile": "vgpu-quarter", contract.HUB_OPTION_CORES: 40, contract.HUB_OPTION_MEMORY_UNITS: 48}
+    pod = await spawn_pod(spawner, user_options=options)
+    limits = pod.spec.containers[0].resources.limits
+    assert (limits[CORE], limits[MEM]) == ("40", "48")
+    assert notebook_env(pod)[contract.ENV_HUB_REQUESTED_MEMORY_MIB] == str(48 * 256)
+
+
+async def test_runtime_release_drops_the_gpu_and_the_scheduler():
+    c = hub_config()
+    c.KubeSpawner.scheduler_name = "jhub-user-scheduler"
+    spawner = make_spawner(c)
+    pod = await spawn_pod(spawner, user_options={"profile": "vgpu-quarter", contract.HUB_OPTION_CORES: 0})
+    assert not (pod.spec.containers[0].resources.limits or {}).keys() & {CORE, MEM}
+    assert pod.spec.scheduler_name == "jhub-user-scheduler"
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({contract.HUB_OPTION_CORES: 30}, "needs vgpu_memory_units"),
+        ({contract.HUB_OPTION_CORES: 150}, "did you mean 100 or 200"),
+        ({contract.HUB_OPTION_CORES: "a lot"}, "not a quantity"),
+        ({contract.HUB_OPTION_CORES: 300}, "more than the default limit allows"),
+    ],
+)
+async def test_bad_runtime_request_is_a_400(options, words):
+    spawner = make_spawner(hub_config(default_limit={"cores": 200}))
+    with pytest.raises(web.HTTPError) as info:
+        await spawn_pod(spawner, user_options=options)
+    assert info.value.status_code == 400 and words in info.value.jupyterhub_message
+
+
+async def test_runtime_requests_can_be_turned_off():
+    spawner = make_spawner(hub_config(allow_runtime_requests=False))
+    pod = await spawn_pod(spawner, user_options={"profile": "vgpu-quarter", contract.HUB_OPTION_CORES: 90, contract.HUB_OPTION_MEMORY_UNITS: 8})
+    assert pod.spec.containers[0].resources.limits[CORE] == "25"
+
+
+async def test_admin_hooks_are_chained():
+    calls = []
+
+    async def admin_hook(spawner, pod):
+        calls.append("pod")
+        pod.metadata.labels["team"] = "ml"
+        return pod
+
+    def admin_apply(spawner, options):
+        calls.append("options")
+
+    c = Config()
+    c.KubeSpawner.modify_pod_hook = admin_hook
+    c.KubeSpawner.apply_user_options = admin_apply
+    VGPUHub(config=c).configure(c)
+    spawner = make_spawner(c)
+    pod = await spawn_pod(spawner, user_options={"profile": "vgpu-one"})
+    assert calls == ["options", "pod"]
+    assert pod.metadata.labels["team"] == "ml" and pod.spec.scheduler_name == contract.SCHEDULER_NAME
+
+
+async def test_admin_hook_can_add_a_vgpu_and_still_be_checked():
+    def admin_hook(spawner, pod):
+        pod.spec.containers[0].resources.limits = {CORE: "400"}
+        return pod
+
+    c = Config()
+    c.KubeSpawner.modify_pod_hook = admin_hook
+    c.VGPUHub.default_limit = {"cores": 200}
+    VGPUHub(config=c).configure(c)
+    with pytest.raises(contract.RequestError, match="4 whole cards is more than the default limit"):
+        await spawn_pod(make_spawner(c))
+
+
+async def test_option_style_and_a_custom_domain():
+    c = hub_config(profile_style="option", resource_domain="example.org")
+    spawner = make_spawner(c)
+    form = await spawner.options_form(spawner)
+    assert "vGPU notebook" in form and "Custom vGPU share" not in form
+    pod = await spawn_pod(spawner, formdata={"profile": ["vgpu"], f"profile-option-vgpu--{SHARE_OPTION}": ["vgpu-half"]})
+    assert pod.spec.containers[0].resources.limits["example.org/vcuda-core"] == "50"
+
+
+def test_server_role_is_loaded():
+    c = hub_config()
+    (role,) = [r for r in c.JupyterHub.load_roles if r["name"] == "server"]
+    assert "start:servers!server" in role["scopes"] and "delete:servers!server" in role["scopes"]
+    assert not any(s.startswith(("admin", "servers")) for s in role["scopes"])
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ({"slug": "x", "display_name": "X", "cores": 150}, "did you mean 100 or 200"),
+        ({"slug": "Bad Slug", "display_name": "X", "cores": 25, "memory": "4GiB"}, "lowercase"),
+        ({"slug": "x", "display_name": "X", "cores": 25}, "needs vcuda-memory"),
+        ({"slug": "x", "display_name": "X", "cores": 25, "memroy": "4GiB"}, "unknown keys"),
+    ],
+)
+def test_bad_share_config_fails_at_hub_start(spec, words):
+    c = Config()
+    c.VGPUHub.shares = [spec]
+    with pytest.raises(ValueError, match=words):
+        VGPUHub(config=c).configure(c)
+
+
+def test_bad_limit_config_fails_at_hub_start():
+    c = Config()
+    c.VGPUHub.group_limits = {"g": {"cores": 50, "mem": "4GiB"}}
+    with pytest.raises(ValueError, match="group g's limit: unknown keys"):
+        VGPUHub(config=c).configure(c)
+
+
+@pytest.mark.parametrize(
+    "text, cores, units",
+    [("30% 8GiB", 30, 32), ("30 8 GiB", 30, 32), ("30, 8192MiB", 30, 32), ("5/1GB", 5, 4), ("1 GPU", 100, 0), ("2 gpus", 200, 0)],
+)
+def test_share_text(text, cores, units):
+    assert parse_share_text(text) == contract.Request(cores, units)
