@@ -133,6 +133,11 @@ METRIC_CONTAINER_REQUEST_MEMORY = "vgpu_container_request_memory_bytes"
 METRIC_PROCESS_MEMORY_USED = "vgpu_process_memory_used_bytes"
 METRIC_SAMPLE_STALE = "vgpu_sample_stale"
 METRIC_SAMPLE_AGE = "vgpu_sample_age_seconds"
+# the scheduler extender's own, served on its /metrics
+METRIC_EXTENDER_REQUEST_SECONDS = "vgpu_extender_request_duration_seconds"  # label verb
+METRIC_EXTENDER_DECISIONS = "vgpu_extender_decisions_total"  # labels verb, outcome
+METRIC_EXTENDER_LEDGER_PODS = "vgpu_extender_ledger_pods"  # label state: held|assumed|unattributed
+METRIC_EXTENDER_NODES = "vgpu_extender_nodes"
 CARD_LABELS = ("node", "gpu", "uuid", "model")
 CONTAINER_LABELS = ("node", "namespace", "pod", "container", "gpu", "uuid")
 PROCESS_LABELS = ("node", "gpu", "uuid", "pid", "namespace", "pod", "container")  # "" when not in a known pod
