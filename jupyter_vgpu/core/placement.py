@@ -1,0 +1,464 @@
+"""Placement: which card(s) of one node get a pod's vGPU requests. Pure functions.
+
+Inputs are a node's state (cards, what is held on them, topology) and a pod's requests
+(container index -> Request). Policies:
+
+- shares (1-99 cores + memory) go on one card. ``binpack`` (default) fills used cards
+  first; ``spread`` picks the emptiest card. Both are fragmentation-aware, and the
+  damage is measured, not guessed: a choice is ranked by whether it breaks a whole free
+  card, how much of the tree's fully free groups it breaks, and how many share sizes
+  (cores x memory units) the node could still host afterwards but could not before.
+- whole cards (100 * n) take the set of n free cards with the lowest sum of pairwise
+  link costs, found by exact search (NVLink meshes are not trees), tie-broken by NUMA
+  locality and then by how much intact capacity (fully free tree groups) is left.
+- a pod's containers are placed one after another on the same state, largest first,
+  backtracking if a later container does not fit, so a pod is refused only when no
+  combination fits (within a generous search budget).
+
+Every refusal carries a reason a person can act on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+from jupyter_vgpu.core.contract import (
+    CORES_PER_CARD,
+    MEMORY_UNIT_MIB,
+    CardShare,
+    Request,
+    format_mib,
+)
+from jupyter_vgpu.core.inventory import Card, NodeInventory
+from jupyter_vgpu.core.topology import Topology, link_cost
+
+POLICIES = ("binpack", "spread")
+MAX_SCORE = 10
+
+# Multi-container pods: how many partial placements the backtracking search may try.
+_SEARCH_BUDGET = 20_000
+# Pair cost when a node's topology is unknown: every pair is as far apart as can be.
+_UNKNOWN_PAIR_COST = link_cost("SYS")
+
+Assignment = tuple[tuple[int, int, int], ...]  # ((card index, cores, memory units), ...)
+
+
+@dataclass(frozen=True)
+class CardState:
+    index: int
+    memory_units: int
+    healthy: bool = True
+    used_cores: int = 0
+    used_memory_units: int = 0
+
+    @property
+    def free_cores(self) -> int:
+        return max(0, CORES_PER_CARD - self.used_cores)
+
+    @property
+    def free_memory_units(self) -> int:
+        return max(0, self.memory_units - self.used_memory_units)
+
+    @property
+    def is_free(self) -> bool:
+        """Healthy and holding nothing: can be handed out as a whole card."""
+        return self.healthy and self.used_cores == 0 and self.used_memory_units == 0
+
+    def fits_share(self, cores: int, memory_units: int) -> bool:
+        return self.healthy and self.free_cores >= cores and self.free_memory_units >= memory_units
+
+    def holding(self, cores: int, memory_units: int) -> CardState:
+        return replace(self, used_cores=self.used_cores + cores, used_memory_units=self.used_memory_units + memory_units)
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A node's cards with what is held on them, and its topology (None when unknown)."""
+
+    cards: tuple[CardState, ...]
+    topology: Topology | None = None
+
+    def __post_init__(self) -> None:
+        indices = [card.index for card in self.cards]
+        if len(set(indices)) != len(indices):
+            raise ValueError(f"card indices repeat: {indices}")
+        topology = self.topology
+        if topology is not None and any(not 0 <= i < topology.count for i in indices):
+            raise ValueError(f"card indices {indices} do not match a topology of {topology.count} cards")
+
+    @classmethod
+    def build(cls, inventory_or_cards: NodeInventory | Sequence[Card], holdings: Iterable[CardShare] = (),
+              topology: Topology | None = None) -> NodeState:
+        """The state of a node given what existing allocations hold.
+
+        A holding of 100 cores takes the whole card, all its memory included. Holdings
+        on cards the node does not have are ignored: they hold nothing that exists.
+        Over-committed holdings are kept as they are (free capacity never goes below 0).
+        """
+        if isinstance(inventory_or_cards, NodeInventory):
+            cards: Sequence[Card] = inventory_or_cards.cards
+            topology = topology or inventory_or_cards.topology
+        else:
+            cards = inventory_or_cards
+        states = {card.index: CardState(card.index, card.memory_units, card.healthy) for card in cards}
+        for share in holdings:
+            card = states.get(share.index)
+            if card is None:
+                continue
+            memory = card.memory_units if share.cores >= CORES_PER_CARD else share.memory_units
+            states[share.index] = card.holding(share.cores, memory)
+        return cls(tuple(states[i] for i in sorted(states)), topology)
+
+    def card(self, index: int) -> CardState:
+        for card in self.cards:
+            if card.index == index:
+                return card
+        raise KeyError(f"no card {index} on this node")
+
+    def apply(self, placement: PodPlacement) -> NodeState:
+        """The state after a placement's holdings are added."""
+        state = self
+        for assignment in placement.containers.values():
+            state = state._with(assignment)
+        return state
+
+    def release(self, placement: PodPlacement) -> NodeState:
+        """The state after a placement's holdings are given back."""
+        cards = {card.index: card for card in self.cards}
+        for assignment in placement.containers.values():
+            for index, cores, memory in assignment:
+                card = cards[index]
+                cards[index] = replace(card, used_cores=max(0, card.used_cores - cores),
+                                       used_memory_units=max(0, card.used_memory_units - memory))
+        return replace(self, cards=tuple(cards[c.index] for c in self.cards))
+
+    def emptied(self) -> NodeState:
+        """The same node holding nothing."""
+        return replace(self, cards=tuple(replace(c, used_cores=0, used_memory_units=0) for c in self.cards))
+
+    def _with(self, assignment: Assignment) -> NodeState:
+        held = {index: (cores, memory) for index, cores, memory in assignment}
+        return replace(self, cards=tuple(
+            card.holding(*held[card.index]) if card.index in held else card for card in self.cards
+        ))
+
+    def pair_cost(self, a: int, b: int) -> int:
+        return self.topology.cost(a, b) if self.topology is not None else _UNKNOWN_PAIR_COST
+
+    def set_cost(self, indices: Iterable[int]) -> int:
+        chosen = sorted(set(indices))
+        return sum(self.pair_cost(a, b) for i, a in enumerate(chosen) for b in chosen[i + 1:])
+
+    def numa(self, index: int) -> int | None:
+        return self.topology.numa(index) if self.topology is not None else None
+
+    @cached_property
+    def groups(self) -> tuple[frozenset[int], ...]:
+        """The topology tree's inner groups (not the root, not single cards)."""
+        if self.topology is None:
+            return ()
+        present = {card.index for card in self.cards}
+        out = []
+        for _, node in self.topology.tree.walk():
+            if node.level not in ("ROOT", "GPU") and len(node.gpus) > 1:
+                out.append(frozenset(node.gpus) & present)
+        return tuple(out)
+
+    def free_cards(self) -> tuple[int, ...]:
+        return tuple(card.index for card in self.cards if card.is_free)
+
+
+@dataclass(frozen=True)
+class PodPlacement:
+    containers: dict[int, Assignment]
+    """Container index -> ((card index, cores, memory units), ...)."""
+    link_cost: int = 0
+    """Sum over containers of the pairwise link cost of their multi-card sets (0 otherwise)."""
+
+    def cards(self, container: int) -> tuple[int, ...]:
+        return tuple(index for index, _, _ in self.containers[container])
+
+
+@dataclass(frozen=True)
+class Refusal:
+    reason: str
+
+
+# --- shares --------------------------------------------------------------------------------
+
+
+def _share_area(cards: Iterable[CardState]) -> int:
+    """How many share sizes (cores 1-99 x memory units) fit on at least one card.
+
+    The union of the rectangles [1..free cores] x [1..free memory] over healthy cards,
+    a staircase: the number of distinct share requests the node can still host.
+    """
+    boxes = sorted(
+        ((min(c.free_cores, CORES_PER_CARD - 1), c.free_memory_units) for c in cards if c.healthy),
+        reverse=True,
+    )
+    area, tallest = 0, 0
+    for width, height in boxes:  # widest first; each adds the part above what is covered
+        if height > tallest:
+            area += width * (height - tallest)
+            tallest = height
+    return area
+
+
+def _intact(state: NodeState, taken: frozenset[int]) -> int:
+    """Capacity left in fully free tree groups once ``taken`` cards are used (by size)."""
+    free = set(state.free_cards()) - taken
+    return sum(len(group) for group in state.groups if group <= free)
+
+
+def _share_candidates(state: NodeState, request: Request, policy: str) -> list[Assignment]:
+    cores, memory = request.cores, request.memory_units
+    fitting = [card for card in state.cards if card.fits_share(cores, memory)]
+    if not fitting:
+        return []
+    area_before = _share_area(state.cards)
+    intact_before = _intact(state, frozenset())
+
+    def rank(card: CardState) -> tuple[float, ...]:
+        after = [c.holding(cores, memory) if c.index == card.index else c for c in state.cards]
+        stranded = area_before - _share_area(after)  # share sizes that no longer fit anywhere
+        broken = intact_before - _intact(state, frozenset({card.index})) if card.is_free else 0
+        left_cores = (card.free_cores - cores) / CORES_PER_CARD
+        left_memory = (card.free_memory_units - memory) / max(1, card.memory_units)
+        if policy == "spread":
+            # emptiest card first (most left on it), then the least damage
+            return (-min(left_cores, left_memory), -(left_cores + left_memory), stranded, broken, card.index)
+        # binpack: keep whole cards, then whole groups, then the most share sizes; best fit last
+        return (card.is_free, broken, stranded, left_cores + left_memory, card.index)
+
+    return [((card.index, cores, memory),) for card in sorted(fitting, key=rank)]
+
+
+def _share_refusal(state: NodeState, request: Request) -> str:
+    want = f"needs {request.cores} cores and {format_mib(request.memory_mib)} on one card"
+    healthy = [card for card in state.cards if card.healthy]
+    if not state.cards:
+        return f"{want}; this node has no GPUs"
+    if not healthy:
+        return f"{want}; no card on this node is healthy"
+    biggest = max(healthy, key=lambda c: c.memory_units)
+    if request.memory_units > biggest.memory_units:
+        return f"{want}; the largest card on this node has {format_mib(biggest.memory_units * MEMORY_UNIT_MIB)}"
+    if all(card.free_cores == 0 or card.free_memory_units == 0 for card in healthy):
+        return f"{want}; all {len(healthy)} healthy cards are fully taken"
+    best = max(healthy, key=lambda c: (min(c.free_cores, request.cores) * max(1, request.memory_units)
+                                        + min(c.free_memory_units, request.memory_units) * request.cores,
+                                        c.free_cores, c.free_memory_units))
+    text = f"{want}; largest free share is {_describe_free(best)}"
+    most_memory = max(healthy, key=lambda c: (c.free_memory_units, c.free_cores))
+    most_cores = max(healthy, key=lambda c: (c.free_cores, c.free_memory_units))
+    others = [c for c in (most_cores, most_memory) if c.index != best.index]
+    if others:
+        text += " (" + ", ".join(dict.fromkeys(_describe_free(c) for c in others)) + ")"
+    return text
+
+
+def _describe_free(card: CardState) -> str:
+    return f"{card.free_cores} cores / {format_mib(card.free_memory_units * MEMORY_UNIT_MIB)} on card {card.index}"
+
+
+# --- whole cards -----------------------------------------------------------------------------
+
+
+def _card_sets(state: NodeState, request: Request) -> Iterator[tuple[int, ...]]:
+    """Every set of ``request.cards`` free cards whose memory covers a declared amount."""
+    free = state.free_cards()
+    n = request.cards
+    memory = {card.index: card.memory_units for card in state.cards}
+
+    def extend(start: int, chosen: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
+        if len(chosen) == n:
+            if sum(memory[i] for i in chosen) >= request.memory_units:
+                yield chosen
+            return
+        for position in range(start, len(free) - (n - len(chosen)) + 1):
+            yield from extend(position + 1, (*chosen, free[position]))
+
+    yield from extend(0, ())
+
+
+def _set_rank(state: NodeState, cards: tuple[int, ...], cost: int) -> tuple[int, int, int, tuple[int, ...]]:
+    numa = {state.numa(i) for i in cards}
+    return (cost, len(numa), -_intact(state, frozenset(cards)), cards)
+
+
+def best_card_set(state: NodeState, request: Request) -> tuple[int, ...] | None:
+    """The n free cards with the lowest pairwise link cost; ties by NUMA, then intact capacity.
+
+    Exact: a depth-first search over free cards that abandons a partial set as soon as
+    its cost exceeds the best complete set (costs only grow as cards are added).
+    """
+    free = state.free_cards()
+    n = request.cards
+    if len(free) < n:
+        return None
+    if n == 1:
+        sets = list(_card_sets(state, request))
+        return min(sets, key=lambda s: _set_rank(state, s, 0)) if sets else None
+    memory = {card.index: card.memory_units for card in state.cards}
+    cost = [[state.pair_cost(a, b) for b in free] for a in free]
+    best_cost: int | None = None
+    best: list[tuple[int, ...]] = []
+
+    def search(start: int, chosen: list[int], partial: int) -> None:
+        nonlocal best_cost, best
+        if best_cost is not None and partial > best_cost:
+            return
+        if len(chosen) == n:
+            cards = tuple(free[i] for i in chosen)
+            if sum(memory[c] for c in cards) < request.memory_units:
+                return
+            if best_cost is None or partial < best_cost:
+                best_cost, best = partial, [cards]
+            else:
+                best.append(cards)
+            return
+        for position in range(start, len(free) - (n - len(chosen)) + 1):
+            added = sum(cost[position][j] for j in chosen)
+            chosen.append(position)
+            search(position + 1, chosen, partial + added)
+            chosen.pop()
+
+    search(0, [], 0)
+    if best_cost is None:
+        return None
+    final_cost = best_cost
+    return min(best, key=lambda s: _set_rank(state, s, final_cost))
+
+
+def _whole_candidates(state: NodeState, request: Request) -> Iterator[Assignment]:
+    """The best set first; the others, ranked, only if a caller asks for more (backtracking)."""
+    first = best_card_set(state, request)
+    if first is None:
+        return
+    memory = {card.index: card.memory_units for card in state.cards}
+    yield tuple((i, CORES_PER_CARD, memory[i]) for i in first)
+    rest = sorted((s for s in _card_sets(state, request) if s != first),
+                  key=lambda s: _set_rank(state, s, state.set_cost(s)))
+    for cards in rest:
+        yield tuple((i, CORES_PER_CARD, memory[i]) for i in cards)
+
+
+def _whole_refusal(state: NodeState, request: Request) -> str:
+    n = request.cards
+    asked = f"asked for {n} whole card{'s' if n > 1 else ''}"
+    free = state.free_cards()
+    unhealthy = [card.index for card in state.cards if not card.healthy]
+    sick = f"; card{'s' if len(unhealthy) > 1 else ''} {_list(unhealthy)} unhealthy" if unhealthy else ""
+    if not state.cards:
+        return f"{asked}; this node has no GPUs"
+    if len(free) < n:
+        if not free:
+            return f"no whole card free on this node ({len(state.cards)} cards, all partly or fully taken{sick}); {asked}"
+        return f"only {len(free)} whole card{'s' if len(free) != 1 else ''} free ({_list(free)}); {asked}{sick}"
+    most = sorted((state.card(i).memory_units for i in free), reverse=True)[:n]
+    return (f"{asked} with {format_mib(request.memory_mib)} in total, but the {n} largest free cards "
+            f"have {format_mib(sum(most) * MEMORY_UNIT_MIB)}")
+
+
+def _list(indices: Sequence[int]) -> str:
+    return ", ".join(str(i) for i in indices)
+
+
+# --- pods ----------------------------------------------------------------------------------
+
+
+def _candidates(state: NodeState, request: Request, policy: str) -> Iterator[Assignment]:
+    if request.is_share:
+        yield from _share_candidates(state, request, policy)
+    else:
+        yield from _whole_candidates(state, request)
+
+
+def _refusal(state: NodeState, request: Request) -> str:
+    return _share_refusal(state, request) if request.is_share else _whole_refusal(state, request)
+
+
+def _check_policy(policy: str) -> None:
+    if policy not in POLICIES:
+        raise ValueError(f"unknown placement policy {policy!r}; use one of {', '.join(POLICIES)}")
+
+
+def place_pod(state: NodeState, requests: Mapping[int, Request], policy: str = "binpack") -> PodPlacement | Refusal:
+    """Cards for every container of a pod on this node, or the reason it does not fit."""
+    _check_policy(policy)
+    # Biggest first: whole-card sets need untouched cards, big shares need roomy cards.
+    order = sorted(requests, key=lambda i: (-requests[i].cards, requests[i].is_share,
+                                            -requests[i].cores, -requests[i].memory_units, i))
+    for index in order:  # a container that does not fit even alone explains the refusal best
+        if next(_candidates(state, requests[index], policy), None) is None:
+            prefix = f"container {index}: " if len(requests) > 1 else ""
+            return Refusal(prefix + _refusal(state, requests[index]))
+
+    budget = [_SEARCH_BUDGET]
+
+    def search(position: int, current: NodeState) -> dict[int, Assignment] | None:
+        if position == len(order):
+            return {}
+        index = order[position]
+        for assignment in _candidates(current, requests[index], policy):
+            budget[0] -= 1
+            if budget[0] < 0:
+                return None
+            rest = search(position + 1, current._with(assignment))
+            if rest is not None:
+                rest[index] = assignment
+                return rest
+        return None
+
+    found = search(0, state)
+    if found is None:
+        asks = "; ".join(f"container {i}: {requests[i].describe()}" for i in sorted(requests))
+        return Refusal(f"each container fits on its own but not all together on this node ({asks})")
+    containers = {i: found[i] for i in sorted(found)}
+    cost = sum(state.set_cost(i for i, _, _ in assignment) for assignment in containers.values()
+               if len(assignment) > 1)
+    return PodPlacement(containers, cost)
+
+
+def could_ever_fit(state: NodeState, requests: Mapping[int, Request]) -> bool:
+    """Whether the pod would fit if this node held nothing (with its cards' current health)."""
+    return isinstance(place_pod(state.emptied(), requests), PodPlacement)
+
+
+def best_possible_cost(state: NodeState, cards: int) -> int:
+    """The lowest pairwise link cost any ``cards`` healthy cards of this node could have."""
+    empty = state.emptied()
+    found = best_card_set(empty, Request(cards * CORES_PER_CARD))
+    return empty.set_cost(found) if found is not None else 0
+
+
+def score_node(state: NodeState, requests: Mapping[int, Request], policy: str = "binpack") -> int:
+    """0..10 for the extender's prioritize; 0 when the pod does not fit.
+
+    binpack prefers fuller nodes and cards, spread emptier ones; for pods with multi-card
+    containers the link cost of the chosen sets against the best this node could ever
+    offer weighs more than occupancy.
+    """
+    placement = place_pod(state, requests, policy)
+    if isinstance(placement, Refusal):
+        return 0
+    after = state.apply(placement)
+    healthy = [card for card in after.cards if card.healthy]
+    node_full = sum(_fullness(card) for card in healthy) / max(1, len(healthy))
+    chosen = {i for assignment in placement.containers.values() for i, _, _ in assignment}
+    cards_full = sum(_fullness(after.card(i)) for i in chosen) / max(1, len(chosen))
+    packed = (node_full + cards_full) / 2
+    fit = packed if policy == "binpack" else 1 - packed
+    multi = [len(a) for a in placement.containers.values() if len(a) > 1]
+    if multi:
+        best = sum(best_possible_cost(state, n) for n in multi)
+        quality = best / placement.link_cost if placement.link_cost else 1.0
+        fit = 0.7 * quality + 0.3 * fit
+    return 1 + round((MAX_SCORE - 1) * min(1.0, max(0.0, fit)))
+
+
+def _fullness(card: CardState) -> float:
+    return max(card.used_cores / CORES_PER_CARD, card.used_memory_units / max(1, card.memory_units))

@@ -1,0 +1,194 @@
+"""Placement properties against brute-force oracles (hypothesis).
+
+- a placement never over-commits a card and never returns fewer cards than asked;
+- whole-card sets cost exactly the optimum over itertools.combinations;
+- a refusal happens only when no valid placement exists, for single- and multi-container pods.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from jupyter_vgpu.core.contract import Request
+from jupyter_vgpu.core.placement import CardState, NodeState, PodPlacement, Refusal, place_pod
+from jupyter_vgpu.core.topology import Topology, TopoGPU, parse_nvidia_smi_topo
+
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "topology"
+CAPTURED = [parse_nvidia_smi_topo(p.read_text()) for p in sorted(FIXTURES.glob("*.txt"))]
+LINKS = ["NV12", "NV4", "NV2", "NV1", "PIX", "PXB", "PHB", "NODE", "SYS"]
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def topologies(draw: st.DrawFn, max_cards: int = 8) -> Topology:
+    if draw(st.booleans()):
+        captured = [t for t in CAPTURED if t.count <= max_cards]
+        if captured:
+            return draw(st.sampled_from(captured))
+    n = draw(st.integers(1, max_cards))
+    rows = [["X"] * n for _ in range(n)]
+    for a in range(n):
+        for b in range(a + 1, n):
+            rows[a][b] = rows[b][a] = draw(st.sampled_from(LINKS))
+    numa = [draw(st.sampled_from([None, 0, 1])) for _ in range(n)]
+    return Topology(tuple(TopoGPU(i, numa[i]) for i in range(n)), tuple(tuple(r) for r in rows))
+
+
+@st.composite
+def states(draw: st.DrawFn, max_cards: int = 8) -> NodeState:
+    topo = draw(topologies(max_cards))
+    cards = []
+    for i in range(topo.count):
+        memory = draw(st.sampled_from([16, 40, 96, 160]))
+        healthy = draw(st.integers(0, 9)) > 0
+        kind = draw(st.sampled_from(["free", "free", "whole", "share"]))
+        if kind == "whole":
+            cards.append(CardState(i, memory, healthy, 100, memory))
+        elif kind == "share":
+            cores = draw(st.integers(1, 100))
+            used_memory = draw(st.integers(1 if cores < 100 else 0, memory))
+            cards.append(CardState(i, memory, healthy, cores, used_memory))
+        else:
+            cards.append(CardState(i, memory, healthy))
+    return NodeState(tuple(cards), topo)
+
+
+def requests_for(n_cards: int) -> st.SearchStrategy[Request]:
+    share = st.builds(Request, st.integers(1, 99), st.integers(1, 170))
+    whole = st.builds(lambda k, m: Request(100 * k, m), st.integers(1, n_cards + 1),
+                      st.sampled_from([0, 0, 0, 30, 200, 400]))
+    return st.one_of(share, whole)
+
+
+# --- oracles ---------------------------------------------------------------------------------
+
+
+def options(state: NodeState, request: Request) -> Iterator[tuple[tuple[int, int, int], ...]]:
+    """Every valid way to place one request on a state, by exhaustive enumeration."""
+    if request.is_share:
+        for card in state.cards:
+            if card.healthy and 100 - card.used_cores >= request.cores and \
+                    card.memory_units - card.used_memory_units >= request.memory_units:
+                yield ((card.index, request.cores, request.memory_units),)
+        return
+    free = [c for c in state.cards if c.healthy and c.used_cores == 0 and c.used_memory_units == 0]
+    for combo in itertools.combinations(free, request.cards):
+        if sum(c.memory_units for c in combo) >= request.memory_units:
+            yield tuple((c.index, 100, c.memory_units) for c in combo)
+
+
+def apply(state: NodeState, assignment: tuple[tuple[int, int, int], ...]) -> NodeState:
+    return state.apply(PodPlacement({0: assignment}))
+
+
+def oracle_fits(state: NodeState, requests: list[Request]) -> bool:
+    if not requests:
+        return True
+    return any(oracle_fits(apply(state, option), requests[1:]) for option in options(state, requests[0]))
+
+
+def assert_valid(state: NodeState, requests: Mapping[int, Request], placement: PodPlacement) -> None:
+    assert set(placement.containers) == set(requests)
+    for index, request in requests.items():
+        assignment = placement.containers[index]
+        assert len(assignment) == request.cards  # never fewer (or more) cards than asked
+        assert len({card for card, _, _ in assignment}) == request.cards
+        for card, cores, memory in assignment:
+            before = state.card(card)
+            assert before.healthy
+            if request.is_share:
+                assert (cores, memory) == (request.cores, request.memory_units)
+            else:
+                assert before.used_cores == 0 and before.used_memory_units == 0
+                assert (cores, memory) == (100, before.memory_units)
+        if not request.is_share:
+            assert sum(m for _, _, m in assignment) >= request.memory_units
+    after = state.apply(placement)
+    for card_before, card_after in zip(state.cards, after.cards, strict=True):
+        if card_after != card_before:  # only touched cards must be within capacity
+            assert card_after.used_cores <= 100
+            assert card_after.used_memory_units <= card_after.memory_units
+
+
+# --- properties ------------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(st.data(), st.sampled_from(["binpack", "spread"]))
+def test_single_requests_are_valid_and_refused_only_when_nothing_fits(data: st.DataObject, policy: str) -> None:
+    state = data.draw(states())
+    request = data.draw(requests_for(len(state.cards)))
+    result = place_pod(state, {0: request}, policy)
+    if isinstance(result, Refusal):
+        assert next(options(state, request), None) is None, result.reason
+        assert result.reason
+    else:
+        assert_valid(state, {0: request}, result)
+
+
+@SETTINGS
+@given(st.data())
+def test_whole_card_sets_are_at_the_exact_optimum(data: st.DataObject) -> None:
+    state = data.draw(states())
+    free = [c.index for c in state.cards if c.is_free]
+    assume(len(free) >= 2)
+    k = data.draw(st.integers(2, len(free)))
+    request = Request(100 * k, data.draw(st.sampled_from([0, 0, 100, 300])))
+    result = place_pod(state, {0: request})
+    valid = [combo for combo in itertools.combinations(free, k)
+             if sum(state.card(i).memory_units for i in combo) >= request.memory_units]
+    if not valid:
+        assert isinstance(result, Refusal)
+        return
+    assert isinstance(result, PodPlacement), result
+    optimum = min(state.set_cost(combo) for combo in valid)
+    chosen = result.cards(0)
+    assert state.set_cost(chosen) == optimum == result.link_cost
+    # among the optimal sets, none spans fewer NUMA nodes
+    fewest_numa = min(len({state.numa(i) for i in combo}) for combo in valid if state.set_cost(combo) == optimum)
+    assert len({state.numa(i) for i in chosen}) == fewest_numa
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), st.sampled_from(["binpack", "spread"]))
+def test_pods_are_refused_only_when_no_combination_fits(data: st.DataObject, policy: str) -> None:
+    state = data.draw(states(max_cards=4))
+    requests = data.draw(st.lists(requests_for(3), min_size=1, max_size=3))
+    pod = dict(enumerate(requests))
+    result = place_pod(state, pod, policy)
+    if isinstance(result, Refusal):
+        assert not oracle_fits(state, requests), result.reason
+    else:
+        assert_valid(state, pod, result)
+        # containers together never over-commit: check the combined state per card
+        after = state.apply(result)
+        for card in after.cards:
+            if card != state.card(card.index):
+                assert card.used_cores <= 100 and card.used_memory_units <= card.memory_units
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(topologies(), st.lists(st.tuples(st.booleans(), st.integers(0, 10**6)), min_size=1, max_size=40),
+       st.sampled_from(["binpack", "spread"]))
+def test_churn_never_over_commits(topo: Topology, steps: list[tuple[bool, int]], policy: str) -> None:
+    state = NodeState(tuple(CardState(i, 96) for i in range(topo.count)), topo)
+    running: list[PodPlacement] = []
+    for arrive, seed in steps:
+        if arrive or not running:
+            cores = seed % 130 + 1
+            request = Request(cores, seed % 40 + 1) if cores < 100 else Request(100 * (seed % topo.count + 1))
+            result = place_pod(state, {0: request}, policy)
+            if isinstance(result, PodPlacement):
+                running.append(result)
+                state = state.apply(result)
+            else:
+                assert next(options(state, request), None) is None
+        else:
+            state = state.release(running.pop(seed % len(running)))
+        for card in state.cards:
+            assert 0 <= card.used_cores <= 100 and 0 <= card.used_memory_units <= card.memory_units
