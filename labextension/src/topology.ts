@@ -1,0 +1,174 @@
+/**
+ * Layout of the node's GPU topology tree for the SVG diagram. Pure: no DOM.
+ *
+ * The tree comes from core.topology (root level 'ROOT', leaves level 'GPU', each inner
+ * node a group of cards linked at that level or better). Chains of groups holding the
+ * same cards are merged so the drawing shows only real branching.
+ */
+
+import { Topology, TopologyGpu, TreeNode } from './types';
+
+/** What each link level means, for tooltips and the legend. */
+export function describeLevel(level: string): string {
+  const nvlink = /^NV(\d+)$/.exec(level);
+  if (nvlink) {
+    return `NVLink (${nvlink[1]} link${nvlink[1] === '1' ? '' : 's'})`;
+  }
+  switch (level) {
+    case 'PIX':
+      return 'one PCIe switch';
+    case 'PXB':
+      return 'several PCIe switches';
+    case 'PHB':
+      return 'a PCIe host bridge';
+    case 'NODE':
+      return 'host bridges within a NUMA node';
+    case 'SYS':
+      return 'across NUMA nodes';
+    case 'ROOT':
+      return 'the node';
+    default:
+      return level;
+  }
+}
+
+export interface LayoutNode {
+  id: string;
+  /** Centre, in slot units: x in 0..width, y is the depth (0 at the root). */
+  x: number;
+  y: number;
+  level: string;
+  label: string;
+  gpus: number[];
+  /** Set on leaves. */
+  gpu: TopologyGpu | null;
+  /** This subtree holds one of the user's cards. */
+  mine: boolean;
+}
+
+export interface LayoutEdge {
+  from: string;
+  to: string;
+  mine: boolean;
+}
+
+export interface TopologyLayout {
+  nodes: LayoutNode[];
+  edges: LayoutEdge[];
+  /** Number of leaf slots and of levels. */
+  width: number;
+  depth: number;
+}
+
+/** The tree to draw: the server's, or a flat one (node -> cards) when it sent none. */
+function treeOf(topology: Topology): TreeNode {
+  if (topology.tree && Array.isArray(topology.tree.children)) {
+    return topology.tree;
+  }
+  const indices = topology.gpus.map(g => g.index).sort((a, b) => a - b);
+  return {
+    level: 'ROOT',
+    gpus: indices,
+    children: indices.map(i => ({ level: 'GPU', gpus: [i], children: [] }))
+  };
+}
+
+function sameSet(a: number[], b: number[]): boolean {
+  return a.length === b.length && a.every(v => b.includes(v));
+}
+
+/** Merge an inner node with a single child holding the same cards. */
+function simplify(node: TreeNode): { node: TreeNode; levels: string[] } {
+  const levels = [node.level];
+  let current = node;
+  while (
+    current.children.length === 1 &&
+    current.children[0].level !== 'GPU' &&
+    sameSet(current.children[0].gpus, current.gpus)
+  ) {
+    current = current.children[0];
+    levels.push(current.level);
+  }
+  return { node: current, levels };
+}
+
+export function layoutTopology(topology: Topology): TopologyLayout {
+  const byIndex = new Map(topology.gpus.map(g => [g.index, g]));
+  const mineSet = new Set(topology.gpus.filter(g => g.mine).map(g => g.index));
+  const nodes: LayoutNode[] = [];
+  const edges: LayoutEdge[] = [];
+  let nextSlot = 0;
+  let depth = 0;
+
+  const visit = (raw: TreeNode, y: number, path: string): LayoutNode => {
+    depth = Math.max(depth, y + 1);
+    if (raw.level === 'GPU' || raw.children.length === 0) {
+      const index = raw.gpus[0];
+      const gpu = byIndex.get(index) ?? { index, mine: false };
+      const leaf: LayoutNode = {
+        id: `gpu-${index}`,
+        x: nextSlot + 0.5,
+        y,
+        level: 'GPU',
+        label: `GPU ${index}`,
+        gpus: [index],
+        gpu,
+        mine: mineSet.has(index)
+      };
+      nextSlot += 1;
+      nodes.push(leaf);
+      return leaf;
+    }
+    const { node, levels } = simplify(raw);
+    const shown = levels.filter(l => l !== 'ROOT');
+    const isRoot = levels[0] === 'ROOT';
+    const label = isRoot ? topology.node + (shown.length ? ` · ${shown.join(' / ')}` : '') : shown.join(' / ');
+    const children = [...node.children]
+      .sort((a, b) => Math.min(...a.gpus) - Math.min(...b.gpus))
+      .map((child, i) => visit(child, y + 1, `${path}.${i}`));
+    const inner: LayoutNode = {
+      id: `group${path}`,
+      x: (children[0].x + children[children.length - 1].x) / 2,
+      y,
+      level: node.level,
+      label,
+      gpus: [...node.gpus],
+      gpu: null,
+      mine: node.gpus.some(g => mineSet.has(g))
+    };
+    nodes.push(inner);
+    for (const child of children) {
+      edges.push({ from: inner.id, to: child.id, mine: child.mine });
+    }
+    return inner;
+  };
+
+  visit(treeOf(topology), 0, '');
+  // leaves all sit on the bottom row, whatever their depth in the tree
+  for (const node of nodes) {
+    if (node.gpu) {
+      node.y = depth - 1;
+    }
+  }
+  return { nodes, edges, width: Math.max(nextSlot, 1), depth };
+}
+
+/**
+ * One card's occupancy in words, anonymous for other people's shares: the user's own
+ * share is named, everyone else is a count.
+ */
+export function describeOccupancy(gpu: TopologyGpu): string {
+  if (gpu.healthy === false) {
+    return 'unhealthy';
+  }
+  const tenants = gpu.tenants ?? 0;
+  const cores = gpu.allocatedCores ?? 0;
+  if (gpu.mine) {
+    const others = Math.max(0, tenants - 1);
+    return others ? `yours + ${others} other${others > 1 ? 's' : ''} · ${cores} %` : `yours · ${cores} %`;
+  }
+  if (tenants === 0) {
+    return 'free';
+  }
+  return `${tenants} tenant${tenants > 1 ? 's' : ''} · ${cores} %`;
+}
