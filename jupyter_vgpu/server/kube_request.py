@@ -1,0 +1,171 @@
+"""A share request in the simulated cluster: re-create the notebook pod with new limits.
+
+Make before break: a new pod (same spec, new vGPU limits) is created first and
+watched until the device plugin has served it (``gpu-assigned: "true"`` and the
+allocation record) or the scheduler gives up on it; only then is the old pod deleted.
+A refusal leaves the user on their current share. ``kubernetes`` is imported lazily.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from jupyter_vgpu.core import contract
+from jupyter_vgpu.server.requests import Outcome, Progress, describe_share
+
+_GENERATION = re.compile(r"^(.*)-v([0-9]+)$")
+
+
+def next_pod_name(name: str) -> str:
+    """'nb' -> 'nb-v2', 'nb-v2' -> 'nb-v3' (names stay valid DNS labels)."""
+    match = _GENERATION.match(name)
+    base, generation = (match.group(1), int(match.group(2))) if match else (name, 1)
+    suffix = f"-v{generation + 1}"
+    return base[: 63 - len(suffix)] + suffix
+
+
+class KubeRecreateRequester:
+    name = "kubernetes"
+
+    def __init__(self, kubeconfig: str, namespace: str, pod: str, container: str | None = None, *,
+                 names: contract.Names = contract.DEFAULT_NAMES, timeout: float = 300.0,
+                 poll_interval: float = 0.5, retire_delay: float = 3.0) -> None:
+        self.kubeconfig = kubeconfig
+        self.namespace = namespace
+        self.pod = pod
+        self.container = container
+        self.names = names
+        self._timeout = timeout
+        self._poll = poll_interval
+        self._retire_delay = retire_delay
+
+    @classmethod
+    def from_environ(cls, kubeconfig: str, environ: Mapping[str, str], **kwargs: Any) -> KubeRecreateRequester | None:
+        pod = environ.get(contract.ENV_POD_NAME) or environ.get("HOSTNAME")
+        namespace = environ.get(contract.ENV_POD_NAMESPACE) or "default"
+        if not (kubeconfig and pod):
+            return None
+        return cls(kubeconfig, namespace, pod, environ.get(contract.ENV_CONTAINER) or None, **kwargs)
+
+    def _api(self) -> Any:
+        from kubernetes import client, config
+
+        api_client = config.new_client_from_config(config_file=self.kubeconfig)
+        return client.CoreV1Api(api_client)
+
+    def new_pod(self, old: dict[str, Any], cores: int, memory_units: int) -> dict[str, Any]:
+        """The old pod's spec with the new limits, without anything the old placement wrote."""
+        names = self.names
+        metadata = old.get("metadata") or {}
+        annotations = {
+            k: v for k, v in (metadata.get("annotations") or {}).items()
+            if not (k.startswith(names.predicate_gpu_idx_prefix)
+                    or k in (names.predicate_node, names.predicate_time, names.gpu_assigned, names.allocation))
+        }
+        spec = copy.deepcopy(old.get("spec") or {})
+        for key in ("nodeName",):
+            spec.pop(key, None)
+        containers = spec.get("containers") or []
+        if not containers:
+            raise ValueError(f"pod {self.namespace}/{self.pod} has no containers")
+        target = containers[self.container_index(spec)]
+        resources = target.setdefault("resources", {})
+        for key in ("limits", "requests"):
+            values = {k: v for k, v in (resources.get(key) or {}).items() if k not in names.resources}
+            if cores:
+                values.update(contract.request_limits(contract.Request(cores, memory_units), names))
+            resources[key] = values
+        if cores:
+            spec.setdefault("schedulerName", contract.SCHEDULER_NAME)
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": next_pod_name(self.pod),
+                "namespace": self.namespace,
+                "labels": dict(metadata.get("labels") or {}),
+                "annotations": annotations,
+            },
+            "spec": spec,
+        }
+
+    def container_index(self, spec: Mapping[str, Any]) -> int:
+        """Index of the notebook container (VGPU_CONTAINER, else the first)."""
+        names = [c.get("name") for c in spec.get("containers") or []]
+        return names.index(self.container) if self.container in names else 0
+
+    def request(self, cores: int, memory_units: int, progress: Progress) -> Outcome:
+        from kubernetes.client.exceptions import ApiException
+
+        api = self._api()
+        try:
+            progress(f"reading pod {self.namespace}/{self.pod}")
+            old = api.api_client.sanitize_for_serialization(api.read_namespaced_pod(self.pod, self.namespace))
+            body = self.new_pod(old, cores, memory_units)
+            new_name = body["metadata"]["name"]
+            progress(f"creating pod {new_name} with {describe_share(cores, memory_units)}")
+            api.create_namespaced_pod(self.namespace, body)
+            index = self.container_index(body["spec"])
+            outcome = self._watch(api, new_name, index, cores > 0, progress)
+            if outcome.state != "scheduled":
+                api.delete_namespaced_pod(new_name, self.namespace)
+                return outcome
+            # the caller records the outcome first; the old pod (this one) goes a little later
+            threading.Timer(self._retire_delay, self._retire, args=(self.pod,)).start()
+            return outcome
+        except ApiException as error:
+            return Outcome("failed", f"the Kubernetes API refused: {error.status} {error.reason}: "
+                                     f"{_api_message(error)}")
+
+    def _retire(self, name: str) -> None:
+        try:
+            self._api().delete_namespaced_pod(name, self.namespace)
+        except Exception:  # noqa: BLE001,S110 - the pod may already be gone; nothing to tell anyone
+            pass
+
+    def _watch(self, api: Any, name: str, index: int, wants_gpu: bool, progress: Progress) -> Outcome:
+        names = self.names
+        deadline = time.monotonic() + self._timeout
+        said = ""
+        while time.monotonic() < deadline:
+            pod = api.api_client.sanitize_for_serialization(api.read_namespaced_pod(name, self.namespace))
+            metadata, status = pod.get("metadata") or {}, pod.get("status") or {}
+            annotations = metadata.get("annotations") or {}
+            node = (pod.get("spec") or {}).get("nodeName")
+            if wants_gpu and annotations.get(names.gpu_assigned) == "true" and names.allocation in annotations:
+                return self._scheduled(name, index, annotations[names.allocation])
+            if not wants_gpu and node:
+                return Outcome("scheduled", f"pod {name} runs on {node} without a GPU; the share is released",
+                               node=node)
+            for condition in status.get("conditions") or []:
+                if condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
+                        and condition.get("reason") == "Unschedulable":
+                    return Outcome("failed", f"no node can take the share: {condition.get('message') or 'unschedulable'}")
+            now = f"pod {name}: " + ("waiting for the scheduler" if not node else f"bound to {node}, waiting for the device plugin")
+            if now != said:
+                progress(now)
+                said = now
+            time.sleep(self._poll)
+        return Outcome("failed", f"pod {name} was not scheduled within {self._timeout:.0f} s")
+
+    def _scheduled(self, name: str, index: int, record: str) -> Outcome:
+        allocation = contract.PodAllocation.from_json(record)
+        container = allocation.container(index)
+        cards = [{"index": s.index, "uuid": s.uuid, "cores": s.cores, "memoryMib": s.memory_mib}
+                 for s in (container.cards if container else ())]
+        where = ", ".join(f"card {c['index']} ({c['uuid']})" for c in cards) or "no card"
+        return Outcome("scheduled", f"pod {name} was scheduled on {allocation.node}, {where}",
+                       node=allocation.node, cards=cards)
+
+
+def _api_message(error: Any) -> str:
+    try:
+        return str(json.loads(error.body).get("message"))
+    except (TypeError, ValueError, AttributeError):
+        return str(error.body)[:200]

@@ -1,0 +1,29 @@
+"""Server-extension fixtures: pytest-jupyter's server fixtures and small fake peers.
+
+pytest-jupyter's fixtures and hooks are imported here (not via ``pytest_plugins``, which
+pytest only allows in the rootdir conftest) so they apply to this directory only.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pytest_jupyter.jupyter_server import *  # noqa: F403
+
+from jupyter_vgpu.core import contract
+
+_ENV = (*contract.VGPU_ENV_NAMES, contract.ENV_NOTEBOOK_SOURCE, contract.ENV_NOTEBOOK_KUBECONFIG,
+        "JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN", "JUPYTERHUB_USER", "JUPYTERHUB_SERVER_NAME",
+        "HOST_IP", "CUDA_VISIBLE_DEVICES", contract.ENV_NVIDIA_VISIBLE_DEVICES)
+
+
+@pytest.fixture(autouse=True)
+def clean_vgpu_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test states its own environment; nothing leaks from the machine or earlier tests."""
+    for name in _ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def run(jp_asyncio_loop):  # type: ignore[no-untyped-def]
+    """Run a coroutine on the server's loop (pytest-asyncio would run tests on another one)."""
+    return jp_asyncio_loop.run_until_complete
