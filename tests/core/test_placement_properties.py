@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from jupyter_vgpu.core.contract import Request
 from jupyter_vgpu.core.placement import CardState, NodeState, PodPlacement, Refusal, place_pod
-from jupyter_vgpu.core.topology import Topology, TopoGPU, parse_nvidia_smi_topo
+from jupyter_vgpu.core.topology import TopoGPU, Topology, parse_nvidia_smi_topo
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "topology"
 CAPTURED = [parse_nvidia_smi_topo(p.read_text()) for p in sorted(FIXTURES.glob("*.txt"))]
