@@ -1,0 +1,207 @@
+"""The extender's view of the cluster: Nodes and Pods watched into the ledger.
+
+Two informers (list + watch, resumed from resourceVersion, relisted on 410) feed the
+ledger. A pod's claim comes from its annotations; between our bind and the watch
+catching up, the ledger holds the bind's *assumed* claim, which watch events older
+than the PATCH that wrote it cannot undo. Assumptions the watch never confirms expire
+after ``assume_ttl`` and are settled from the informer's copy of the pod.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from jupyter_vgpu.core.contract import Names
+
+from ..informer import Informer
+from .decisions import APIFailure
+from .ledger import (
+    Holding,
+    Ledger,
+    Unattributed,
+    node_cards,
+    pod_holding,
+    pod_key,
+    resource_version,
+)
+
+log = logging.getLogger(__name__)
+
+# Terminated pods hold nothing; leaving the selected set is delivered as DELETED.
+LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+class KubePodAPI:
+    """Bind's Kubernetes calls through the official client, on plain dicts."""
+
+    def __init__(self, api_client: Any, timeout: float = 10.0) -> None:
+        from kubernetes import client
+
+        self._core = client.CoreV1Api(api_client)
+        self._timeout = timeout
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = fn(*args, **kwargs, _preload_content=False, _request_timeout=self._timeout)
+        except ApiException as error:
+            raise APIFailure(f"{what}: {error.status} {_status_message(error)}", error.status) from None
+        except Exception as error:  # connection refused/reset, timeouts
+            raise APIFailure(f"{what}: {type(error).__name__}: {error}") from None
+        try:
+            return json.loads(response.data or b"{}")
+        except ValueError:
+            return {}
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call("reading the pod", self._core.read_namespaced_pod, name, namespace)
+        except APIFailure as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def patch_annotations(self, namespace: str, name: str,
+                          annotations: Mapping[str, str | None]) -> dict[str, Any]:
+        return self._call("annotating the pod", self._core.patch_namespaced_pod, name, namespace,
+                          {"metadata": {"annotations": dict(annotations)}})
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        metadata = {"name": name, "namespace": namespace}
+        if uid:
+            metadata["uid"] = uid  # the API server refuses the binding if the pod was replaced
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        self._call("binding the pod", self._core.create_namespaced_pod_binding, name, namespace, body)
+
+
+def _status_message(error: Any) -> str:
+    try:
+        return json.loads(error.body).get("message") or error.reason
+    except (TypeError, ValueError, AttributeError):
+        return str(error.reason)
+
+
+class ClusterView:
+    """Keeps ``ledger`` in step with the API. ``start()`` returns at once; see ``synced``."""
+
+    def __init__(self, api_client: Any, ledger: Ledger, names: Names, *, assume_ttl: float = 60.0,
+                 sweep_interval: float = 5.0) -> None:
+        from kubernetes import client
+
+        core = client.CoreV1Api(api_client)
+        self.ledger = ledger
+        self.names = names
+        self.assume_ttl = assume_ttl
+        self._sweep_interval = sweep_interval
+        self.nodes = Informer(core.list_node, on_event=self._on_node)
+        self.pods = Informer(core.list_pod_for_all_namespaces, field_selector=LIVE_PODS,
+                             on_event=self._on_pod)
+        self._stopping = threading.Event()
+        self._sweeper: threading.Thread | None = None
+
+    def start(self) -> ClusterView:
+        self._stopping.clear()
+        self.nodes.start()
+        self.pods.start()
+        self._sweeper = threading.Thread(target=self._sweep_loop, name="extender-sweep", daemon=True)
+        self._sweeper.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.pods.stop()
+        self.nodes.stop()
+        if self._sweeper is not None:
+            self._sweeper.join(10)
+            self._sweeper = None
+
+    @property
+    def synced(self) -> bool:
+        return self.nodes.synced and self.pods.synced
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        return (self.nodes.wait_synced(timeout)
+                and self.pods.wait_synced(max(0.0, deadline - time.monotonic())))
+
+    # --- events -------------------------------------------------------------------------
+
+    def _on_node(self, kind: str, node: dict[str, Any] | None) -> None:
+        if node is None:
+            return
+        name = (node.get("metadata") or {}).get("name") or ""
+        if kind == "DELETED":
+            self.ledger.remove_node(name)
+        else:
+            self.ledger.set_node(name, node_cards(node, self.names))
+
+    def _on_pod(self, kind: str, pod: dict[str, Any] | None) -> None:
+        if pod is None:
+            return
+        uid = pod_key(pod)[0]
+        with self.ledger.lock:
+            existing = self.ledger.holding(uid)
+            if kind == "DELETED":
+                # gone, or terminated (it left the live-pods selection)
+                if existing is None or not existing.assumed or not _older(pod, existing):
+                    self.ledger.drop(uid)
+                return
+            self.apply(pod, existing)
+
+    def apply(self, pod: Mapping[str, Any], existing: Holding | None) -> None:
+        """Make the ledger say what this version of the pod says, unless it predates our bind."""
+        claim = pod_holding(pod, self.names)
+        if existing is not None and existing.assumed:
+            if existing.min_resource_version is None:
+                # our PATCH is still in flight: only its own result may confirm the claim
+                if not (isinstance(claim, Holding) and claim.same_claim(existing)):
+                    return
+            elif _older(pod, existing):
+                return
+        if claim is None:
+            self.ledger.drop(pod_key(pod)[0])
+        elif isinstance(claim, Unattributed):
+            log.warning("pod %s/%s on %s: %s", claim.namespace, claim.name, claim.node, claim.reason)
+            self.ledger.put_unattributed(claim)
+        elif existing is None or existing.assumed or not existing.same_claim(claim):
+            self.ledger.put(claim)
+
+    # --- assumptions the watch never confirmed ------------------------------------------------
+
+    def _sweep_loop(self) -> None:
+        while not self._stopping.wait(self._sweep_interval):
+            try:
+                self.sweep()
+            except Exception:  # keep sweeping; the next round may succeed
+                log.exception("sweeping expired assumptions failed")
+
+    def sweep(self, now: float | None = None) -> int:
+        """Settle assumptions older than ``assume_ttl`` from the informer's copy; returns how many."""
+        now = time.monotonic() if now is None else now
+        settled = 0
+        for holding in self.ledger.holdings():
+            if not holding.assumed or now - holding.assumed_at < self.assume_ttl:
+                continue
+            pod = self.pods.get(holding.namespace, holding.name)
+            with self.ledger.lock:
+                if self.ledger.holding(holding.uid) is not holding:
+                    continue
+                if pod is None or pod_key(pod)[0] != holding.uid:
+                    self.ledger.drop(holding.uid)
+                else:
+                    self.apply(pod, None)
+                settled += 1
+        return settled
+
+
+def _older(pod: Mapping[str, Any], holding: Holding) -> bool:
+    """Whether this pod version predates the PATCH that wrote the assumed claim."""
+    rv = resource_version(pod)
+    return rv is not None and holding.min_resource_version is not None and rv < holding.min_resource_version

@@ -1,0 +1,388 @@
+"""Filter, prioritize and bind: the extender's decisions over the ledger.
+
+Filter and prioritize only read: per node, a cached verdict keyed by the node's ledger
+generation and the request's shape, with a cheap necessary-condition check (a card
+with enough free cores and memory, enough entirely free cards) before asking the
+placement policy. Bind is the only writer: under the pod's and the node's locks it
+chooses the card(s), records the claim in the ledger at once (so concurrent filters
+see it), PATCHes the pod's annotations, POSTs the Binding, and undoes what it did
+when a step fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from jupyter_vgpu.core import contract, placement
+from jupyter_vgpu.core.contract import (
+    CORES_PER_CARD,
+    CardShare,
+    ContainerAllocation,
+    Names,
+    PodAllocation,
+    Request,
+    RequestError,
+)
+from jupyter_vgpu.core.placement import CardState, NodeState, PodPlacement
+
+from .ledger import (
+    TERMINATED_PHASES,
+    Holding,
+    Ledger,
+    NodeEntry,
+    node_cards,
+    pod_holding,
+)
+from .wire import MAX_EXTENDER_PRIORITY, ExtenderArgs, ExtenderBindingArgs
+
+log = logging.getLogger(__name__)
+
+
+class APIFailure(Exception):
+    """A Kubernetes call that failed. ``status`` is None when no answer came (timeout, reset)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class PodAPI(Protocol):
+    """The few Kubernetes calls bind makes (see cluster.KubePodAPI)."""
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def patch_annotations(self, namespace: str, name: str,
+                          annotations: Mapping[str, str | None]) -> dict[str, Any]: ...
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+
+
+class PodProblem(ValueError):
+    """The pod cannot be handled by this extender at all (no vGPU request)."""
+
+
+@dataclass(frozen=True)
+class PodAsk:
+    """What a pod asks for, read once per request."""
+
+    requests: dict[int, Request]
+    policy: str
+    key: tuple[Any, ...]      # hashable shape of the request, for memo keys
+    invalid: str | None = None  # a reason no node can ever accept it
+
+
+def describe_pod(pod: Mapping[str, Any]) -> str:
+    metadata = pod.get("metadata") or {}
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or '<unnamed>'}"
+
+
+def read_ask(pod: Mapping[str, Any], names: Names, default_policy: str) -> PodAsk:
+    """The pod's vGPU request and policy; PodProblem when it asks for no vGPU at all."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        requests = contract.pod_requests(pod, names)
+    except RequestError as error:
+        return PodAsk({}, default_policy, ("invalid", str(error)), invalid=str(error))
+    if not requests:
+        raise PodProblem(
+            f"pod {describe_pod(pod)} asks for no vGPU ({names.core_resource} / {names.memory_resource}); "
+            f"this extender only handles pods that do: list both resources under managedResources "
+            f"in the scheduler configuration"
+        )
+    policy = annotations.get(names.policy, default_policy)
+    if policy not in placement.POLICIES:
+        reason = (f"annotation {names.policy}={policy!r} is not a placement policy "
+                  f"(use one of {', '.join(placement.POLICIES)})")
+        return PodAsk({}, default_policy, ("invalid", reason), invalid=reason)
+    key = tuple(sorted((i, r.cores, r.memory_units) for i, r in requests.items()))
+    return PodAsk(requests, policy, (policy, key))
+
+
+def node_state(entry: NodeEntry) -> NodeState:
+    state = entry.memo.get("state")
+    if state is None:
+        state = NodeState(
+            cards=tuple(
+                CardState(index=card.index, memory_units=card.memory_units, healthy=card.healthy,
+                          used_cores=entry.used_cores[i], used_memory_units=entry.used_memory[i])
+                for i, card in enumerate(entry.cards)
+            ),
+            topology=entry.topology,
+        )
+        entry.memo["state"] = state
+    return state
+
+
+def _share_fits(entry: NodeEntry, request: Request) -> bool:
+    """A single share fits iff some healthy card has the cores and the memory free (exact)."""
+    cores, memory = request.cores, request.memory_units
+    return any(f.free_cores >= cores and f.free_memory_units >= memory for f in entry.free)
+
+
+def fit(entry: NodeEntry, ask: PodAsk) -> tuple[str | None, bool]:
+    """(reason it does not fit or None, whether no preemption could ever help). Memoised.
+
+    A pod with one share is decided from the free-capacity summary; anything else
+    (whole cards, several containers) by the placement policy itself. The reason for a
+    refusal always comes from the placement policy, so it reads the same everywhere.
+    """
+    key = ("fit", ask.key)
+    verdict = entry.memo.get(key)
+    if verdict is not None:
+        return verdict
+    if ask.invalid:
+        verdict = (ask.invalid, True)
+    elif not entry.cards:
+        verdict = (entry.problem or "no vGPU cards", True)
+    else:
+        requests = ask.requests
+        only = next(iter(requests.values())) if len(requests) == 1 else None
+        if only is not None and only.is_share and _share_fits(entry, only):
+            verdict = (None, False)
+        else:
+            result = placement.place_pod(node_state(entry), requests, ask.policy)
+            if isinstance(result, placement.PodPlacement):
+                verdict = (None, False)
+            elif _could_ever_fit(entry, ask):
+                verdict = (result.reason, False)
+            else:
+                verdict = (f"{result.reason} (even with every card free)", True)
+    entry.memo[key] = verdict
+    return verdict
+
+
+def _could_ever_fit(entry: NodeEntry, ask: PodAsk) -> bool:
+    """Memoised per set of cards: holdings come and go, this only changes with the cards."""
+    key = ("ever", ask.key)
+    ever = entry.static_memo.get(key)
+    if ever is None:
+        ever = entry.static_memo[key] = placement.could_ever_fit(node_state(entry), ask.requests)
+    return ever
+
+
+def score(entry: NodeEntry, ask: PodAsk) -> int:
+    key = ("score", ask.key)
+    value = entry.memo.get(key)
+    if value is None:
+        if fit(entry, ask)[0] is not None:
+            value = 0
+        else:
+            value = placement.score_node(node_state(entry), ask.requests, ask.policy)
+            value = max(0, min(MAX_EXTENDER_PRIORITY, int(value)))
+        entry.memo[key] = value
+    return value
+
+
+class _StripedLocks:
+    """A fixed set of locks picked by hashing a key: per-key exclusion without bookkeeping."""
+
+    def __init__(self, count: int = 128) -> None:
+        self._locks = [threading.Lock() for _ in range(count)]
+
+    def __call__(self, key: str) -> threading.Lock:
+        return self._locks[zlib.crc32(key.encode()) % len(self._locks)]
+
+
+class Decisions:
+    def __init__(self, ledger: Ledger, api: PodAPI | None, names: Names = contract.DEFAULT_NAMES,
+                 policy: str = "binpack") -> None:
+        if policy not in placement.POLICIES:
+            raise ValueError(f"policy {policy!r} is not one of {', '.join(placement.POLICIES)}")
+        self.ledger = ledger
+        self.api = api
+        self.names = names
+        self.policy = policy
+        self._pod_locks = _StripedLocks()
+        self._node_locks = _StripedLocks()
+
+    # --- filter and prioritize (read-only) ------------------------------------------
+
+    def _entries(self, args: ExtenderArgs) -> list[tuple[str, NodeEntry | None]]:
+        """(name, entry) per candidate; without node cache, the request's Node objects give the cards."""
+        if args.cache_mode:
+            return [(name, self.ledger.node(name)) for name in args.candidate_names]
+        result = []
+        for node in args.nodes or []:
+            name = node["metadata"]["name"]
+            entry = self.ledger.node(name)
+            if entry is None or not entry.known:
+                # a node our watch has not delivered yet: a throwaway entry from the request
+                cards = node_cards(node, self.names)
+                temp = NodeEntry(name, cards.cards, cards.topology, cards.source, cards.problem, True,
+                                 pods=dict(entry.pods) if entry else {})
+                temp.recount()
+                entry = temp
+            result.append((name, entry))
+        return result
+
+    def filter(self, args: ExtenderArgs) -> tuple[list[str], dict[str, str], dict[str, str]]:
+        """(passed, failed, failed and unresolvable). PodProblem when the pod asks for no vGPU."""
+        ask = read_ask(args.pod, self.names, self.policy)
+        passed: list[str] = []
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        with self.ledger.lock:
+            for name, entry in self._entries(args):
+                if entry is None or not entry.known:
+                    failed[name] = "the extender has not seen this node yet"
+                    continue
+                reason, never = fit(entry, ask)
+                if reason is None:
+                    passed.append(name)
+                elif never:
+                    unresolvable[name] = reason
+                else:
+                    failed[name] = reason
+        return passed, failed, unresolvable
+
+    def prioritize(self, args: ExtenderArgs) -> list[tuple[str, int]]:
+        ask = read_ask(args.pod, self.names, self.policy)
+        if ask.invalid:
+            raise PodProblem(f"pod {describe_pod(args.pod)}: {ask.invalid}")
+        scores = []
+        with self.ledger.lock:
+            for name, entry in self._entries(args):
+                scores.append((name, score(entry, ask) if entry is not None and entry.known else 0))
+        return scores
+
+    # --- bind (the only writer) -------------------------------------------------------
+
+    def bind(self, args: ExtenderBindingArgs) -> str:
+        """Bind the pod; '' on success, else the reason (nothing is left changed then)."""
+        if self.api is None:
+            return "this extender has no Kubernetes API access and cannot bind"
+        where = f"pod {args.pod_namespace}/{args.pod_name}"
+        with self._pod_locks(f"{args.pod_namespace}/{args.pod_name}"), self._node_locks(args.node):
+            try:
+                pod = self.api.get_pod(args.pod_namespace, args.pod_name)
+            except APIFailure as error:
+                return f"cannot read {where}: {error}"
+            if pod is None:
+                return f"{where} not found"
+            metadata = pod.get("metadata") or {}
+            uid = metadata.get("uid") or ""
+            if args.pod_uid and uid and args.pod_uid != uid:
+                return (f"{where} has UID {uid}, not {args.pod_uid}: "
+                        f"it was deleted and created again since it was scheduled")
+            if (pod.get("status") or {}).get("phase") in TERMINATED_PHASES:
+                return f"{where} has already terminated"
+            try:
+                ask = read_ask(pod, self.names, self.policy)
+            except PodProblem as problem:
+                return str(problem)
+            if ask.invalid:
+                return f"{where}: {ask.invalid}"
+            current = pod_holding(pod, self.names)
+            bound = (pod.get("spec") or {}).get("nodeName") or ""
+            if bound:
+                if bound != args.node:
+                    return f"{where} is already bound to node {bound}"
+                if isinstance(current, Holding):
+                    self._adopt(current)
+                    return ""  # a repeated bind: already done, nothing more to allocate
+                return f"{where} is already bound to {bound} without a card assignment"
+            if isinstance(current, Holding) and current.node == args.node:
+                # annotated by an earlier attempt that did not get to bind: reuse its cards
+                self._adopt(current)
+                return self._post_binding(pod, args, uid, patched=None)
+            return self._allocate_and_bind(pod, args, uid, ask)
+
+    def _adopt(self, holding: Holding) -> None:
+        with self.ledger.lock:
+            known = self.ledger.holding(holding.uid)
+            if known is None or not known.same_claim(holding):
+                self.ledger.put(holding)
+
+    def _allocate_and_bind(self, pod: dict[str, Any], args: ExtenderBindingArgs, uid: str,
+                           ask: PodAsk) -> str:
+        where = f"pod {args.pod_namespace}/{args.pod_name}"
+        with self.ledger.lock:
+            entry = self.ledger.node(args.node)
+            if entry is None or not entry.known or not entry.cards:
+                problem = entry.problem if entry is not None and entry.problem else "no vGPU cards known"
+                return f"node {args.node}: {problem}"
+            result = placement.place_pod(node_state(entry), ask.requests, ask.policy)
+            if isinstance(result, placement.Refusal):
+                return f"{where} does not fit on node {args.node} any more: {result.reason}"
+            allocation = self._allocation(pod, args.node, entry, result, ask.policy)
+            holding = Holding(uid, args.pod_namespace, args.pod_name, args.node, allocation.containers,
+                              assumed=True, assumed_at=time.monotonic())
+            previous = self.ledger.put(holding)
+        try:
+            patched = self.api.patch_annotations(args.pod_namespace, args.pod_name,
+                                                 contract.predicate_annotations(allocation, self.names))
+        except APIFailure as error:
+            self._restore(holding, previous)
+            return f"cannot annotate {where}: {error}"
+        rv = _resource_version(patched)
+        if rv is not None:
+            with self.ledger.lock:
+                if self.ledger.holding(uid) is holding:
+                    self.ledger.put(replace(holding, min_resource_version=rv))
+        return self._post_binding(pod, args, uid, patched=holding)
+
+    def _post_binding(self, pod: dict[str, Any], args: ExtenderBindingArgs, uid: str, *,
+                      patched: Holding | None) -> str:
+        """POST the Binding; after a failure, undo our annotations and our claim."""
+        where = f"pod {args.pod_namespace}/{args.pod_name}"
+        try:
+            self.api.bind(args.pod_namespace, args.pod_name, uid, args.node)
+            return ""
+        except APIFailure as error:
+            failure = f"cannot bind {where} to {args.node}: {error}"
+        # The answer may have been lost after the API server bound it: look before undoing.
+        try:
+            now = self.api.get_pod(args.pod_namespace, args.pod_name)
+        except APIFailure:
+            now = None
+        if now is not None and (now.get("spec") or {}).get("nodeName") == args.node:
+            return ""
+        if patched is None:
+            return failure  # the annotations predate this call; the claim stays as the API shows it
+        removal: dict[str, str | None] = {
+            key: None for key in (self.names.predicate_node, self.names.predicate_time,
+                                  self.names.gpu_assigned, self.names.allocation)
+        }
+        for container in patched.containers:
+            removal[self.names.predicate_gpu_idx(container.index)] = None
+        try:
+            self.api.patch_annotations(args.pod_namespace, args.pod_name, removal)
+        except APIFailure as error:
+            # the pod still carries our annotations: keep the claim the API shows
+            log.warning("%s: could not remove annotations after a failed bind: %s", where, error)
+            return failure
+        self._restore(patched, None)
+        return failure
+
+    def _restore(self, ours: Holding, previous: Holding | None) -> None:
+        """Take our claim back out of the ledger, and put back what the pod held before."""
+        with self.ledger.lock:
+            if self.ledger.holding(ours.uid) is not None:
+                self.ledger.drop(ours.uid)
+            if previous is not None:
+                self.ledger.put(previous)
+
+    def _allocation(self, pod: Mapping[str, Any], node: str, entry: NodeEntry,
+                    result: PodPlacement, policy: str) -> PodAllocation:
+        containers = (pod.get("spec") or {}).get("containers") or []
+        cards = {card.index: card for card in entry.cards}
+        allocated = []
+        for index, shares in sorted(result.containers.items()):
+            name = (containers[index].get("name") or "") if index < len(containers) else ""
+            allocated.append(ContainerAllocation(index, name, tuple(
+                CardShare(card, cards[card].uuid, cores,
+                          cards[card].memory_units if cores >= CORES_PER_CARD else memory)
+                for card, cores, memory in shares
+            )))
+        return PodAllocation(node, tuple(allocated), assigned_at_ns=time.time_ns(), policy=policy)
+
+
+def _resource_version(obj: Mapping[str, Any] | None) -> int | None:
+    try:
+        return int(((obj or {}).get("metadata") or {}).get("resourceVersion"))
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,86 @@
+"""``jupyter-vgpu extender``: run the kube-scheduler extender until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from jupyter_vgpu.core import contract
+
+from .server import DEFAULT_PORT, DEFAULT_PREFIX
+
+ENV_PREFIX = "VGPU_EXTENDER_"
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(ENV_PREFIX + name, default)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jupyter-vgpu extender",
+        description="kube-scheduler extender for fractional GPUs: filter, prioritize and bind "
+                    "pods asking for vcuda-core/vcuda-memory. Every flag falls back to an "
+                    f"environment variable {ENV_PREFIX}<FLAG>.",
+    )
+    p.add_argument("--port", type=int, default=int(_env("PORT", str(DEFAULT_PORT)) or DEFAULT_PORT),
+                   help=f"TCP port (default {DEFAULT_PORT}; env {ENV_PREFIX}PORT)")
+    p.add_argument("--address", default=_env("ADDRESS", "127.0.0.1"),
+                   help="address to listen on; the default suits a sidecar of kube-scheduler, which "
+                        f"keeps bind off the network (env {ENV_PREFIX}ADDRESS)")
+    p.add_argument("--kubeconfig", default=_env("KUBECONFIG"),
+                   help=f"kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config; env {ENV_PREFIX}KUBECONFIG)")
+    p.add_argument("--policy", choices=("binpack", "spread"), default=_env("POLICY", "binpack"),
+                   help="cluster default for placing shares; a pod may override it with the "
+                        f"{contract.DEFAULT_NAMES.policy} annotation (env {ENV_PREFIX}POLICY)")
+    p.add_argument("--prefix", default=_env("PREFIX", DEFAULT_PREFIX),
+                   help=f"URL prefix of filter/prioritize/bind (default {DEFAULT_PREFIX}; env {ENV_PREFIX}PREFIX)")
+    p.add_argument("--domain", default=_env("DOMAIN", contract.DEFAULT_RESOURCE_DOMAIN),
+                   help=f"resource domain (default {contract.DEFAULT_RESOURCE_DOMAIN}; env {ENV_PREFIX}DOMAIN)")
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"),
+                   help=f"logging level (env {ENV_PREFIX}LOG_LEVEL)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.policy not in ("binpack", "spread"):
+        print(f"jupyter-vgpu extender: --policy {args.policy!r} must be binpack or spread", file=sys.stderr)
+        return 2
+    try:
+        names = contract.Names(domain=args.domain)
+    except ValueError as error:
+        print(f"jupyter-vgpu extender: --domain: {error}", file=sys.stderr)
+        return 2
+    from .. import kubeclient
+    from .server import Extender
+
+    try:
+        api_client = kubeclient.load(args.kubeconfig)
+    except kubeclient.KubeConfigError as error:
+        print(f"jupyter-vgpu extender: {error}", file=sys.stderr)
+        return 2
+    extender = Extender(port=args.port, address=args.address, prefix=args.prefix, policy=args.policy,
+                        names=names, api_client=api_client)
+    try:
+        extender.start()
+    except OSError as error:
+        print(f"jupyter-vgpu extender: cannot listen on {args.address}:{args.port}: {error}", file=sys.stderr)
+        return 1
+    done = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: done.set())
+    print(f"jupyter-vgpu extender: serving {extender.url} (policy {args.policy})", flush=True)
+    done.wait()
+    extender.stop()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,350 @@
+"""The extender's HTTP server (tornado) and its Python API.
+
+``POST {prefix}/filter``, ``{prefix}/prioritize``, ``{prefix}/bind`` speak
+kube-scheduler's extender JSON; ``GET /healthz``, ``/metrics`` and ``/inspect`` are for
+probes, Prometheus and admins. Bad requests get a 400 with the reason in the reply's
+``Error`` field (kube-scheduler shows it); a pod the extender cannot handle gets the
+reason in ``Error`` of a 200 reply, which kube-scheduler turns into a scheduling
+failure. No reply ever carries a traceback.
+
+``Extender(...).start()`` returns once the port is bound; the server runs on its own
+thread with its own event loop, binds run on a small thread pool (they call the API).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import tornado.httpserver
+import tornado.netutil
+import tornado.web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from jupyter_vgpu.core import contract
+from jupyter_vgpu.core.contract import CORES_PER_CARD, MEMORY_UNIT_MIB, Names
+
+from .decisions import Decisions, PodAPI, PodProblem
+from .ledger import Ledger
+from .wire import (
+    WireError,
+    binding_result,
+    decode_binding_args,
+    decode_extender_args,
+    dumps,
+    filter_result,
+    priority_list,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 3456
+DEFAULT_PREFIX = "/scheduler"
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class ExtenderMetrics:
+    """The extender's own series, in a registry of its own (several extenders may share a process)."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.registry = CollectorRegistry()
+        self.seconds = Histogram(contract.METRIC_EXTENDER_REQUEST_SECONDS,
+                                 "Time to answer a scheduler request", ["verb"],
+                                 buckets=_BUCKETS, registry=self.registry)
+        self.decisions = Counter(contract.METRIC_EXTENDER_DECISIONS,
+                                 "Decisions: per node for filter, per request for prioritize and bind",
+                                 ["verb", "outcome"], registry=self.registry)
+        pods = Gauge(contract.METRIC_EXTENDER_LEDGER_PODS, "Pods in the ledger", ["state"],
+                     registry=self.registry)
+        nodes = Gauge(contract.METRIC_EXTENDER_NODES, "Nodes the extender knows", registry=self.registry)
+        for state in ("held", "assumed", "unattributed"):
+            pods.labels(state).set_function(lambda state=state: _ledger_count(ledger, state))
+        nodes.set_function(lambda: ledger.stats()["nodes"])
+
+
+def _ledger_count(ledger: Ledger, state: str) -> int:
+    stats = ledger.stats()
+    return {"held": stats["pods"] - stats["assumed"], "assumed": stats["assumed"],
+            "unattributed": stats["unattributed"]}[state]
+
+
+class _Handler(tornado.web.RequestHandler):
+    def initialize(self, extender: Extender) -> None:
+        self.extender = extender
+
+    def write_json(self, value: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(dumps(value))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        # never a traceback, always JSON with the verb's Error field
+        message = self._reason if status_code != 500 else "internal error in the extender (see its log)"
+        self.set_header("Content-Type", "application/json")
+        self.finish(dumps({"Error": message}))
+
+    def check_ready(self) -> str | None:
+        view = self.extender.view
+        if view is not None and not view.synced:
+            return "the extender is still listing nodes and pods; try again shortly"
+        return None
+
+
+class FilterHandler(_Handler):
+    def post(self) -> None:
+        metrics, started = self.extender.metrics, time.perf_counter()
+        try:
+            args = decode_extender_args(self.request.body)
+        except WireError as error:
+            metrics.decisions.labels("filter", "bad-request").inc()
+            return self.write_json(filter_result(None, [], {}, {}, str(error)), 400)
+        try:
+            not_ready = self.check_ready()
+            if not_ready:
+                metrics.decisions.labels("filter", "not-ready").inc()
+                return self.write_json(filter_result(args, [], {}, {}, not_ready))
+            try:
+                passed, failed, unresolvable = self.extender.decisions.filter(args)
+            except PodProblem as problem:
+                metrics.decisions.labels("filter", "no-vgpu").inc()
+                return self.write_json(filter_result(args, [], {}, {}, str(problem)))
+            for outcome, count in (("fits", len(passed)), ("unfit", len(failed)),
+                                   ("unresolvable", len(unresolvable))):
+                if count:
+                    metrics.decisions.labels("filter", outcome).inc(count)
+            self.write_json(filter_result(args, passed, failed, unresolvable))
+        finally:
+            metrics.seconds.labels("filter").observe(time.perf_counter() - started)
+
+
+class PrioritizeHandler(_Handler):
+    def post(self) -> None:
+        metrics, started = self.extender.metrics, time.perf_counter()
+        try:
+            args = decode_extender_args(self.request.body)
+            not_ready = self.check_ready()
+            if not_ready:
+                metrics.decisions.labels("prioritize", "not-ready").inc()
+                return self.write_json({"Error": not_ready}, 503)
+            scores = self.extender.decisions.prioritize(args)
+        except (WireError, PodProblem) as error:
+            metrics.decisions.labels("prioritize", "bad-request").inc()
+            return self.write_json({"Error": str(error)}, 400)
+        finally:
+            metrics.seconds.labels("prioritize").observe(time.perf_counter() - started)
+        metrics.decisions.labels("prioritize", "scored").inc()
+        self.write_json(priority_list(scores))
+
+
+class BindHandler(_Handler):
+    async def post(self) -> None:
+        metrics, started = self.extender.metrics, time.perf_counter()
+        try:
+            try:
+                args = decode_binding_args(self.request.body)
+            except WireError as error:
+                metrics.decisions.labels("bind", "bad-request").inc()
+                return self.write_json(binding_result(str(error)), 400)
+            not_ready = self.check_ready()
+            if not_ready:
+                metrics.decisions.labels("bind", "not-ready").inc()
+                return self.write_json(binding_result(not_ready))
+            loop = asyncio.get_running_loop()
+            error = await loop.run_in_executor(self.extender.executor, self.extender.decisions.bind, args)
+            metrics.decisions.labels("bind", "refused" if error else "bound").inc()
+            if error:
+                log.info("bind %s/%s -> %s refused: %s", args.pod_namespace, args.pod_name, args.node, error)
+            self.write_json(binding_result(error))
+        finally:
+            metrics.seconds.labels("bind").observe(time.perf_counter() - started)
+
+
+class HealthHandler(_Handler):
+    def get(self) -> None:
+        not_ready = self.check_ready()
+        self.set_status(503 if not_ready else 200)
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.finish(not_ready or "ok")
+
+
+class MetricsHandler(_Handler):
+    def get(self) -> None:
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.finish(generate_latest(self.extender.metrics.registry))
+
+
+class InspectHandler(_Handler):
+    def get(self) -> None:
+        only = self.get_query_argument("node", None)
+        self.write_json(inspect(self.extender.ledger, self.extender.decisions.policy,
+                                self.extender.view.synced if self.extender.view else True, only))
+
+
+def inspect(ledger: Ledger, policy: str, synced: bool, only: str | None = None) -> dict[str, Any]:
+    """Per node and card: capacity, held shares by pod, free capacity."""
+    nodes = []
+    with ledger.lock:
+        names = sorted(ledger.node_names()) if only is None else [only]
+        for name in names:
+            entry = ledger.node(name)
+            if entry is None:
+                continue
+            holders: dict[int, list[dict[str, Any]]] = {card.index: [] for card in entry.cards}
+            for holding in entry.pods.values():
+                for container, share in holding.shares():
+                    if share.index in holders:
+                        holders[share.index].append({
+                            "namespace": holding.namespace, "pod": holding.name, "uid": holding.uid,
+                            "container": container, "cores": share.cores,
+                            "memoryMib": share.memory_units * MEMORY_UNIT_MIB, "assumed": holding.assumed,
+                        })
+            cards = []
+            for i, card in enumerate(entry.cards):
+                held_memory = entry.used_memory[i]
+                cards.append({
+                    "index": card.index, "uuid": card.uuid, "model": card.model, "healthy": card.healthy,
+                    "cores": {"capacity": CORES_PER_CARD, "held": entry.used_cores[i],
+                              "free": max(0, CORES_PER_CARD - entry.used_cores[i])},
+                    "memoryMib": {"capacity": card.memory_units * MEMORY_UNIT_MIB,
+                                  "held": held_memory * MEMORY_UNIT_MIB,
+                                  "free": max(0, card.memory_units - held_memory) * MEMORY_UNIT_MIB},
+                    "holders": sorted(holders[card.index], key=lambda h: (h["namespace"], h["pod"])),
+                })
+            nodes.append({
+                "name": name, "known": entry.known, "source": entry.source, "problem": entry.problem,
+                "cards": cards,
+                "unattributed": [{"namespace": u.namespace, "pod": u.name, "uid": u.uid, "reason": u.reason}
+                                 for u in entry.unattributed.values()],
+                "unknownCards": [{"uid": uid, "card": share.index, "cores": share.cores}
+                                 for uid, share in entry.orphans],
+            })
+        stats = ledger.stats()
+    return {"synced": synced, "policy": policy, "ledger": stats, "nodes": nodes}
+
+
+class Extender:
+    """The extender as an object: ``start()`` (non-blocking) and ``stop()``.
+
+    Give ``api_client`` (an official-client ApiClient) to watch and bind against a
+    cluster. ``ledger``/``api`` can be given instead for an extender fed by hand.
+    """
+
+    def __init__(self, *, port: int = DEFAULT_PORT, address: str = "127.0.0.1",
+                 prefix: str = DEFAULT_PREFIX, policy: str = "binpack",
+                 names: Names = contract.DEFAULT_NAMES, api_client: Any = None,
+                 api: PodAPI | None = None, ledger: Ledger | None = None,
+                 assume_ttl: float = 60.0, bind_workers: int = 8) -> None:
+        self.port = port
+        self.address = address
+        self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
+        self.names = names
+        self.ledger = ledger or Ledger()
+        self.view = None
+        if api_client is not None:
+            from .cluster import ClusterView, KubePodAPI
+
+            self.view = ClusterView(api_client, self.ledger, names, assume_ttl=assume_ttl)
+            api = api or KubePodAPI(api_client)
+        self.decisions = Decisions(self.ledger, api, names, policy)
+        self.metrics = ExtenderMetrics(self.ledger)
+        self.executor: ThreadPoolExecutor | None = None
+        self._bind_workers = bind_workers
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: tornado.httpserver.HTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        host = self.address if self.address not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}{self.prefix}"
+
+    @property
+    def base_url(self) -> str:
+        return self.url[: len(self.url) - len(self.prefix)] if self.prefix else self.url
+
+    def application(self) -> tornado.web.Application:
+        kwargs = {"extender": self}
+        return tornado.web.Application([
+            (f"{self.prefix}/filter", FilterHandler, kwargs),
+            (f"{self.prefix}/prioritize", PrioritizeHandler, kwargs),
+            (f"{self.prefix}/bind", BindHandler, kwargs),
+            ("/healthz", HealthHandler, kwargs),
+            ("/metrics", MetricsHandler, kwargs),
+            ("/inspect", InspectHandler, kwargs),
+        ], log_function=_log_request)
+
+    def start(self) -> Extender:
+        if self._thread is not None:
+            raise RuntimeError("the extender is already running")
+        sockets = tornado.netutil.bind_sockets(self.port, self.address or None, family=socket.AF_UNSPEC)
+        self.port = sockets[0].getsockname()[1]
+        self.executor = ThreadPoolExecutor(self._bind_workers, thread_name_prefix="extender-bind")
+        if self.view is not None:
+            self.view.start()
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(sockets, ready), name="extender-http",
+                                        daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        log.info("scheduler extender listening on %s (policy %s)", self.url, self.decisions.policy)
+        return self
+
+    def _run(self, sockets: list[socket.socket], ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+        # 64 MiB: a thousand full Node objects when the scheduler does not cache nodes
+        self._server = tornado.httpserver.HTTPServer(self.application(), max_body_size=64 << 20)
+        self._server.add_sockets(sockets)
+        loop.call_soon(ready.set)
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        loop, thread, server = self._loop, self._thread, self._server
+        if thread is None or loop is None:
+            return
+
+        async def shutdown() -> None:
+            if server is not None:
+                server.stop()
+                try:
+                    await asyncio.wait_for(server.close_all_connections(), timeout)
+                except asyncio.TimeoutError:
+                    pass
+            loop.stop()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), loop)
+        thread.join(timeout)
+        self._thread = self._loop = self._server = None
+        if self.executor is not None:
+            self.executor.shutdown(wait=True, cancel_futures=True)
+            self.executor = None
+        if self.view is not None:
+            self.view.stop()
+
+    def __enter__(self) -> Extender:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _log_request(handler: tornado.web.RequestHandler) -> None:
+    status = handler.get_status()
+    if status >= 500:
+        log.error("%s %s -> %d", handler.request.method, handler.request.uri, status)
+    elif status >= 400:
+        log.info("%s %s -> %d", handler.request.method, handler.request.uri, status)
+

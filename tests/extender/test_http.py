@@ -1,0 +1,148 @@
+"""The extender through real HTTP, with kube-scheduler's exact JSON, against the simulated API."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from extender_support import (
+    GIB_UNITS,
+    NAMES,
+    binding_args,
+    filter_args,
+    get,
+    node,
+    pod,
+    post,
+    wait_for,
+)
+
+from jupyter_vgpu.core import contract
+
+
+@pytest.fixture
+def two_nodes(cluster):
+    cluster.add_node(node("gpu-a", count=2, memory_gib=16))
+    cluster.add_node(node("gpu-b", count=4, memory_gib=16))
+    cluster.add_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-only"},
+                      "status": {"capacity": {"cpu": "8"}, "allocatable": {"cpu": "8"}}})
+    cluster.start_extender()
+    return cluster
+
+
+def test_filter_node_cache_mode_passes_names_and_explains_failures(two_nodes):
+    cluster = two_nodes
+    created = cluster.add_pod(pod("nb-1", cores=50, memory_units=20 * GIB_UNITS))  # 20 GiB > 16 GiB cards
+    status, result = post(f"{cluster.url}/filter", filter_args(created, ["gpu-a", "gpu-b", "cpu-only"]))
+    assert status == 200
+    assert set(result) == {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+    assert result["Error"] == "" and result["Nodes"] is None
+    assert result["NodeNames"] == []
+    # nothing can ever fit: every node is unresolvable, with a reason naming the card size
+    assert set(result["FailedAndUnresolvableNodes"]) == {"gpu-a", "gpu-b", "cpu-only"}
+    assert "16 GiB" in result["FailedAndUnresolvableNodes"]["gpu-a"]
+    assert "no vGPU cards" in result["FailedAndUnresolvableNodes"]["cpu-only"]
+
+    fits = cluster.add_pod(pod("nb-2", cores=50, memory_units=8 * GIB_UNITS))
+    status, result = post(f"{cluster.url}/filter", filter_args(fits, ["gpu-a", "gpu-b", "cpu-only"]))
+    assert status == 200 and result["Error"] == ""
+    assert result["NodeNames"] == ["gpu-a", "gpu-b"]
+    assert list(result["FailedAndUnresolvableNodes"]) == ["cpu-only"]
+
+
+def test_filter_full_node_mode_echoes_node_objects(two_nodes):
+    cluster = two_nodes
+    created = cluster.add_pod(pod("nb", cores=10, memory_units=2 * GIB_UNITS))
+    nodes = json.loads(cluster.core.list_node(_preload_content=False).data)
+    args = {"Pod": created, "Nodes": nodes, "NodeNames": None}
+    status, result = post(f"{cluster.url}/filter", args)
+    assert status == 200 and result["Error"] == ""
+    assert result["NodeNames"] is None
+    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["gpu-a", "gpu-b"]
+    # the objects come back as sent
+    sent = {n["metadata"]["name"]: n for n in nodes["items"]}
+    assert result["Nodes"]["items"][0] == sent["gpu-a"]
+
+
+def test_keys_are_matched_case_insensitively_like_go(two_nodes):
+    cluster = two_nodes
+    created = cluster.add_pod(pod("nb", cores=10, memory_units=2 * GIB_UNITS))
+    status, result = post(f"{cluster.url}/filter", {"pod": created, "nodenames": ["gpu-a"]})
+    assert status == 200 and result["NodeNames"] == ["gpu-a"]
+    status, result = post(f"{cluster.url}/prioritize", {"POD": created, "NODENAMES": ["gpu-a", "gpu-b"]})
+    assert status == 200 and [p["Host"] for p in result] == ["gpu-a", "gpu-b"]
+
+
+def test_bind_annotates_binds_and_is_idempotent(two_nodes):
+    cluster = two_nodes
+    created = cluster.add_pod(pod("nb", cores=25, memory_units=4 * GIB_UNITS))
+    status, result = post(f"{cluster.url}/bind", binding_args(created, "gpu-b"))
+    assert (status, result) == (200, {"Error": ""})
+    bound = cluster.read_pod("nb")
+    assert bound["spec"]["nodeName"] == "gpu-b"
+    annotations = bound["metadata"]["annotations"]
+    allocation = contract.PodAllocation.from_json(annotations[NAMES.allocation])
+    assert allocation.node == "gpu-b"
+    (container,) = allocation.containers
+    (share,) = container.cards
+    assert (share.cores, share.memory_units) == (25, 4 * GIB_UNITS)
+    assert share.uuid == f"GPU-gpu-b-{share.index}"
+    assert annotations[NAMES.predicate_gpu_idx(0)] == str(share.index)
+    assert annotations[NAMES.predicate_node] == "gpu-b"
+    assert annotations[NAMES.gpu_assigned] == "false"
+    claims = cluster.extender.ledger.claims()
+    assert claims == {"gpu-b": {created["metadata"]["uid"]: [(0, share.index, 25, 4 * GIB_UNITS)]}}
+
+    # kube-scheduler retrying the same bind: success, and still one allocation
+    status, result = post(f"{cluster.url}/bind", binding_args(created, "gpu-b"))
+    assert (status, result) == (200, {"Error": ""})
+    assert cluster.extender.ledger.claims() == claims
+    assert cluster.read_pod("nb")["metadata"]["annotations"][NAMES.allocation] == annotations[NAMES.allocation]
+    # but not to another node
+    status, result = post(f"{cluster.url}/bind", binding_args(created, "gpu-a"))
+    assert status == 200 and "already bound to node gpu-b" in result["Error"]
+
+
+def test_prioritize_prefers_fuller_node_with_binpack_and_emptier_with_spread(two_nodes):
+    cluster = two_nodes
+    first = cluster.add_pod(pod("first", cores=50, memory_units=8 * GIB_UNITS))
+    assert post(f"{cluster.url}/bind", binding_args(first, "gpu-a"))[1] == {"Error": ""}
+    uid = first["metadata"]["uid"]
+    cluster.wait_ledger(lambda ledger: ledger.holding(uid) and not ledger.holding(uid).assumed,
+                        "the watch to confirm the bind")
+    second = cluster.add_pod(pod("second", cores=25, memory_units=4 * GIB_UNITS))
+    status, scores = post(f"{cluster.url}/prioritize", filter_args(second, ["gpu-a", "gpu-b"]))
+    assert status == 200
+    by_host = {p["Host"]: p["Score"] for p in scores}
+    assert all(0 <= s <= 10 for s in by_host.values())
+    assert by_host["gpu-a"] > by_host["gpu-b"]
+    spread = cluster.add_pod(pod("third", cores=25, memory_units=4 * GIB_UNITS,
+                                 annotations={NAMES.policy: "spread"}))
+    status, scores = post(f"{cluster.url}/prioritize", filter_args(spread, ["gpu-a", "gpu-b"]))
+    by_host = {p["Host"]: p["Score"] for p in scores}
+    assert by_host["gpu-b"] > by_host["gpu-a"]
+
+
+def test_healthz_metrics_inspect(two_nodes):
+    cluster = two_nodes
+    created = cluster.add_pod(pod("nb", cores=30, memory_units=6 * GIB_UNITS))
+    post(f"{cluster.url}/filter", filter_args(created, ["gpu-a", "gpu-b"]))
+    assert post(f"{cluster.url}/bind", binding_args(created, "gpu-a"))[1] == {"Error": ""}
+    base = cluster.extender.base_url
+    assert get(f"{base}/healthz") == (200, b"ok")
+    status, text = get(f"{base}/metrics")
+    assert status == 200
+    text = text.decode()
+    assert f'{contract.METRIC_EXTENDER_DECISIONS}{{outcome="fits",verb="filter"}} 2.0' in text
+    assert f'{contract.METRIC_EXTENDER_DECISIONS}{{outcome="bound",verb="bind"}} 1.0' in text
+    assert f'{contract.METRIC_EXTENDER_REQUEST_SECONDS}_count{{verb="filter"}} 1.0' in text
+    status, body = get(f"{base}/inspect?node=gpu-a")
+    report = json.loads(body)
+    (entry,) = report["nodes"]
+    assert entry["name"] == "gpu-a" and entry["source"] == "inventory"
+    held = [card for card in entry["cards"] if card["holders"]]
+    (card,) = held
+    assert card["cores"] == {"capacity": 100, "held": 30, "free": 70}
+    assert card["memoryMib"] == {"capacity": 16384, "held": 6144, "free": 10240}
+    assert card["holders"][0]["pod"] == "nb" and card["holders"][0]["cores"] == 30
+    wait_for(lambda: json.loads(get(f"{base}/inspect")[1])["ledger"]["assumed"] == 0, message="confirmation")
