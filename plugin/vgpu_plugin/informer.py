@@ -1,0 +1,186 @@
+"""A list+watch cache of one kind of Kubernetes object, through the official client.
+
+It lists, then watches from the list's resourceVersion, and resumes each new watch
+from the last version it saw, so no event is lost when a watch times out or the API
+server restarts. When the server says that version is gone (410), it relists and
+reports the difference as ordinary events. Objects are the plain dicts the API sends
+(camelCase), never client models.
+
+Callbacks run on the informer's thread, in event order:
+``on_event(kind, obj)`` with kind ``ADDED``/``MODIFIED``/``DELETED`` for each change
+(the initial list reports every object as ``ADDED``; a relist reports what changed
+while no watch was open) and ``RELISTED`` with ``obj=None`` after each full list.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+EventCallback = Callable[[str, "dict[str, Any] | None"], None]
+
+
+def _key(obj: dict[str, Any]) -> tuple[str | None, str]:
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace"), meta.get("name", "")
+
+
+def _version(obj: dict[str, Any]) -> str | None:
+    return (obj.get("metadata") or {}).get("resourceVersion")
+
+
+class Informer:
+    def __init__(self, list_func: Callable[..., Any], *, label_selector: str | None = None,
+                 field_selector: str | None = None, on_event: EventCallback | None = None,
+                 watch_timeout: float = 240.0, backoff_initial: float = 0.2, backoff_max: float = 10.0,
+                 **list_kwargs: Any):
+        self._list_func = list_func
+        self._selectors = {k: v for k, v in (("label_selector", label_selector),
+                                              ("field_selector", field_selector)) if v}
+        self._list_kwargs = list_kwargs
+        self._on_event = on_event
+        self._watch_timeout = watch_timeout
+        self._backoff_initial, self._backoff_max = backoff_initial, backoff_max
+        self._cache: dict[tuple[str | None, str], dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._synced = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._watch: Any = None
+        self.resource_version: str | None = None
+        self.relists = 0  # how many full lists it has made (1 after the first sync)
+        self.name = getattr(list_func, "__name__", "informer")
+
+    # -- public API ----------------------------------------------------------------
+
+    def start(self) -> Informer:
+        if self._thread is not None:
+            raise RuntimeError("the informer is already running")
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopping.set()
+        thread, deadline = self._thread, time.monotonic() + timeout
+        # A watch whose response has not arrived yet cannot be interrupted: keep trying until it has.
+        while thread is not None and thread.is_alive() and time.monotonic() < deadline:
+            watch = self._watch
+            if watch is not None:
+                watch.stop()
+            thread.join(0.05)
+        self._thread = None
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._synced.wait(timeout)
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    def items(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._cache.values())
+
+    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._cache.get((namespace or None, name))
+
+    # -- the loop ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        backoff = self._backoff_initial
+        while not self._stopping.is_set():
+            try:
+                if self.resource_version is None:
+                    self._relist()
+                self._watch_once()
+                backoff = self._backoff_initial
+            except ApiException as error:
+                if error.status == 410:
+                    log.info("%s: resourceVersion %s is gone; relisting", self.name, self.resource_version)
+                    self.resource_version = None
+                    continue
+                if self._stopping.is_set():
+                    break
+                log.warning("%s: API error %s %s; retrying in %.1fs", self.name, error.status, error.reason, backoff)
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, self._backoff_max)
+            except Exception as error:  # connection refused/reset, timeouts, malformed data
+                if self._stopping.is_set():
+                    break
+                log.warning("%s: %s; retrying in %.1fs", self.name, error or type(error).__name__, backoff)
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, self._backoff_max)
+
+    def _relist(self) -> None:
+        response = self._list_func(**self._list_kwargs, **self._selectors, _preload_content=False,
+                                   _request_timeout=60)
+        body = json.loads(response.data)
+        fresh = {}
+        for obj in body.get("items") or []:
+            fresh[_key(obj)] = obj
+        with self._lock:
+            old, self._cache = self._cache, fresh
+        self.resource_version = (body.get("metadata") or {}).get("resourceVersion") or None
+        self.relists += 1
+        for key, obj in old.items():
+            if key not in fresh:
+                self._emit("DELETED", obj)
+        for key, obj in fresh.items():
+            if key not in old:
+                self._emit("ADDED", obj)
+            elif _version(old[key]) != _version(obj):
+                self._emit("MODIFIED", obj)
+        self._synced.set()
+        self._emit("RELISTED", None)
+
+    def _watch_once(self) -> None:
+        from kubernetes import watch
+
+        self._watch = watch.Watch(return_type=object)
+        if self._stopping.is_set():
+            return
+        try:
+            stream = self._watch.stream(
+                self._list_func, **self._list_kwargs, **self._selectors,
+                resource_version=self.resource_version, allow_watch_bookmarks=True,
+                timeout_seconds=int(self._watch_timeout), _request_timeout=self._watch_timeout + 30)
+            for event in stream:
+                self._apply(event["type"], event["raw_object"])
+                if self._stopping.is_set():
+                    break
+        finally:
+            self._watch = None
+
+    def _apply(self, kind: str, obj: dict[str, Any]) -> None:
+        version = _version(obj)
+        if kind == "BOOKMARK":
+            self.resource_version = version or self.resource_version
+            return
+        key = _key(obj)
+        with self._lock:
+            if kind == "DELETED":
+                self._cache.pop(key, None)
+            else:
+                self._cache[key] = obj
+        if version:
+            self.resource_version = version
+        self._emit(kind, obj)
+
+    def _emit(self, kind: str, obj: dict[str, Any] | None) -> None:
+        if self._on_event is None:
+            return
+        try:
+            self._on_event(kind, obj)
+        except Exception:  # a consumer's bug must not stop the cache
+            log.exception("%s: on_event callback failed for %s", self.name, kind)

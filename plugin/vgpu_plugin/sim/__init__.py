@@ -1,0 +1,1 @@
+"""Simulated cluster: the Kubernetes API (kmock + extensions), scheduler and kubelet stand-ins, demo."""

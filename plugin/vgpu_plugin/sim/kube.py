@@ -1,0 +1,490 @@
+"""A simulated Kubernetes API server: kmock's Kubernetes scaffold plus a real object store.
+
+kmock (``KubernetesScaffold``) supplies the HTTP handling, request parsing, the
+``/version``, ``/api`` and ``/apis`` discovery documents, Status-shaped errors and its
+reaction DSL, so a test can still inject faults (``emulator['get /api/v1/pods'] << 500``
+wins over the defaults). kmock's own ``KubernetesEmulator`` is not used as the store:
+it has no resourceVersion, ignores selectors and cannot bind pods. The store here
+(``kube_store.Store``) gives the API server's semantics: an increasing cluster-wide
+resourceVersion, watch resumption with 410 Gone for compacted versions, label and
+field selectors on list and watch, pods/binding, status subresources, the three
+patch formats, optimistic concurrency and finalizers.
+
+``SimKubeAPI`` runs it on 127.0.0.1 in a background thread and hands out a
+kubeconfig and official-client ``ApiClient`` objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiohttp.web
+import attrs
+from kmock import KubernetesResourceNotFoundError, KubernetesScaffold, ResourceInfo, resource
+from kmock._internal import filtering, rendering
+
+from .kube_selectors import SelectorError, compile_selectors
+from .kube_store import RESOURCE_TYPES, ApiError, ResourceType, Store, WatchEvent, resource_type
+
+__all__ = ["KubeEmulator", "SimKubeAPI", "Store", "ApiError"]
+
+_JSON = {"Content-Type": "application/json"}
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class _Route:
+    rt: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+
+def _route(path: str) -> _Route | None:
+    parts = [p for p in path.split("/") if p]
+    if len(parts) >= 3 and parts[0] == "api":
+        group, version, rest = "", parts[1], parts[2:]
+    elif len(parts) >= 4 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    namespace = None
+    # /namespaces/<ns>/<plural>/... but /namespaces/<name>/status is the namespace's own subresource.
+    if len(rest) >= 3 and rest[0] == "namespaces" and not (len(rest) == 3 and rest[2] in ("status", "finalize")):
+        namespace, rest = rest[1], rest[2:]
+    rt = resource_type(group, version, rest[0])
+    if rt is None or (namespace is not None and not rt.namespaced) or len(rest) > 3:
+        return None
+    return _Route(rt, namespace, rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None)
+
+
+def _truthy(value: str | None) -> bool:
+    return value in ("true", "1", "True")
+
+
+@attrs.define(kw_only=True)
+class KubeEmulator(KubernetesScaffold):
+    """kmock's scaffold serving the resources in ``kube_store.RESOURCE_TYPES`` from a ``Store``."""
+
+    store: Store = attrs.field(factory=Store)
+    watch_timeout: float = 1800.0  # the longest a watch stays open without timeoutSeconds
+    bookmark_interval: float = 10.0  # idle time before a BOOKMARK when the client allows them
+    request_log_limit: int = 2000  # kmock records requests for assertions; keep only the recent ones
+    _closing: bool = attrs.field(default=False, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        for rt in RESOURCE_TYPES:
+            self.resources[resource(rt.group, rt.version, rt.plural)] = ResourceInfo(
+                namespaced=rt.namespaced, kind=rt.kind, singular=rt.singular, verbs=set(rt.verbs),
+                shortnames=set(rt.short_names), subresources=set(rt.subresources))
+        self.fallback[filtering.FnCriteria(self._is_api_request)] << self._serve
+        # The official client asks for discovery documents with a trailing slash.
+        self.fallback["get", re.compile(r"/api/[^/]+/|/apis/[^/]+/[^/]+/")] << self._serve_version
+        self.fallback["get", re.compile(r"/apis/")] << self._serve_apis
+        self.fallback["get", re.compile(r"/api/")] << self._serve_api
+        self.fallback["get", re.compile(r"/version/")] << self._serve_server_version
+        self.fallback["get /openapi/v3"] << self._serve_openapi_root
+        self.fallback["get", re.compile(r"/openapi/v3/apis?/.+")] << self._serve_openapi_group
+
+    # -- discovery: kmock's version documents say groupVersion "/v1" for the core group and
+    # give subresources the parent's verbs; kubectl needs these exact.
+
+    async def _serve_api(self, request: rendering.Request) -> rendering.Payload:
+        return {"kind": "APIVersions", "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": request.url.host or ""}]}
+
+    async def _serve_version(self, request: rendering.Request) -> rendering.Payload:
+        parts = [p for p in request.url.path.split("/") if p]
+        group, version = ("", parts[1]) if parts[0] == "api" else (parts[1], parts[2])
+        types = [rt for rt in RESOURCE_TYPES if (rt.group, rt.version) == (group, version)]
+        if not types:
+            raise KubernetesResourceNotFoundError()
+        resources: list[dict[str, Any]] = []
+        for rt in types:
+            entry = {"name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced,
+                     "kind": rt.kind, "verbs": list(rt.verbs)}
+            if rt.short_names:
+                entry["shortNames"] = list(rt.short_names)
+            resources.append(entry)
+            for sub in rt.subresources:
+                verbs = {"status": ["get", "patch", "update"], "binding": ["create"], "log": ["get"],
+                         "scale": ["get", "patch", "update"]}.get(sub, ["get"])
+                kind = {"binding": "Binding", "scale": "Scale"}.get(sub, rt.kind)
+                resources.append({"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced,
+                                  "kind": kind, "verbs": verbs})
+        return {"kind": "APIResourceList", "apiVersion": "v1",
+                "groupVersion": f"{group}/{version}" if group else version, "resources": resources}
+
+    # -- OpenAPI v3, only as much as kubectl needs to validate on the server side
+    # (it looks for the fieldValidation parameter on each kind's write operations).
+
+    async def _serve_openapi_root(self) -> rendering.Payload:
+        versions = sorted({(rt.group, rt.version) for rt in RESOURCE_TYPES})
+        paths = {}
+        for group, version in versions:
+            prefix = f"apis/{group}/{version}" if group else f"api/{version}"
+            paths[prefix] = {"serverRelativeURL": f"/openapi/v3/{prefix}?hash=sim"}
+        return {"paths": paths}
+
+    async def _serve_openapi_group(self, request: rendering.Request) -> rendering.Payload:
+        parts = [p for p in request.url.path.split("/")[3:] if p]
+        group, version = ("", parts[1]) if parts[0] == "api" else (parts[1], parts[2])
+        paths: dict[str, Any] = {}
+        param = [{"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True}}]
+        for rt in RESOURCE_TYPES:
+            if (rt.group, rt.version) != (group, version):
+                continue
+            gvk = {"group": rt.group, "version": rt.version, "kind": rt.kind}
+            prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
+            scope = f"{prefix}/namespaces/{{namespace}}" if rt.namespaced else prefix
+            ops = {"x-kubernetes-group-version-kind": gvk, "parameters": param, "responses": {}}
+            paths[f"{scope}/{rt.plural}"] = {"post": dict(ops, **{"x-kubernetes-action": "post"})}
+            paths[f"{scope}/{rt.plural}/{{name}}"] = {
+                "put": dict(ops, **{"x-kubernetes-action": "put"}),
+                "patch": dict(ops, **{"x-kubernetes-action": "patch"})}
+        return {"openapi": "3.0.0", "info": {"title": "Kubernetes (simulated)", "version": "v1.32.0"},
+                "paths": paths, "components": {"schemas": {}}}
+
+    async def _serve_server_version(self, request: rendering.Request) -> rendering.Payload:
+        return {"major": "1", "minor": "32", "gitVersion": "v1.32.0-vgpu-sim", "gitCommit": "", "gitTreeState": "",
+                "buildDate": "", "goVersion": "", "compiler": "", "platform": "linux/amd64"}
+
+    def close_watches(self) -> None:
+        """End every open watch stream (before the server stops)."""
+        self._closing = True
+        for listener in list(self.store.listeners):
+            listener()
+
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        # kmock 0.8's path parser crashes on the bare ".../namespaces" collection (namespace create
+        # and list); build that request here and let the rest go through kmock as usual.
+        if raw_request.path.rstrip("/") not in ("/api/v1/namespaces",):
+            return await super().__call__(raw_request)
+        body = await raw_request.read()
+        request = rendering.Request(
+            id=len(self._requests), raw_request=raw_request, url=raw_request.url, method=raw_request.method,
+            params=dict(raw_request.query), headers=dict(raw_request.headers), body=body,
+            text=body.decode("utf-8", "replace"))
+        self._requests.append(request)
+        return await self._handle(request)
+
+    # kmock keeps every request for test assertions; bound that list for long-running demos.
+    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        if len(self._requests) > self.request_log_limit:
+            del self._requests[: len(self._requests) - self.request_log_limit // 2]
+        return await super()._handle(request)
+
+    @staticmethod
+    def _is_api_request(request: rendering.Request) -> bool:
+        return _route(request.url.path) is not None
+
+    async def _serve(self, request: rendering.Request) -> rendering.Response:
+        route = _route(request.url.path)
+        assert route is not None  # the criteria guarantee it
+        try:
+            return self._dispatch(request, route)
+        except ApiError as error:
+            return rendering.Response(status=error.code, headers=_JSON, payload=error.status())
+
+    def _dispatch(self, request: rendering.Request, route: _Route) -> rendering.Response:
+        rt, ns, name, sub = route.rt, route.namespace, route.name, route.subresource
+        params = request.params
+        method = request.method.value if hasattr(request.method, "value") else str(request.method)
+        if params.get("dryRun"):
+            raise ApiError(400, "BadRequest", "dryRun is not supported by the simulated API server")
+        if sub not in (None, "status", "binding") or (sub == "binding" and rt.plural != "pods") \
+                or (sub == "status" and not rt.has_status):
+            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({rt.plural}/{sub})")
+
+        if method == "GET":
+            predicate = self._predicate(rt, params, name)
+            if _truthy(params.get("watch")):
+                return self._start_watch(route, params, predicate)
+            if name is None:
+                items = self.store.list(rt, ns, predicate)
+                body = {"kind": f"{rt.kind}List", "apiVersion": rt.api_version,
+                        "metadata": {"resourceVersion": str(self.store.rv)}, "items": items}
+                return rendering.Response(status=200, headers=_JSON, payload=body)
+            return self._ok(self.store.get(rt, ns, name))
+
+        if rt.namespaced and ns is None and method in ("POST", "PUT", "PATCH", "DELETE"):
+            raise ApiError(405, "MethodNotAllowed", f"{rt.plural} are namespaced: use /namespaces/<ns>/{rt.plural}")
+        if method == "POST" and rt.plural == "bindings" and name is None:
+            body = self._body(request)
+            target = (body.get("metadata") or {}).get("name", "") if isinstance(body, dict) else ""
+            return self._ok(self.store.bind(ns or "", target, body), 201)
+        if method == "POST" and sub == "binding":
+            return self._ok(self.store.bind(ns or "", name or "", self._body(request)), 201)
+        if method == "POST" and name is None:
+            return self._ok(self.store.create(rt, ns, self._body(request)), 201)
+        if method == "PUT" and name is not None:
+            return self._ok(self.store.replace(rt, ns, name, self._body(request), sub))
+        if method == "PATCH" and name is not None:
+            content_type = request.headers.get("Content-Type", request.headers.get("content-type", ""))
+            return self._ok(self.store.patch(rt, ns, name, self._body(request), content_type, sub))
+        if method == "DELETE" and name is not None and sub is None:
+            return self._ok(self.store.delete(rt, ns, name, self._body(request, optional=True)))
+        if method == "DELETE" and name is None:
+            deleted = [self.store.delete(rt, obj["metadata"].get("namespace"), obj["metadata"]["name"])
+                       for obj in self.store.list(rt, ns, self._predicate(rt, params, None))]
+            return self._ok({"kind": f"{rt.kind}List", "apiVersion": rt.api_version,
+                             "metadata": {"resourceVersion": str(self.store.rv)}, "items": deleted})
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {request.url.path}")
+
+    @staticmethod
+    def _ok(body: Mapping[str, Any], status: int = 200) -> rendering.Response:
+        return rendering.Response(status=status, headers=_JSON, payload=dict(body))
+
+    @staticmethod
+    def _body(request: rendering.Request, optional: bool = False) -> Any:
+        if not request.body:
+            if optional:
+                return {}
+            raise ApiError(400, "BadRequest", "the request needs a JSON body")
+        try:
+            return json.loads(request.body)
+        except ValueError as error:
+            raise ApiError(400, "BadRequest", f"the request body is not valid JSON: {error}") from None
+
+    @staticmethod
+    def _predicate(rt: ResourceType, params: Mapping[str, str], name: str | None) -> Callable[[Mapping[str, Any]], bool]:
+        try:
+            matches = compile_selectors(params.get("labelSelector"), params.get("fieldSelector"), rt.plural)
+        except SelectorError as error:
+            raise ApiError(400, "BadRequest", str(error)) from None
+        if name is None:
+            return matches
+        return lambda obj: obj["metadata"]["name"] == name and matches(obj)
+
+    # -- watch ---------------------------------------------------------------------
+
+    def _start_watch(self, route: _Route, params: Mapping[str, str],
+                     predicate: Callable[[Mapping[str, Any]], bool]) -> rendering.Response:
+        since = params.get("resourceVersion") or "0"
+        if not since.isdigit():
+            raise ApiError(400, "BadRequest", f"invalid resourceVersion {since!r}: must be an integer")
+        try:
+            timeout = float(params.get("timeoutSeconds") or self.watch_timeout)
+        except ValueError:
+            raise ApiError(400, "BadRequest", "timeoutSeconds must be a number") from None
+        stream = self._watch(route, int(since), timeout, _truthy(params.get("allowWatchBookmarks")), predicate)
+        return rendering.Response(status=200, headers=_JSON, payload=stream)
+
+    async def _watch(self, route: _Route, since: int, timeout: float, bookmarks: bool,
+                     predicate: Callable[[Mapping[str, Any]], bool]) -> AsyncIterator[Any]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        wake = asyncio.Event()
+        self.store.listeners.append(wake.set)
+        try:
+            yield b""  # send the headers now: clients block until they arrive
+            if since == 0:  # "any version": the current state as ADDED events, then changes
+                last = self.store.rv
+                for obj in self.store.list(route.rt, route.namespace, predicate):
+                    yield {"type": "ADDED", "object": obj}
+            else:
+                last = since
+            while not self._closing:
+                wake.clear()
+                try:
+                    events = self.store.events_after(last)
+                except ApiError as error:  # compacted: the client must relist
+                    yield {"type": "ERROR", "object": error.status()}
+                    return
+                for event in events:
+                    last = event.rv
+                    out = self._translate(event, route, predicate)
+                    if out is not None:
+                        yield out
+                if events:
+                    continue
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return
+                try:
+                    await asyncio.wait_for(wake.wait(), min(remaining, self.bookmark_interval))
+                except asyncio.TimeoutError:
+                    if bookmarks and loop.time() < deadline:
+                        yield {"type": "BOOKMARK", "object": {
+                            "kind": route.rt.kind, "apiVersion": route.rt.api_version,
+                            "metadata": {"resourceVersion": str(max(last, 0))}}}
+        finally:
+            if wake.set in self.store.listeners:
+                self.store.listeners.remove(wake.set)
+
+    @staticmethod
+    def _translate(event: WatchEvent, route: _Route,
+                   predicate: Callable[[Mapping[str, Any]], bool]) -> dict[str, Any] | None:
+        """The event as this watch sees it: selector transitions become ADDED/DELETED, as the API does."""
+        if (event.group, event.plural) != (route.rt.group, route.rt.plural):
+            return None
+        if route.namespace is not None and event.obj["metadata"].get("namespace") != route.namespace:
+            return None
+        now = predicate(event.obj)
+        if event.type == "MODIFIED":
+            before = event.old is not None and predicate(event.old)
+            kind = "MODIFIED" if now and before else "ADDED" if now else "DELETED" if before else None
+        else:
+            kind = event.type if now else None
+        return None if kind is None else {"type": kind, "object": event.obj}
+
+
+class SimKubeAPI:
+    """The simulated API on ``127.0.0.1:<port>`` in a background thread.
+
+    ``start()`` returns once it accepts connections; ``stop()`` ends open watches and
+    closes the port; ``start()`` again serves the same objects on the same port
+    (a restart, as an informer sees it). Store access from other threads goes through
+    ``call()``, which runs a function on the server's event loop.
+    """
+
+    def __init__(self, *, port: int = 0, history: int = 5000, watch_timeout: float = 1800.0,
+                 bookmark_interval: float = 10.0):
+        self.store = Store(history=history)
+        self.port = port
+        self.kubeconfig: str | None = None
+        self._watch_timeout = watch_timeout
+        self._bookmark_interval = bookmark_interval
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._emulator: KubeEmulator | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    @property
+    def emulator(self) -> KubeEmulator:
+        """The kmock handler: add reactions to inject faults, read ``.requests``."""
+        if self._emulator is None:
+            raise RuntimeError("the simulated API is not running")
+        return self._emulator
+
+    def start(self, timeout: float = 10.0) -> SimKubeAPI:
+        if self._thread is not None:
+            raise RuntimeError("the simulated API is already running")
+        ready = threading.Event()
+        failure: list[BaseException] = []
+        self._thread = threading.Thread(target=self._run, args=(ready, failure), name="sim-kube-api", daemon=True)
+        self._thread.start()
+        if not ready.wait(timeout):
+            raise RuntimeError("the simulated API did not start in time")
+        if failure:
+            self._thread.join()
+            self._thread = None
+            raise RuntimeError(f"the simulated API failed to start: {failure[0]}") from failure[0]
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        thread, loop, stopping = self._thread, self._loop, self._stopping
+        if thread is None or loop is None or stopping is None:
+            return
+        loop.call_soon_threadsafe(stopping.set)
+        thread.join(timeout)
+        self._thread = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> SimKubeAPI:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def call(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """Run ``fn(*args, **kwargs)`` where the store lives (the server loop, or here when stopped)."""
+        loop = self._loop
+        if self._thread is None or loop is None:
+            with self._lock:
+                return fn(*args, **kwargs)
+
+        async def run() -> _T:
+            return fn(*args, **kwargs)
+
+        return asyncio.run_coroutine_threadsafe(run(), loop).result(timeout=30)
+
+    def compact(self) -> int:
+        """Forget the watch history (as etcd compaction does): older resourceVersions now get 410."""
+        return self.call(self.store.compact)
+
+    @property
+    def resource_version(self) -> int:
+        return self.call(lambda: self.store.rv)
+
+    def write_kubeconfig(self, path: str | os.PathLike[str]) -> str:
+        """A kubeconfig for kubectl and ``kubernetes.config.load_kube_config`` (JSON is valid YAML)."""
+        config = {
+            "apiVersion": "v1", "kind": "Config", "preferences": {},
+            "clusters": [{"name": "vgpu-sim", "cluster": {"server": self.url}}],
+            "users": [{"name": "vgpu-sim", "user": {}}],
+            "contexts": [{"name": "vgpu-sim", "context": {"cluster": "vgpu-sim", "user": "vgpu-sim",
+                                                          "namespace": "default"}}],
+            "current-context": "vgpu-sim",
+        }
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(config, handle, indent=2)
+        self.kubeconfig = os.fspath(path)
+        return self.kubeconfig
+
+    def api_client(self) -> Any:
+        """A fresh official-client ``ApiClient`` pointed at this server."""
+        import kubernetes.client
+
+        configuration = kubernetes.client.Configuration()
+        configuration.host = self.url
+        return kubernetes.client.ApiClient(configuration)
+
+    # -- the server thread -----------------------------------------------------------
+
+    def _run(self, ready: threading.Event, failure: list[BaseException]) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve(ready))
+        except BaseException as error:  # reported to start(), which re-raises it
+            failure.append(error)
+            ready.set()
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+            self._loop = None
+
+    async def _serve(self, ready: threading.Event) -> None:
+        self._stopping = asyncio.Event()
+        emulator = KubeEmulator(store=self.store, watch_timeout=self._watch_timeout,
+                                bookmark_interval=self._bookmark_interval)
+        # kmock.Server is not used: its DNS interceptor patches aiohttp process-wide and must be
+        # unwound LIFO, which several emulators in several threads cannot promise.
+        async with emulator:
+            runner = aiohttp.web.ServerRunner(aiohttp.web.Server(emulator), shutdown_timeout=2.0,
+                                              handle_signals=False, access_log=None)
+            await runner.setup()
+            try:
+                site = aiohttp.web.TCPSite(runner, "127.0.0.1", self.port, reuse_address=True)
+                await site.start()
+                server = site._server
+                assert isinstance(server, asyncio.base_events.Server)
+                self.port = server.sockets[0].getsockname()[1]
+                self._emulator = emulator
+                ready.set()
+                await self._stopping.wait()
+                emulator.close_watches()
+            finally:
+                self._emulator = None
+                await runner.cleanup()

@@ -1,0 +1,56 @@
+"""Fixtures shared by every test area.
+
+- ``kube``: a fresh simulated Kubernetes API (``vgpu_plugin.sim.kube.SimKubeAPI``) per
+  test, already started, with ``.kubeconfig`` written to the test's temp dir,
+  ``.url``, ``.api_client()``, ``.store``, ``.compact()`` and ``.emulator``.
+- ``kube_session``: one API for a whole session, for read-mostly tests that
+  create their own uniquely named objects (start costs ~0.1 s, so prefer ``kube``).
+- ``core_v1``: ``kubernetes.client.CoreV1Api`` on ``kube``.
+- ``topology_fixtures``: the directory of real ``nvidia-smi topo -m`` captures.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+TOPOLOGY_FIXTURES = REPO.parent / "shared" / "fixtures" / "topology"
+
+
+@pytest.fixture
+def kube(tmp_path: pathlib.Path) -> Iterator[object]:
+    from vgpu_plugin.sim.kube import SimKubeAPI
+
+    api = SimKubeAPI().start()
+    api.write_kubeconfig(tmp_path / "kubeconfig")
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from vgpu_plugin.sim.kube import SimKubeAPI
+
+    api = SimKubeAPI().start()
+    api.write_kubeconfig(tmp_path_factory.mktemp("kube-session") / "kubeconfig")
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
+@pytest.fixture
+def core_v1(kube: object) -> object:
+    import kubernetes.client
+
+    return kubernetes.client.CoreV1Api(kube.api_client())  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def topology_fixtures() -> pathlib.Path:
+    return TOPOLOGY_FIXTURES
