@@ -253,6 +253,7 @@ class Sampler:
                 previous.usage,
             )
         self._snapshot = snapshot
+        self.samples_taken += 1  # attempts, failed ones included
         return snapshot
 
     def _sample(self) -> Snapshot:
@@ -283,7 +284,6 @@ class Sampler:
         cards = self._card_views(pods, {}, sample)
         taken_at = float(getattr(sample, "taken_at", now) or now)
         self._record_history(pods, usage, taken_at)
-        self.samples_taken += 1
         return Snapshot(self.node, self.period, taken_at, None, cards, self._topology, self._topology_dict,
                         pods, processes, usage)
 

@@ -1,0 +1,123 @@
+"""Helpers for the metrics tests: pods as the API server sends them, a fake proc root, simulated GPUs."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jupyter_vgpu.core.contract import (
+    DEFAULT_NAMES,
+    CardShare,
+    ContainerAllocation,
+    PodAllocation,
+    Request,
+    request_limits,
+)
+from jupyter_vgpu.gpu.simulated import SimulatedGPUs
+
+TOPOLOGY_FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "topology"
+NODE = "gpu-node-1"
+RUNTIMES = ("containerd", "cri-o", "docker")
+
+
+def cgroup_text(pod_uid: str, container_id: str, runtime: str, qos: str = "burstable",
+                driver: str = "systemd") -> str:
+    """The /proc/<pid>/cgroup text kubelet's layout gives a container process (cgroup v2)."""
+    if driver == "cgroupfs":
+        leaf = f"crio-{container_id}" if runtime == "cri-o" else container_id
+        qos_part = "" if qos == "guaranteed" else f"/{qos}"
+        return f"0::/kubepods{qos_part}/pod{pod_uid}/{leaf}\n"
+    scope = {"containerd": "cri-containerd", "cri-o": "crio", "docker": "docker"}[runtime]
+    uid = pod_uid.replace("-", "_")
+    if qos == "guaranteed":
+        return f"0::/kubepods.slice/kubepods-pod{uid}.slice/{scope}-{container_id}.scope\n"
+    return (f"0::/kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{uid}.slice/"
+            f"{scope}-{container_id}.scope\n")
+
+
+@dataclass
+class FakeNode:
+    """A node's view of pods: pod dicts, a proc root with cgroup files, simulated GPUs."""
+
+    gpus: SimulatedGPUs
+    proc_root: str
+    node: str = NODE
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    _next_pid: int = 1000
+
+    def items(self) -> list[dict[str, Any]]:
+        return list(self.pods)
+
+    def card_uuid(self, index: int) -> str:
+        return self.gpus.inventory()[index].uuid
+
+    def pod(self, name: str, shares: dict[str, tuple[int, int, tuple[int, ...]]], *, namespace: str = "hub",
+            runtime: str = "containerd", node: str | None = None, phase: str = "Running",
+            annotate: bool = True) -> dict[str, Any]:
+        """A pod with containers name -> (cores, memory units, cards); containers with
+        cores 0 ask for no vGPU. The allocation annotation is written as at bind."""
+        uid = str(uuid.uuid4())
+        containers, statuses, allocations = [], [], []
+        for index, (container, (cores, units, cards)) in enumerate(shares.items()):
+            spec: dict[str, Any] = {"name": container, "image": "jupyter/base-notebook"}
+            if cores:
+                spec["resources"] = {"limits": request_limits(Request(cores, units))}
+                allocations.append(ContainerAllocation(index, container, tuple(
+                    CardShare(card, self.card_uuid(card), min(cores, 100), units // len(cards)) for card in cards)))
+            containers.append(spec)
+            statuses.append({"name": container, "ready": True, "restartCount": 0,
+                             "containerID": f"{runtime}://{secrets.token_hex(32)}"})
+        annotations = {}
+        if annotate and allocations:
+            annotations[DEFAULT_NAMES.allocation] = PodAllocation(node or self.node, tuple(allocations)).to_json()
+        pod = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid, "annotations": annotations},
+            "spec": {"nodeName": node or self.node, "schedulerName": "vgpu-scheduler", "containers": containers},
+            "status": {"phase": phase, "containerStatuses": statuses},
+        }
+        self.pods.append(pod)
+        return pod
+
+    def run(self, pod: dict[str, Any], container: str, card: int, *, memory_mib: int, utilization: float,
+            qos: str = "burstable", driver: str = "systemd") -> int:
+        """Start a GPU process in a container (a cgroup file for it, a process on the card)."""
+        pid = self._next_pid
+        self._next_pid += 1
+        status = next(s for s in pod["status"]["containerStatuses"] if s["name"] == container)
+        runtime, _, container_id = status["containerID"].partition("://")
+        self.write_cgroup(pid, cgroup_text(pod["metadata"]["uid"], container_id, runtime, qos, driver))
+        self.gpus.start_process(pid, card, memory_limit_mib=40960, cores_limit=100)
+        self.gpus.set_usage(pid, memory_mib, utilization)
+        return pid
+
+    def run_outside(self, card: int, *, memory_mib: int, utilization: float,
+                    cgroup: str = "0::/user.slice/user-1000.slice/session-3.scope\n") -> int:
+        pid = self._next_pid
+        self._next_pid += 1
+        self.write_cgroup(pid, cgroup)
+        self.gpus.start_process(pid, card, memory_limit_mib=40960, cores_limit=100)
+        self.gpus.set_usage(pid, memory_mib, utilization)
+        return pid
+
+    def write_cgroup(self, pid: int, text: str) -> None:
+        os.makedirs(os.path.join(self.proc_root, str(pid)), exist_ok=True)
+        with open(os.path.join(self.proc_root, str(pid), "cgroup"), "w") as handle:
+            handle.write(text)
+
+
+
+
+def wait_for_samples(sampler: Any, count: int, timeout: float = 60.0) -> None:
+    """Wait until the running sampler has taken ``count`` more samples (generous on a busy machine)."""
+    target = sampler.samples_taken + count
+    deadline = time.monotonic() + timeout
+    while sampler.samples_taken < target:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the sampler took {sampler.samples_taken} samples, expected {target}")
+        time.sleep(0.01)

@@ -1,0 +1,238 @@
+"""The per-pod JSON API over real HTTP: shapes, tokens, and that nothing about other pods leaks."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from metrics_support import NODE, FakeNode, wait_for_samples
+from vgpu_plugin.metrics import MetricsServer
+from vgpu_plugin.tokens import TokenMinter
+
+OTHER_POD = "jupyter-mallory-7f3a"
+OTHER_NAMESPACE = "secret-team-ns"
+OTHER_CONTAINER = "mallory-notebook"
+
+
+@pytest.fixture
+def cluster(fake_node: FakeNode) -> dict[str, Any]:
+    """Alice holds a quarter of card 2; Mallory (another team) shares card 2 and holds card 3."""
+    alice = fake_node.pod("jupyter-alice", {"notebook": (25, 16, (2,)), "sidecar": (0, 0, ())})
+    mallory = fake_node.pod(OTHER_POD, {OTHER_CONTAINER: (50, 40, (2,)), "worker": (100, 0, (3,))},
+                            namespace=OTHER_NAMESPACE, runtime="cri-o")
+    alice_pid = fake_node.run(alice, "notebook", 2, memory_mib=3000, utilization=20)
+    fake_node.run(mallory, OTHER_CONTAINER, 2, memory_mib=8000, utilization=40)
+    fake_node.run(mallory, "worker", 3, memory_mib=20000, utilization=95)
+    return {"alice": alice, "mallory": mallory, "alice_pid": alice_pid}
+
+
+@pytest.fixture
+def server(fake_node: FakeNode, minter: TokenMinter, cluster: dict[str, Any]) -> Iterator[MetricsServer]:
+    server = MetricsServer(NODE, fake_node.gpus, fake_node, minter, address="127.0.0.1", port=0,
+                           period=0.05, history_seconds=600, proc_root=fake_node.proc_root,
+                           enforcement="hami-core")
+    server.start()
+    wait_for_samples(server.sampler, 3)
+    yield server
+    server.stop()
+
+
+def get(server: MetricsServer, path: str, token: str | None = None,
+        header: str | None = None) -> tuple[int, Any, str]:
+    request = urllib.request.Request(server.url + path)
+    if header is not None:
+        request.add_header("Authorization", header)
+    elif token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.headers, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers, error.read().decode()
+
+
+def uid(pod: dict[str, Any]) -> str:
+    return pod["metadata"]["uid"]
+
+
+PATHS = ("/api/v1/allocation", "/api/v1/usage", "/api/v1/topology")
+
+
+def test_allocation(server: MetricsServer, minter: TokenMinter, cluster: dict[str, Any], fake_node: FakeNode) -> None:
+    status, headers, body = get(server, "/api/v1/allocation", minter.mint(uid(cluster["alice"]), 0))
+    assert status == 200 and headers["Content-Type"].startswith("application/json")
+    assert headers["Cache-Control"] == "no-store"
+    assert json.loads(body) == {
+        "node": NODE, "namespace": "hub", "pod": "jupyter-alice", "podUid": uid(cluster["alice"]),
+        "container": "notebook", "containerIndex": 0, "cores": 25, "memoryMib": 4096,
+        "enforcement": "hami-core", "policy": "binpack",
+        "cards": [{"index": 2, "uuid": fake_node.card_uuid(2), "model": "NVIDIA A100-SXM4-40GB",
+                   "cores": 25, "memoryMib": 4096, "memoryTotalMib": 40960}],
+    }
+
+
+def test_whole_card_allocation_holds_the_card_memory(server: MetricsServer, minter: TokenMinter,
+                                                     cluster: dict[str, Any]) -> None:
+    status, _, body = get(server, "/api/v1/allocation", minter.mint(uid(cluster["mallory"]), 1))
+    assert status == 200
+    data = json.loads(body)
+    assert (data["container"], data["cores"], data["memoryMib"]) == ("worker", 100, 40960)
+
+
+def test_usage_against_limits_with_history(server: MetricsServer, minter: TokenMinter, cluster: dict[str, Any],
+                                           fake_node: FakeNode) -> None:
+    token = minter.mint(uid(cluster["alice"]), 0)
+    status, _, body = get(server, "/api/v1/usage?history=600", token)
+    assert status == 200
+    data = json.loads(body)
+    assert data["stale"] is False and data["message"] is None
+    assert data["periodSeconds"] == 0.05 and data["historySeconds"] == 600
+    assert data["limits"] == {"cores": 25, "memoryMib": 4096}
+    current = data["current"]
+    assert (current["memoryUsedMib"], current["utilizationPercent"]) == (3000, 20)
+    assert current["cards"] == [{"index": 2, "memoryUsedMib": 3000, "utilizationPercent": 20}]
+    assert len(data["history"]) >= 3
+    assert all(set(p) == {"t", "memoryUsedMib", "utilizationPercent"} for p in data["history"])
+    assert data["history"][-1]["t"] <= current["t"]
+    times = [p["t"] for p in data["history"]]
+    assert times == sorted(times)
+
+    fake_node.gpus.set_usage(cluster["alice_pid"], 3900, 24)
+    wait_for_samples(server.sampler, 2)
+    data = json.loads(get(server, "/api/v1/usage?history=0.01", token)[2])
+    assert (data["current"]["memoryUsedMib"], data["current"]["utilizationPercent"]) == (3900, 24)
+    assert len(data["history"]) <= 1
+
+
+@pytest.mark.parametrize("value", ["soon", "-5", "nan", "inf", ""])
+def test_bad_history_parameter_is_a_clear_400(server: MetricsServer, minter: TokenMinter,
+                                               cluster: dict[str, Any], value: str) -> None:
+    status, _, body = get(server, f"/api/v1/usage?history={value}", minter.mint(uid(cluster["alice"]), 0))
+    assert status == 400 and "history=" in json.loads(body)["message"]
+
+
+def test_topology_shows_others_only_anonymously(server: MetricsServer, minter: TokenMinter,
+                                                cluster: dict[str, Any], fake_node: FakeNode) -> None:
+    status, _, body = get(server, "/api/v1/topology", minter.mint(uid(cluster["alice"]), 0))
+    assert status == 200
+    for secret in (OTHER_POD, OTHER_NAMESPACE, OTHER_CONTAINER, uid(cluster["mallory"]), "worker"):
+        assert secret not in body
+    data = json.loads(body)
+    assert data["node"] == NODE and data["stale"] is False
+    assert len(data["links"]) == 8 and data["links"][0][0] == "X" and data["links"][0][1] == "NV12"
+    assert data["tree"]["level"] == "ROOT"
+    gpus = {g["index"]: g for g in data["gpus"]}
+    assert set(gpus) == set(range(8))
+    assert gpus[2] == {
+        "index": 2, "uuid": fake_node.card_uuid(2), "model": "NVIDIA A100-SXM4-40GB", "memoryMib": 40960,
+        "numa": gpus[2]["numa"], "healthy": True, "mine": True, "myCores": 25, "myMemoryMib": 4096,
+        "allocatedCores": 75, "allocatedMemoryMib": 56 * 256, "tenants": 1,
+        "memoryUsedMib": 11000, "utilizationPercent": 60,
+    }
+    assert gpus[3]["mine"] is False and gpus[3]["tenants"] == 1 and gpus[3]["allocatedCores"] == 100
+    assert gpus[0]["tenants"] == 0 and gpus[0]["allocatedCores"] == 0
+    assert isinstance(gpus[2]["numa"], int)
+
+
+def test_every_call_needs_a_token(server: MetricsServer) -> None:
+    for path in PATHS:
+        status, headers, body = get(server, path)
+        assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer")
+        assert "VGPU_TOKEN" in json.loads(body)["message"]
+
+
+def test_wrong_scheme_or_empty_token_is_401(server: MetricsServer, minter: TokenMinter,
+                                            cluster: dict[str, Any]) -> None:
+    token = minter.mint(uid(cluster["alice"]), 0)
+    for header in (f"Basic {token}", "Bearer", "Bearer   ", token):
+        assert get(server, "/api/v1/allocation", header=header)[0] == 401
+
+
+def refused(server: MetricsServer, token: str) -> list[tuple[int, str]]:
+    return [get(server, path, token)[::2] for path in PATHS]
+
+
+def assert_nothing_leaks(responses: list[tuple[int, str]], *pods: dict[str, Any]) -> None:
+    for status, body in responses:
+        assert status in (401, 403, 404), (status, body)
+        for pod in pods:
+            for secret in (pod["metadata"]["name"], pod["metadata"]["namespace"], uid(pod)):
+                assert secret not in body
+        assert set(json.loads(body)) == {"status", "message"}
+
+
+def test_forged_tokens_are_refused(server: MetricsServer, minter: TokenMinter, cluster: dict[str, Any]) -> None:
+    alice, mallory = cluster["alice"], cluster["mallory"]
+    genuine = minter.mint(uid(mallory), 0)
+    version, _, index, mac = genuine.split(".")
+    forged = [
+        f"{version}.{uid(alice)}.{index}.{mac}",  # someone else's MAC on Alice's pod
+        f"{version}.{uid(mallory)}.1.{mac}",  # right pod, other container
+        TokenMinter(secrets.token_bytes(32)).mint(uid(alice), 0),  # another node's secret
+        genuine[:-2] + ("AA" if not genuine.endswith("AA") else "BB"),
+        "v2." + genuine.split(".", 1)[1],
+        "garbage",
+        genuine + ".extra",
+    ]
+    for token in forged:
+        responses = refused(server, token)
+        assert {status for status, _ in responses} == {403}, token
+        assert_nothing_leaks(responses, alice, mallory)
+
+
+def test_a_token_reads_only_its_own_container(server: MetricsServer, minter: TokenMinter,
+                                              cluster: dict[str, Any]) -> None:
+    # Alice's token for her sidecar (no vGPU) does not reach her notebook's or anyone's data.
+    responses = refused(server, minter.mint(uid(cluster["alice"]), 1))
+    assert {status for status, _ in responses} == {404}
+    assert_nothing_leaks(responses, cluster["mallory"])
+    # Mallory's genuine token shows Mallory's data, never Alice's.
+    status, _, body = get(server, "/api/v1/topology", minter.mint(uid(cluster["mallory"]), 0))
+    assert status == 200
+    assert "jupyter-alice" not in body and uid(cluster["alice"]) not in body
+
+
+def test_token_of_a_pod_that_is_gone_is_refused(server: MetricsServer, minter: TokenMinter,
+                                                cluster: dict[str, Any], fake_node: FakeNode) -> None:
+    token = minter.mint(uid(cluster["mallory"]), 0)
+    assert get(server, "/api/v1/usage", token)[0] == 200
+    fake_node.pods.remove(cluster["mallory"])
+    wait_for_samples(server.sampler, 2)
+    responses = refused(server, token)
+    assert {status for status, _ in responses} == {403}
+    assert_nothing_leaks(responses, cluster["alice"])
+    # a pod that never ran here either
+    assert {s for s, _ in refused(server, minter.mint("0b9e3c1a-1111-4222-8333-944455556666", 0))} == {403}
+
+
+def test_new_pod_is_served_before_the_next_sample(fake_node: FakeNode, minter: TokenMinter) -> None:
+    server = MetricsServer(NODE, fake_node.gpus, fake_node, minter, address="127.0.0.1", port=0,
+                           period=3600, history_seconds=3600, proc_root=fake_node.proc_root)
+    server.start()
+    try:
+        wait_for_samples(server.sampler, 1)
+        pod = fake_node.pod("late", {"nb": (10, 4, (6,))})  # created after the only sample
+        status, _, body = get(server, "/api/v1/allocation", minter.mint(uid(pod), 0))
+        assert status == 200 and json.loads(body)["cards"][0]["index"] == 6
+    finally:
+        server.stop()
+
+
+def test_tokens_off_for_debugging(fake_node: FakeNode, minter: TokenMinter, cluster: dict[str, Any]) -> None:
+    server = MetricsServer(NODE, fake_node.gpus, fake_node, minter, address="127.0.0.1", port=0,
+                           period=0.05, require_token=False, proc_root=fake_node.proc_root)
+    server.start()
+    try:
+        wait_for_samples(server.sampler, 2)
+        status, _, body = get(server, "/api/v1/allocation?pod=hub/jupyter-alice&container=notebook")
+        assert status == 200 and json.loads(body)["pod"] == "jupyter-alice"
+        assert get(server, "/api/v1/allocation?pod=hub/nobody")[0] == 404
+        assert get(server, "/api/v1/allocation")[0] == 401  # says who you are one way or the other
+        assert get(server, "/api/v1/allocation", "forged")[0] == 403  # a token, when sent, is checked
+    finally:
+        server.stop()
