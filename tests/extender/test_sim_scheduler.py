@@ -1,0 +1,100 @@
+"""The kube-scheduler stand-in and the extender together, over HTTP, on the simulated API."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from extender_support import GIB_UNITS, NAMES, node, pod, wait_for
+from vgpu_plugin.sim.scheduler import SimScheduler, fit_error, load_config
+
+from jupyter_vgpu.core import contract
+
+
+@pytest.fixture
+def scheduled(cluster):
+    cluster.add_node(node("gpu-a", count=2, memory_gib=16))
+    cluster.add_node(node("gpu-b", count=2, memory_gib=16, cpu="2"))
+    cluster.start_extender()
+    scheduler = SimScheduler(cluster.kube.api_client(), extender_url=cluster.extender.base_url, seed=1,
+                             initial_backoff=0.2, max_backoff=1.0)
+    scheduler.start()
+    try:
+        yield cluster, scheduler
+    finally:
+        scheduler.stop()
+
+
+def events(cluster, name, reason):
+    items = json.loads(cluster.core.list_namespaced_event("default", _preload_content=False).data)["items"]
+    return [e for e in items if e["involvedObject"]["name"] == name and e["reason"] == reason]
+
+
+def test_pods_are_scheduled_through_the_extender(scheduled):
+    cluster, _ = scheduled
+    for i in range(6):
+        cluster.add_pod(pod(f"nb-{i}", cores=30, memory_units=4 * GIB_UNITS))
+    bound = wait_for(lambda: all(p["spec"].get("nodeName") for p in cluster.list_pods()) and cluster.list_pods(),
+                     message="all pods bound")
+    for p in bound:
+        allocation = contract.PodAllocation.from_json(p["metadata"]["annotations"][NAMES.allocation])
+        assert allocation.node == p["spec"]["nodeName"]
+        assert events(cluster, p["metadata"]["name"], "Scheduled")
+    # binpack: 4 cards x 100 cores hold 3 shares of 30 each; 6 pods need 2 cards, never 3
+    cards = {(a.node, s.index) for p in bound
+             for a in [contract.PodAllocation.from_json(p["metadata"]["annotations"][NAMES.allocation])]
+             for c in a.containers for s in c.cards}
+    assert len(cards) == 2
+    assert cluster.extender.ledger.overcommitted() == []
+
+
+def test_unschedulable_pod_gets_failed_scheduling_events_and_is_retried(scheduled):
+    cluster, scheduler = scheduled
+    # 60 cores: only one such share per card; 4 cards
+    for i in range(4):
+        cluster.add_pod(pod(f"big-{i}", cores=60, memory_units=2 * GIB_UNITS))
+    wait_for(lambda: sum(1 for p in cluster.list_pods() if p["spec"].get("nodeName")) == 4, message="4 bound")
+    cluster.add_pod(pod("late", cores=60, memory_units=2 * GIB_UNITS))
+    failed = wait_for(lambda: events(cluster, "late", "FailedScheduling"), message="FailedScheduling event")
+    message = failed[0]["message"]
+    # gpu-b has 2 CPUs for two 1-CPU pods: kube-scheduler's own fit refuses it first
+    assert message == ("0/2 nodes are available: 1 Insufficient cpu, 1 needs 60 cores and 2 GiB on one card; "
+                       "largest free share is 40 cores / 14 GiB on card 0."), message
+    assert failed[0]["type"] == "Warning" and failed[0]["involvedObject"]["kind"] == "Pod"
+    # retried with backoff: the same event counted again
+    wait_for(lambda: events(cluster, "late", "FailedScheduling")[0].get("count", 1) >= 2, message="a retry")
+    # free a card: the pod is scheduled on the next attempt
+    cluster.core.delete_namespaced_pod("big-0", "default")
+    wait_for(lambda: cluster.read_pod("late")["spec"].get("nodeName"), message="late pod bound")
+    assert cluster.extender.ledger.overcommitted() == []
+
+
+def test_node_level_fit_comes_first_like_kube_scheduler(scheduled):
+    cluster, _ = scheduled
+    hungry = pod("hungry", cores=10, memory_units=GIB_UNITS)
+    hungry["spec"]["containers"][0]["resources"] = {
+        "limits": {"cpu": "4", NAMES.core_resource: "10", NAMES.memory_resource: "4"}}
+    hungry["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "gpu-b"}
+    cluster.add_pod(hungry)
+    failed = wait_for(lambda: events(cluster, "hungry", "FailedScheduling"), message="event")
+    assert failed[0]["message"] == ("0/2 nodes are available: 1 Insufficient cpu, "
+                                    "1 node(s) didn't match Pod's node affinity/selector.")
+
+
+def test_fit_error_format():
+    assert fit_error(3, {"a": ["Insufficient cpu"], "b": ["x"], "c": ["Insufficient cpu"]}) == \
+        "0/3 nodes are available: 1 x, 2 Insufficient cpu."
+
+
+def test_full_node_mode_works_too(cluster):
+    cluster.add_node(node("gpu-a", count=1, memory_gib=16))
+    cluster.start_extender()
+    config = load_config()
+    ext = config.extenders[0]
+    import dataclasses
+
+    full = dataclasses.replace(config, extenders=(dataclasses.replace(ext, node_cache_capable=False),))
+    scheduler = SimScheduler(cluster.kube.api_client(), full, extender_url=cluster.extender.base_url)
+    with scheduler:
+        cluster.add_pod(pod("nb", cores=50, memory_units=4 * GIB_UNITS))
+        wait_for(lambda: cluster.read_pod("nb")["spec"].get("nodeName") == "gpu-a", message="bound")
