@@ -227,6 +227,9 @@ class Decisions:
         unresolvable: dict[str, str] = {}
         with self.ledger.lock:
             for name, entry in self._entries(args):
+                if ask.invalid:
+                    unresolvable[name] = ask.invalid
+                    continue
                 if entry is None or not entry.known:
                     failed[name] = "the extender has not seen this node yet"
                     continue
