@@ -27,3 +27,34 @@ def clean_vgpu_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def run(jp_asyncio_loop):  # type: ignore[no-untyped-def]
     """Run a coroutine on the server's loop (pytest-asyncio would run tests on another one)."""
     return jp_asyncio_loop.run_until_complete
+
+
+@pytest.fixture
+def vgpu_config() -> dict:
+    """c.VGPUExtension settings for the server under test; tests override this fixture."""
+    return {"source": "none"}
+
+
+@pytest.fixture
+def jp_server_config(vgpu_config):  # type: ignore[no-untyped-def]
+    from traitlets.config import Config
+
+    return Config({
+        "ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}},
+        "VGPUExtension": vgpu_config,
+    })
+
+
+@pytest.fixture
+def peers(jp_asyncio_loop):  # type: ignore[no-untyped-def]
+    """A node API and a gpu-manager /metric on 127.0.0.1; ``peers['url']`` is their base."""
+    import asyncio
+
+    from server_peers import serve
+
+    asyncio.set_event_loop(jp_asyncio_loop)
+    state: dict = {"metric_text": ""}
+    server, url = serve(state)
+    state["url"] = url
+    yield state
+    server.stop()

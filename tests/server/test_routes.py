@@ -1,0 +1,243 @@
+"""Every route of the server extension through a real jupyter-server (pytest-jupyter).
+
+pytest-jupyter's default base URL is "/a%40b/" (an escaped '@'), so every request here
+also checks that the routes work under a base URL with escapes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+import tornado.httpclient
+import tornado.websocket
+from server_peers import ALLOCATION, TOKEN, TOPOLOGY, as_json, closed_port_url
+
+from jupyter_vgpu.core import contract
+from jupyter_vgpu.server.gpu_manager import VcudaConfig, encode_vcuda_config
+from jupyter_vgpu.server.request_setup import NO_REQUESTER
+
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "topology"
+ROUTES = ("allocation", "topology", "usage", "requests")
+
+
+def get(run, jp_fetch, *parts, **params):  # type: ignore[no-untyped-def]
+    return as_json(run(jp_fetch("vgpu", "api", *parts, params=params or None)))
+
+
+def test_base_url_has_escapes(run, jp_fetch, jp_base_url):  # type: ignore[no-untyped-def]
+    assert "%40" in jp_base_url  # the rest of this module runs under it
+    response = run(jp_fetch("vgpu", "api", "allocation"))
+    assert response.effective_url.split("?")[0].endswith("/a%40b/vgpu/api/allocation")
+
+
+def test_no_vgpu_is_a_helpful_empty_state(run, jp_fetch):  # type: ignore[no-untyped-def]
+    allocation = get(run, jp_fetch, "allocation")
+    assert allocation["state"] == "none" and allocation["source"] == "none"
+    assert allocation["allocation"] is None
+    assert "%vgpu request" in allocation["message"] and "GPU profile" in allocation["message"]
+    assert get(run, jp_fetch, "topology")["state"] == "none"
+    usage = get(run, jp_fetch, "usage")
+    assert usage["state"] == "none" and usage["current"] is None and usage["history"] == []
+
+
+def test_unauthenticated_requests_are_refused(run, jp_fetch, jp_base_url, jp_http_port):  # type: ignore[no-untyped-def]
+    base = f"http://127.0.0.1:{jp_http_port}{jp_base_url}vgpu/api/"
+
+    async def fetch(path, method):  # type: ignore[no-untyped-def]
+        body = json.dumps({"cores": 25, "memory": "4GiB"}) if method == "POST" else None
+        return await tornado.httpclient.AsyncHTTPClient().fetch(base + path, method=method, body=body,
+                                                                raise_error=False)
+
+    for path, method in [(r, "GET") for r in ROUTES] + [("requests", "POST"), ("requests/r1-x", "GET")]:
+        response = run(fetch(path, method))
+        assert response.code == 403, (path, method, response.code)
+    with pytest.raises(tornado.httpclient.HTTPClientError) as refused:
+        run(tornado.websocket.websocket_connect(f"ws://127.0.0.1:{jp_http_port}{jp_base_url}vgpu/api/usage/stream"))
+    assert refused.value.code == 403
+
+
+# --- node API --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def node_env(monkeypatch, peers):  # type: ignore[no-untyped-def]
+    env = {contract.ENV_METRICS_URL: peers["url"], contract.ENV_TOKEN: TOKEN, contract.ENV_CORES: "25",
+           contract.ENV_MEMORY_MIB: "4096", contract.ENV_DEVICE_UUIDS: "GPU-2222", contract.ENV_DEVICE_INDICES: "2",
+           contract.ENV_NODE: "gpu-node-1", contract.ENV_POD_NAME: "jupyter-alice",
+           contract.ENV_POD_NAMESPACE: "jupyter", contract.ENV_ENFORCEMENT: "hami-core"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env
+
+
+class TestNodeAPI:
+    @pytest.fixture
+    def vgpu_config(self, node_env):  # type: ignore[no-untyped-def]
+        return {"source": "auto", "stream_interval": 0.2}
+
+    def test_allocation_topology_usage(self, run, jp_fetch, peers):  # type: ignore[no-untyped-def]
+        allocation = get(run, jp_fetch, "allocation")
+        assert allocation == {"state": "allocated", "source": "node-api", "message": None, "allocation": ALLOCATION}
+        topology = get(run, jp_fetch, "topology")
+        assert topology["state"] == "available" and topology["topology"] == TOPOLOGY
+        usage = get(run, jp_fetch, "usage", history="5")
+        assert usage["state"] == "live" and usage["limits"] == {"cores": 25, "memoryMib": 4096}
+        assert len(usage["history"]) == 5 and usage["current"]["cards"][0]["index"] == 2
+        # the adapter sent the pod's read token and the history window
+        assert ("usage", {"history": [b"5"]}, f"Bearer {TOKEN}") in peers["requests"]
+
+    def test_stale_samples_are_a_state(self, run, jp_fetch, peers):  # type: ignore[no-untyped-def]
+        peers["stale"] = True
+        assert get(run, jp_fetch, "usage")["state"] == "stale"
+
+    def test_bad_history_is_a_400(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+        with pytest.raises(tornado.httpclient.HTTPClientError) as error:
+            run(jp_fetch("vgpu", "api", "usage", params={"history": "lots"}))
+        assert error.value.code == 400
+
+    def test_usage_stream_sends_samples(self, run, jp_ws_fetch):  # type: ignore[no-untyped-def]
+        async def two_messages():  # type: ignore[no-untyped-def]
+            ws = await jp_ws_fetch("vgpu", "api", "usage", "stream")
+            first = json.loads(await asyncio.wait_for(ws.read_message(), 30))
+            second = json.loads(await asyncio.wait_for(ws.read_message(), 30))
+            ws.close()
+            return first, second
+
+        first, second = run(two_messages())
+        assert first["state"] == "live" and first["limits"] == {"cores": 25, "memoryMib": 4096}
+        assert second["current"]["t"] > first["current"]["t"]
+
+    def test_slow_node_api_does_not_block_the_server(self, run, jp_fetch, peers):  # type: ignore[no-untyped-def]
+        peers["delay"] = 2.0
+
+        async def both():  # type: ignore[no-untyped-def]
+            slow = asyncio.ensure_future(jp_fetch("vgpu", "api", "usage"))
+            await asyncio.sleep(0.2)
+            started = time.monotonic()
+            await jp_fetch("api", "status")  # another route answers while the adapter waits
+            fast = time.monotonic() - started
+            await slow
+            return fast, slow.done()
+
+        fast, finished = run(both())
+        assert finished and fast < 1.5
+
+
+class TestNodeAPIUnreachable:
+    @pytest.fixture
+    def vgpu_config(self, node_env, monkeypatch):  # type: ignore[no-untyped-def]
+        monkeypatch.setenv(contract.ENV_METRICS_URL, closed_port_url())
+        return {"source": "node-api", "timeout": 2.0}
+
+    def test_unreachable_is_a_state_not_an_error(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+        allocation = get(run, jp_fetch, "allocation")
+        assert allocation["state"] == "unreachable" and "unreachable" in allocation["message"]
+        # what the device plugin put in the environment is still shown
+        assert allocation["allocation"]["cores"] == 25 and allocation["allocation"]["cards"][0]["uuid"] == "GPU-2222"
+        usage = get(run, jp_fetch, "usage")
+        assert usage["state"] == "unreachable" and usage["limits"] == {"cores": 25, "memoryMib": 4096}
+        assert get(run, jp_fetch, "topology")["state"] == "unreachable"
+
+
+class TestNodeAPIRefusesToken:
+    @pytest.fixture
+    def vgpu_config(self, node_env, monkeypatch):  # type: ignore[no-untyped-def]
+        monkeypatch.setenv(contract.ENV_TOKEN, "someone-elses-token")
+        return {"source": "auto"}
+
+    def test_refused_token_says_so(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+        allocation = get(run, jp_fetch, "allocation")
+        assert allocation["state"] == "unreachable" and "refused this pod's read token (HTTP 403" in allocation["message"]
+
+
+# --- gpu-manager ---------------------------------------------------------------------------
+
+
+class TestGpuManager:
+    @pytest.fixture
+    def vgpu_config(self, peers, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+        config_dir = tmp_path / "vcuda" / "0123abcd"
+        config_dir.mkdir(parents=True)
+        (config_dir / contract.GM_VCUDA_CONFIG_NAME).write_bytes(encode_vcuda_config(VcudaConfig(
+            pod_uid="uid-9", container_name="notebook", bus_id="0000:3B:00.0",
+            memory_bytes=8 * 1024**3, utilization=30, hard_limit=True)))
+        monkeypatch.setenv("HOSTNAME", "jupyter-bob")
+        monkeypatch.setenv("POD_NAMESPACE", "jupyter")
+        monkeypatch.setenv(contract.ENV_NVIDIA_VISIBLE_DEVICES, "3")
+        labels = 'pod_name="{}",namespace="jupyter",node="gm-node",container_name="notebook"'
+        peers["metric_text"] = "\n".join([
+            f"# TYPE {contract.METRIC_GM_CONTAINER_UTILIZATION} gauge",
+            f'{contract.METRIC_GM_CONTAINER_UTILIZATION}{{{labels.format("jupyter-bob")},gpu="gpu3"}} 12.5',
+            f'{contract.METRIC_GM_CONTAINER_UTILIZATION}{{{labels.format("jupyter-bob")},gpu="total"}} 12.5',
+            f'{contract.METRIC_GM_CONTAINER_MEMORY_TOTAL}{{{labels.format("jupyter-bob")},gpu_memory="total"}} 2048',
+            f'{contract.METRIC_GM_CONTAINER_UTILIZATION}{{{labels.format("jupyter-eve")},gpu="total"}} 99',
+        ]) + "\n"
+        return {"source": "auto", "vcuda_config_dir": str(tmp_path / "vcuda"),
+                "gpu_manager_metric_url": peers["url"] + "/metric"}
+
+    def test_gpu_manager_limits_and_usage(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+        allocation = get(run, jp_fetch, "allocation")
+        assert allocation["state"] == "allocated" and allocation["source"] == "gpu-manager"
+        body = allocation["allocation"]
+        assert (body["cores"], body["memoryMib"], body["pod"], body["container"]) == (30, 8192, "jupyter-bob", "notebook")
+        assert body["cards"][0]["index"] == 3 and body["cards"][0]["busId"] == "0000:3B:00.0"
+        usage = get(run, jp_fetch, "usage", history="60")
+        assert usage["state"] == "live"
+        assert usage["current"]["utilizationPercent"] == 12.5 and usage["current"]["memoryUsedMib"] == 2048
+        assert usage["limits"] == {"cores": 30, "memoryMib": 8192}
+        assert get(run, jp_fetch, "topology")["state"] == "none"
+
+
+# --- a workstation (local GPUs through the simulated backend) --------------------------------
+
+
+class TestLocalGPUs:
+    @pytest.fixture
+    def vgpu_config(self, monkeypatch):  # type: ignore[no-untyped-def]
+        monkeypatch.setenv(contract.ENV_NVIDIA_VISIBLE_DEVICES, "1,2")
+        return {"source": "auto", "local_backend": f"simulated:{FIXTURES / 'a100-sxm-4gpu-nv4.txt'}"}
+
+    def test_visible_cards_topology_usage(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+        allocation = get(run, jp_fetch, "allocation")
+        assert allocation["source"] == "local-nvml" and allocation["state"] == "allocated"
+        assert [c["index"] for c in allocation["allocation"]["cards"]] == [1, 2]
+        topology = get(run, jp_fetch, "topology")["topology"]
+        assert [g["mine"] for g in topology["gpus"]] == [False, True, True, False]
+        assert topology["tree"]["level"] == "ROOT" and len(topology["links"]) == 4
+        usage = get(run, jp_fetch, "usage")
+        assert usage["state"] == "live" and usage["limits"] == {"cores": 200, "memoryMib": 2 * 40960}
+        assert [c["index"] for c in usage["current"]["cards"]] == [1, 2]
+
+
+# --- share requests ----------------------------------------------------------------------------
+
+
+def test_requests_validate_and_explain(run, jp_fetch):  # type: ignore[no-untyped-def]
+    def post(body):  # type: ignore[no-untyped-def]
+        return run(jp_fetch("vgpu", "api", "requests", method="POST", body=json.dumps(body), raise_error=False))
+
+    for body, words in [({"cores": 25}, "needs vcuda-memory"), ({"cores": 150, "memory": 4}, "did you mean 100 or 200"),
+                        ({"cores": 25, "memory": "3.3GiB"}, "multiple of 256 MiB"), ({"memory": 4}, "cores"),
+                        ({"cores": -1, "memory": 4}, "negative")]:
+        response = post(body)
+        assert response.code == 400, body
+        assert words in as_json(response)["message"], (body, as_json(response))
+    assert post("not json").code == 400
+    with pytest.raises(tornado.httpclient.HTTPClientError) as none_yet:
+        run(jp_fetch("vgpu", "api", "requests"))
+    assert none_yet.value.code == 404
+
+    accepted = post({"cores": 25, "memory": "4GiB"})
+    assert accepted.code == 202 and accepted.headers["Location"].endswith(as_json(accepted)["id"])
+    request_id = as_json(accepted)["id"]
+    assert as_json(accepted)["memoryUnits"] == 16
+    final = get(run, jp_fetch, "requests", request_id)
+    assert final["state"] == "failed" and final["message"] == NO_REQUESTER
+    assert get(run, jp_fetch, "requests")["id"] == request_id
+    with pytest.raises(tornado.httpclient.HTTPClientError) as unknown:
+        run(jp_fetch("vgpu", "api", "requests", "r99-nothing"))
+    assert unknown.value.code == 404
