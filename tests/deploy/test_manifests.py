@@ -1,0 +1,250 @@
+"""deploy/: every kustomization renders, every object is valid, and nothing asks for more
+than it needs (no cluster-admin, no privileged mode, only the host paths the daemon uses)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from render_deploy import DEPLOY, KUSTOMIZATIONS, container, env_of, find, render
+
+from jupyter_vgpu.core import contract
+
+K8S_VERSION = "1.32.0"  # the kube-scheduler image in base/scheduler-deployment.yaml
+
+# The Prometheus Operator's CRDs are not in kubernetes-validate; ServiceMonitor is checked
+# against this minimal schema of the fields we use instead of being skipped.
+SERVICE_MONITOR_SCHEMA = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "metadata": {"type": "object", "required": ["name", "namespace"]},
+        "spec": {
+            "type": "object",
+            "required": ["selector", "endpoints"],
+            "additionalProperties": False,
+            "properties": {
+                "selector": {"type": "object", "properties": {"matchLabels": {"type": "object"}}, "additionalProperties": False},
+                "namespaceSelector": {"type": "object", "properties": {"matchNames": {"type": "array", "items": {"type": "string"}}}},
+                "endpoints": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["port"],
+                        "properties": {
+                            "port": {"type": "string"},
+                            "path": {"type": "string"},
+                            "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                            "relabelings": {"type": "array", "items": {"type": "object", "additionalProperties": False, "properties": {
+                                "sourceLabels": {"type": "array", "items": {"type": "string"}},
+                                "targetLabel": {"type": "string"}, "action": {"type": "string"},
+                                "regex": {"type": "string"}, "replacement": {"type": "string"},
+                            }}},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def with_monitoring(tmp_path: Path, overlay: str) -> str:
+    """A throwaway kustomization: a backend overlay plus the monitoring component."""
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(DEPLOY / overlay, tmp_path)],
+        "components": [os.path.relpath(DEPLOY / "components/monitoring", tmp_path)],
+    }))
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_every_object_validates(kustomization):
+    objects = render(kustomization)
+    assert objects
+    for obj in objects:
+        if obj["kind"] == "ServiceMonitor":
+            jsonschema.validate(obj, SERVICE_MONITOR_SCHEMA)
+            continue
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("backend", ["overlays/hami-core", "overlays/mps"])
+def test_backend_overlays_combine_with_monitoring(tmp_path, backend):
+    objects = render(with_monitoring(tmp_path, backend))
+    kinds = {o["kind"] for o in objects}
+    assert {"ServiceMonitor", "DaemonSet", "Deployment"} <= kinds
+    name = backend.split("/")[1]
+    assert env_of(container(objects, "DaemonSet", "vgpu-node", "node"))["VGPU_ENFORCEMENT"] == name
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_least_privilege_pods(kustomization):
+    objects = render(kustomization)
+    for obj in objects:
+        if obj["kind"] in ("ClusterRoleBinding", "RoleBinding"):
+            assert obj["roleRef"]["name"] not in ("cluster-admin", "admin", "edit"), obj["metadata"]["name"]
+        if obj["kind"] not in ("DaemonSet", "Deployment"):
+            continue
+        pod = obj["spec"]["template"]["spec"]
+        where = obj["metadata"]["name"]
+        for key in ("hostNetwork", "hostPID", "hostIPC"):
+            assert not pod.get(key), f"{where}: {key}"
+        assert pod["serviceAccountName"] != "default"
+        for c in pod["containers"] + pod.get("initContainers", []):
+            security = c.get("securityContext") or {}
+            assert not security.get("privileged"), f"{where}/{c['name']} is privileged"
+            assert security.get("allowPrivilegeEscalation") is False, f"{where}/{c['name']}"
+            assert security.get("readOnlyRootFilesystem") is True, f"{where}/{c['name']}"
+            assert security.get("capabilities", {}).get("drop") == ["ALL"], f"{where}/{c['name']}"
+            assert not security.get("capabilities", {}).get("add"), f"{where}/{c['name']} adds capabilities"
+
+
+EXPECTED_HOST_PATHS = {
+    # path -> read-only in the container?
+    "/var/lib/kubelet/device-plugins": False,   # our sockets, kubelet.sock, kubelet's checkpoint
+    "/var/lib/jupyter-vgpu": False,             # the token secret
+    "/proc": True,                              # pid -> cgroup -> pod for the metrics
+}
+BACKEND_HOST_PATHS = {"base": {}, "overlays/monitoring": {},
+                      # libvgpu.so + the per-container cache dirs the daemon creates; HAMi-core's locks
+                      "overlays/hami-core": {"/usr/local/vgpu": False, "/tmp/vgpulock": False},
+                      "overlays/mps": {}}
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_node_daemon_mounts_only_what_it_needs(kustomization):
+    objects = render(kustomization)
+    pod = find(objects, "DaemonSet", "vgpu-node")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for c in pod["containers"] for m in c.get("volumeMounts", [])}
+    host_paths = {v["hostPath"]["path"]: bool(mounts[name].get("readOnly")) for name, v in volumes.items() if "hostPath" in v}
+    assert host_paths == {**EXPECTED_HOST_PATHS, **BACKEND_HOST_PATHS[kustomization]}
+    scheduler = find(objects, "Deployment", "vgpu-scheduler")["spec"]["template"]["spec"]
+    assert not any("hostPath" in v for v in scheduler["volumes"])
+
+
+def _parser_factory(subcommand: str):
+    """The argparse parser builder of a `jupyter-vgpu` subcommand's module."""
+    from jupyter_vgpu.cli import SUBCOMMANDS
+
+    module_name = SUBCOMMANDS[subcommand][0].split(":")[0]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        pytest.fail(f"{module_name} has not landed yet ({error})")
+    for name in ("parser", "build_parser", "make_parser"):
+        if callable(getattr(module, name, None)):
+            return getattr(module, name)
+    pytest.fail(f"{module_name} has no parser()/build_parser() to check the manifest's flags against")
+
+
+def _parse(factory, env: dict[str, str], args: list[str], monkeypatch) -> dict | None:
+    """Parsed flags with exactly this VGPU_* environment; None when argparse refuses it."""
+    import os as _os
+
+    for key in list(_os.environ):
+        if key.startswith("VGPU_"):
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    try:
+        return vars(factory().parse_args(args))
+    except SystemExit:
+        return None
+
+
+def _resolve(value: str, env: dict[str, str]) -> str:
+    # Kubernetes expands $(VAR) in args from the container's env; fieldRefs become a stand-in
+    return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1)) or "node-1", value)
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+@pytest.mark.parametrize(
+    "kind, name, container_name",
+    [("DaemonSet", "vgpu-node", "node"), ("Deployment", "vgpu-scheduler", "extender")],
+)
+def test_env_and_flags_are_ones_the_code_reads(kustomization, kind, name, container_name, monkeypatch):
+    """A misspelt flag fails to parse; a misspelt VGPU_* variable would be silently ignored, so
+    each one is changed in turn and must change what the daemon's parser gives (or be refused)."""
+    c = container(render(kustomization), kind, name, container_name)
+    subcommand, *args = c["args"]
+    env = {k: v for k, v in env_of(c).items() if k.startswith("VGPU_") and v is not None}
+    args = [_resolve(a, env) for a in args]
+    factory = _parser_factory(subcommand)
+    baseline = _parse(factory, env, args, monkeypatch)
+    assert baseline is not None, f"{name}/{container_name}: `jupyter-vgpu {subcommand} {' '.join(args)}` does not parse"
+    for variable, value in env.items():
+        changed = str(int(value) + 1) if value.isdigit() else value + "-changed"
+        assert _parse(factory, {**env, variable: changed}, args, monkeypatch) != baseline, (
+            f"{name}/{container_name}: the parser ignores ${variable}")
+    if "enforcement" in baseline:
+        assert baseline["enforcement"] in contract.ENFORCEMENT_BACKENDS
+
+
+def test_metrics_port_service_and_servicemonitor_agree():
+    objects = render("overlays/monitoring")
+    node = container(objects, "DaemonSet", "vgpu-node", "node")
+    (port,) = [p for p in node["ports"] if p["name"] == "metrics"]
+    assert port["containerPort"] == contract.DEFAULT_METRICS_PORT
+    service = find(objects, "Service", "vgpu-node-metrics")
+    pod_labels = find(objects, "DaemonSet", "vgpu-node")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    monitor = find(objects, "ServiceMonitor", "vgpu-node")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} <= {p["name"] for p in service["spec"]["ports"]}
+
+
+def test_grafana_dashboard_uses_real_metric_names():
+    objects = render("overlays/monitoring")
+    configmap = find(objects, "ConfigMap", "vgpu-grafana-dashboard")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(configmap["data"]["jupyter-vgpu.json"])
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs += [v["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    used = {m for e in exprs for m in re.findall(r"\bvgpu_[a-z_]+\b", e)}
+    ours = {v for k, v in vars(contract).items() if k.startswith("METRIC_") and isinstance(v, str)}
+    assert used and used <= ours, f"not metric names: {used - ours}"
+    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+
+
+def _scheduler_config(objects) -> dict:
+    (configmap,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("vgpu-scheduler-config")]
+    deployment = find(objects, "Deployment", "vgpu-scheduler")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["config"]["configMap"]["name"] == configmap["metadata"]["name"]
+    assert configmap["metadata"]["namespace"] == "vgpu-system"
+    command = container(objects, "Deployment", "vgpu-scheduler", "kube-scheduler")["command"]
+    (flag,) = [a for a in command if a.startswith("--config=")]
+    mount = [m for m in container(objects, "Deployment", "vgpu-scheduler", "kube-scheduler")["volumeMounts"] if m["name"] == "config"][0]
+    key = flag.split("=", 1)[1].removeprefix(mount["mountPath"].rstrip("/") + "/")
+    assert key in configmap["data"], f"kube-scheduler reads {flag} but the ConfigMap has {list(configmap['data'])}"
+    return yaml.safe_load(configmap["data"][key])
+
+
+def test_scheduler_config_matches_the_deployment_and_rbac():
+    objects = render("base")
+    config = _scheduler_config(objects)
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    assert contract.SCHEDULER_NAME in [p["schedulerName"] for p in config["profiles"]]
+    extender_env = env_of(container(objects, "Deployment", "vgpu-scheduler", "extender"))
+    urls = [e["urlPrefix"] for p in [config] for e in p.get("extenders", [])]
+    assert urls, "the scheduler config calls no extender"
+    for url in urls:
+        assert re.fullmatch(rf"http://(127\.0\.0\.1|localhost):{extender_env['VGPU_EXTENDER_PORT']}/scheduler/?", url), url
+    lease = config.get("leaderElection", {})
+    role = find(objects, "Role", "vgpu-scheduler-lease")
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert lease.get("resourceName") in named[0]["resourceNames"]
+    assert lease.get("resourceNamespace") == role["metadata"]["namespace"] == "vgpu-system"

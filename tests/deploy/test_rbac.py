@@ -1,0 +1,177 @@
+"""RBAC in deploy/ against the Kubernetes calls the code actually makes.
+
+The calls are collected statically: every attribute under plugin/vgpu_plugin/<component>
+that names a method of the official client's API classes (``read_namespaced_pod``,
+``create_namespaced_pod_binding``, ``list_node`` handed to an Informer, ...). Each method's
+HTTP verb and path come from the client itself, and become (API group, resource, verb). A
+list function passed around uncalled feeds an informer, so it needs watch as well. Each
+component's own roles must grant every one of those, and nothing else.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import inspect
+import pkgutil
+import re
+import sys
+
+import kubernetes.client
+import kubernetes.client.api
+import pytest
+from render_deploy import REPO, find, render
+
+PLUGIN = REPO / "plugin" / "vgpu_plugin"
+SHARED = ("informer.py", "kubeclient.py", "tokens.py")
+
+# component -> (service account, the packages whose code runs under it, our own roles)
+COMPONENTS = {
+    "node": ("vgpu-node", ("deviceplugin", "metrics"), ("vgpu-node",)),
+    "extender": ("vgpu-scheduler", ("extender",), ("vgpu-extender",)),
+}
+
+Need = tuple[str, str, str]  # (api group, resource[/subresource], verb)
+
+
+@functools.cache
+def client_methods() -> dict[str, dict[str, tuple[str, str]]]:
+    """method name -> {API class name: (HTTP method, resource path)} for the official client."""
+    table: dict[str, dict[str, tuple[str, str]]] = {}
+    for module in pkgutil.iter_modules(kubernetes.client.api.__path__):
+        api_module = importlib.import_module(f"kubernetes.client.api.{module.name}")
+        classes = [(n, c) for n, c in vars(api_module).items()
+                   if n.endswith("Api") and inspect.isclass(c) and c.__module__ == api_module.__name__]
+        for class_name, cls in classes:
+            for name, member in vars(cls).items():
+                if not name.startswith("_") or not name.endswith("_serialize"):
+                    continue
+                found = re.search(r"method='(\w+)',\s*resource_path='([^']+)'", inspect.getsource(member))
+                if found:
+                    table.setdefault(name[1:-len("_serialize")], {})[class_name] = (found.group(1), found.group(2))
+    assert table, "could not read the kubernetes client's methods"
+    return table
+
+
+def rbac_for(http_method: str, path: str, watched: bool) -> list[Need]:
+    parts = path.strip("/").split("/")
+    if parts[0] == "api":
+        group, rest = "", parts[2:]
+    elif parts[0] == "apis":
+        group, rest = parts[1], parts[3:]
+    else:
+        return []  # /version and friends: non-resource URLs every authenticated client may read
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        rest = rest[2:]  # namespaced: namespaces/{namespace}/<resource>/...
+    resource = rest[0]
+    named = len(rest) >= 2
+    if len(rest) >= 3:
+        resource = f"{resource}/{rest[2]}"
+    verb = {"GET": "get" if named else "list", "POST": "create", "PATCH": "patch", "PUT": "update",
+            "DELETE": "delete" if named else "deletecollection"}[http_method]
+    needs = [(group, resource, verb)]
+    if verb == "list" and watched:
+        needs.append((group, resource, "watch"))
+    return needs
+
+
+def code_needs(packages: tuple[str, ...]) -> dict[Need, list[str]]:
+    """(group, resource, verb) -> where in the code it is needed."""
+    methods = client_methods()
+    needs: dict[Need, list[str]] = {}
+    files = [PLUGIN / f for f in SHARED] + [p for pkg in packages for p in sorted((PLUGIN / pkg).rglob("*.py"))]
+    for path in files:
+        if path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
+            continue
+        tree = ast.parse(path.read_text())
+        constructed = {n.func.attr if isinstance(n.func, ast.Attribute) else n.func.id
+                       for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, (ast.Attribute, ast.Name))}
+        called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or node.attr not in methods:
+                continue
+            candidates = methods[node.attr]
+            receiver = node.value.func if isinstance(node.value, ast.Call) else None
+            direct = getattr(receiver, "attr", None) or getattr(receiver, "id", None)
+            classes = ([direct] if direct in candidates else
+                       [c for c in candidates if c in constructed] or list(candidates))
+            assert len(classes) == 1, f"{path.name}:{node.lineno}: {node.attr} is ambiguous between {classes}"
+            http_method, resource_path = candidates[classes[0]]
+            for need in rbac_for(http_method, resource_path, watched=id(node) not in called):
+                needs.setdefault(need, []).append(f"{path.name}:{node.lineno} {node.attr}")
+    return needs
+
+
+def granted(objects, role_names: tuple[str, ...], service_account: str) -> set[Need]:
+    grants: set[Need] = set()
+    for role_name in role_names:
+        role = find(objects, "ClusterRole", role_name)
+        binding = find(objects, "ClusterRoleBinding", role_name)
+        assert binding["roleRef"]["name"] == role_name
+        assert {"kind": "ServiceAccount", "name": service_account, "namespace": "vgpu-system"} in binding["subjects"]
+        assert len(binding["subjects"]) == 1
+        for rule in role["rules"]:
+            assert not rule.get("resourceNames"), "name-restricted rules are checked separately"
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        assert "*" not in (group, resource, verb), f"{role_name} grants a wildcard"
+                        grants.add((group, resource, verb))
+    return grants
+
+
+@pytest.mark.parametrize("component", sorted(COMPONENTS))
+def test_roles_grant_exactly_what_the_code_calls(component):
+    service_account, packages, roles = COMPONENTS[component]
+    for package in packages:
+        if not (PLUGIN / package).is_dir():
+            pytest.fail(f"plugin/vgpu_plugin/{package}/ has not landed yet; cannot check {component} RBAC")
+    needs = code_needs(packages)
+    assert needs, f"found no Kubernetes calls under {packages}"
+    grants = granted(render("base"), roles, service_account)
+    missing = {need: where for need, where in needs.items() if need not in grants}
+    assert not missing, f"{component}: the code needs more than {roles} grant: {missing}"
+    extra = grants - set(needs)
+    assert not extra, f"{component}: {roles} grant what no code under {packages} calls: {sorted(extra)}"
+
+
+def test_scheduler_gets_the_standard_roles_and_only_its_own_lease():
+    objects = render("base")
+    bound = {(o["kind"], o["roleRef"]["name"], o["metadata"].get("namespace"))
+             for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")
+             and any(s["name"] == "vgpu-scheduler" for s in o["subjects"])}
+    assert bound == {
+        ("ClusterRoleBinding", "system:kube-scheduler", None),
+        ("ClusterRoleBinding", "system:volume-scheduler", None),
+        ("RoleBinding", "extension-apiserver-authentication-reader", "kube-system"),
+        ("RoleBinding", "vgpu-scheduler-lease", "vgpu-system"),
+        ("ClusterRoleBinding", "vgpu-extender", None),
+    }
+    lease = find(objects, "Role", "vgpu-scheduler-lease")
+    assert lease["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["vgpu-scheduler"], "verbs": ["get", "update"]},
+    ]
+
+
+def test_the_scanner_sees_calls_and_informers(tmp_path, monkeypatch):
+    """The scanner itself: a called read, a passed-along list (informer: list + watch), a binding."""
+    package = tmp_path / "fake"
+    package.mkdir()
+    (package / "mod.py").write_text(
+        "from kubernetes import client\n"
+        "core = client.CoreV1Api()\n"
+        "core.read_namespaced_pod('p', 'ns')\n"
+        "Informer(core.list_node)\n"
+        "core.create_namespaced_pod_binding('p', 'ns', {})\n"
+        "client.EventsV1Api().create_namespaced_event('ns', {})\n"
+        "self.api.patch_annotations('ns', 'p', {})\n"
+    )
+    for name in SHARED:
+        (tmp_path / name).write_text("")
+    monkeypatch.setattr(sys.modules[__name__], "PLUGIN", tmp_path)
+    assert set(code_needs(("fake",))) == {
+        ("", "pods", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
+        ("", "pods/binding", "create"), ("events.k8s.io", "events", "create"),
+    }
