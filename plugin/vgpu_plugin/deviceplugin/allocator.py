@@ -1,0 +1,632 @@
+"""Which pod kubelet is admitting, what its containers get, and the ledger of what was given.
+
+kubelet's Allocate names device IDs, never the pod. The pod is found the way
+gpu-admission's partner (gpu-manager) finds it: bound to this node, placed by the
+scheduler extender (``predicate-*`` annotations), not yet served, asking for exactly
+that many devices; among several, the oldest predicate time. The ``vcuda-core``
+Allocate carries the container's whole answer; ``vcuda-memory``'s is empty, so the
+two answers kubelet merges can never conflict, whatever order they come in.
+
+When identical requests make the choice ambiguous, kubelet's checkpoint later says
+which container really holds which device IDs; ``reconcile`` moves the records to
+match, so the annotations end up true.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from jupyter_vgpu.core import contract as c
+from jupyter_vgpu.core.contract import (
+    CardShare,
+    ContainerAllocation,
+    Names,
+    PodAllocation,
+    Request,
+    RequestError,
+)
+
+from . import api_pb2
+from .checkpoint import PodDeviceEntry
+from .devices import CORE, MEMORY, card_of, cards_in
+from .enforcement import EnforcementConfig, Identity, container_response
+from .state import CardsState
+
+if TYPE_CHECKING:
+    from jupyter_vgpu.core.inventory import Card
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]  # (pod UID, container index)
+
+
+class AllocationError(Exception):
+    """Allocate cannot be answered; the message is what kubelet puts on the pod."""
+
+
+class PodSource(Protocol):
+    def items(self) -> list[dict[str, Any]]: ...
+
+
+class TokenSource(Protocol):
+    def mint(self, pod_uid: str, container_index: int) -> str: ...
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """One container of a pod placed on this node by the extender."""
+
+    uid: str
+    namespace: str
+    pod: str
+    index: int
+    container: str
+    request: Request
+    cards: tuple[int, ...]  # from predicate-gpu-idx-<index>
+    predicate_time: int
+    record: ContainerAllocation | None  # our allocation annotation, when it agrees with the cards
+
+    def count(self, kind: str) -> int:
+        return self.request.cores if kind == CORE else self.request.memory_units
+
+    def describe(self) -> str:
+        memory = f", {self.request.memory_units} vcuda-memory" if self.request.memory_units else ""
+        cards = ",".join(map(str, self.cards))
+        return f"{self.namespace}/{self.pod} container {self.container!r} ({self.request.cores} vcuda-core{memory}, card {cards})"
+
+
+@dataclass
+class PodView:
+    uid: str
+    namespace: str
+    name: str
+    assigned: bool  # gpu-assigned == "true"
+    annotations: dict[str, str]
+    containers: list[Wanted] = field(default_factory=list)
+    problem: str | None = None
+    policy: str = "binpack"
+
+
+@dataclass
+class Served:
+    key: Key
+    namespace: str
+    pod: str
+    container: str
+    allocation: ContainerAllocation
+    devices: dict[str, tuple[str, ...]] = field(default_factory=dict)  # kind -> device IDs
+    identity_uid: str = ""  # whose identity the container's env carries (normally its own pod)
+
+
+class Allocator:
+    def __init__(
+        self,
+        node: str,
+        pods: PodSource,
+        cards: CardsState,
+        tokens: TokenSource,
+        *,
+        names: Names = c.DEFAULT_NAMES,
+        enforcement: EnforcementConfig | None = None,
+        metrics_url: Callable[[], str] | str = "",
+        on_pod_changed: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.node = node
+        self.names = names
+        self._pods = pods
+        self._cards = cards
+        self._tokens = tokens
+        self._enforcement = enforcement or EnforcementConfig()
+        self._metrics_url = metrics_url
+        self._on_pod_changed = on_pod_changed or (lambda namespace, name: None)
+        self._lock = threading.RLock()
+        self._served: dict[Key, Served] = {}
+        self._overrides: dict[Key, ContainerAllocation] = {}
+        self._given: dict[tuple[str, ...], tuple[ContainerAllocation, Key]] = {}  # core IDs -> response basis
+        self._views: dict[str, tuple[str, PodView | None]] = {}  # uid -> (resourceVersion, view)
+
+    # --- reading pods -------------------------------------------------------------------
+
+    def _view(self, pod: dict[str, Any]) -> PodView | None:
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid") or ""
+        version = meta.get("resourceVersion") or ""
+        cached = self._views.get(uid)
+        if cached is not None and cached[0] == version and version:
+            return cached[1]
+        view = self._parse(pod)
+        self._views[uid] = (version, view)
+        return view
+
+    def _parse(self, pod: dict[str, Any]) -> PodView | None:
+        """The pod as the extender placed it, or None when it is not a vGPU pod of this node."""
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        annotations = dict(meta.get("annotations") or {})
+        if spec.get("nodeName") != self.node or meta.get("deletionTimestamp"):
+            return None
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return None
+        names = self.names
+        view = PodView(uid=meta.get("uid") or "", namespace=meta.get("namespace") or "default",
+                       name=meta.get("name") or "", assigned=annotations.get(names.gpu_assigned) == "true",
+                       annotations=annotations)
+        try:
+            requests = c.pod_requests(pod, names)
+        except RequestError as error:
+            view.problem = str(error)
+            return view
+        if not requests:
+            return None
+        if annotations.get(names.predicate_node) != self.node:
+            placed = annotations.get(names.predicate_node)
+            view.problem = (f"not placed by the vGPU scheduler extender for this node "
+                            f"({names.predicate_node}={placed!r})")
+            return view
+        try:
+            indices = c.parse_predicate_indices(annotations, names)
+            predicate_time = int(annotations.get(names.predicate_time) or 0)
+        except ValueError as error:
+            view.problem = str(error)
+            return view
+        record = None
+        if names.allocation in annotations:
+            try:
+                record = PodAllocation.from_json(annotations[names.allocation])
+                view.policy = record.policy
+            except ValueError as error:
+                log.warning("pod %s/%s: ignoring its %s annotation: %s", view.namespace, view.name,
+                            names.allocation, error)
+        containers = spec.get("containers") or []
+        for index, request in sorted(requests.items()):
+            cards = indices.get(index)
+            if not cards:
+                view.problem = f"no {names.predicate_gpu_idx(index)} annotation for container {index}"
+                view.containers = []
+                return view
+            mine = record.container(index) if record else None
+            if mine is not None and sorted(s.index for s in mine.cards) != sorted(cards):
+                mine = None  # the gpu-admission keys win: they are what kubelet-side tools read
+            view.containers.append(Wanted(
+                uid=view.uid, namespace=view.namespace, pod=view.name, index=index,
+                container=str(containers[index].get("name", index)), request=request, cards=tuple(cards),
+                predicate_time=predicate_time, record=mine,
+            ))
+        return view
+
+    def _all_views(self) -> list[PodView]:
+        views = []
+        seen = set()
+        for pod in self._pods.items():
+            view = self._view(pod)
+            uid = (pod.get("metadata") or {}).get("uid") or ""
+            seen.add(uid)
+            if view is not None:
+                views.append(view)
+        for uid in [u for u in self._views if u not in seen]:
+            del self._views[uid]
+        return views
+
+    # --- choosing the container kubelet is admitting ------------------------------------------
+
+    def _served_kind(self, key: Key, kind: str) -> bool:
+        served = self._served.get(key)
+        return served is not None and kind in served.devices
+
+    def _choose(self, kind: str, count: int, ids: Sequence[str] | None,
+                views: list[PodView]) -> Wanted | None:
+        id_cards = set(cards_in(ids or ()))
+        best: tuple[Any, ...] | None = None
+        chosen = None
+        for view in views:
+            if view.assigned or view.problem:
+                continue
+            pod_started = any(key[0] == view.uid for key in self._served)
+            for wanted in view.containers:
+                key = (wanted.uid, wanted.index)
+                if wanted.count(kind) != count or self._served_kind(key, kind):
+                    continue
+                other = MEMORY if kind == CORE else CORE
+                half_served = self._served_kind(key, other)
+                planned = self._overrides.get(key)
+                plan_cards = {s.index for s in planned.cards} if planned else set(wanted.cards)
+                rank = (
+                    0 if half_served else 1,          # the other resource of this container came first
+                    0 if pod_started else 1,          # kubelet finishes a pod before the next
+                    wanted.predicate_time,            # then the oldest placement
+                    0 if id_cards and id_cards <= plan_cards else 1,
+                    wanted.namespace, wanted.pod, wanted.index,
+                )
+                if best is None or rank < best:
+                    best, chosen = rank, wanted
+        return chosen
+
+    def _no_match(self, kind: str, count: int, views: list[PodView]) -> AllocationError:
+        resource = self.names.core_resource if kind == CORE else self.names.memory_resource
+        waiting = [w for v in views if not v.assigned and not v.problem for w in v.containers
+                   if not self._served_kind((w.uid, w.index), kind) and w.count(kind)]
+        problems = [f"{v.namespace}/{v.name}: {v.problem}" for v in views if v.problem and not v.assigned]
+        text = f"no pod bound to node {self.node} is waiting for exactly {count} {resource}"
+        if waiting:
+            listed = "; ".join(w.describe() for w in waiting[:5])
+            more = f" and {len(waiting) - 5} more" if len(waiting) > 5 else ""
+            text += f"; containers waiting here ask for: {listed}{more}"
+        else:
+            text += "; no vGPU container is waiting on this node"
+        if problems:
+            text += "; ignored: " + "; ".join(problems[:5])
+        text += (f". A pod must be placed by the vGPU scheduler extender ({self.names.predicate_node}="
+                 f"{self.node} and {self.names.predicate_gpu_idx_prefix}<i> annotations) before kubelet admits it")
+        return AllocationError(text)
+
+    # --- what a container gets --------------------------------------------------------------
+
+    def _plan(self, wanted: Wanted, cards: dict[int, Card]) -> ContainerAllocation:
+        key = (wanted.uid, wanted.index)
+        planned = self._overrides.get(key) or wanted.record
+        if planned is not None:
+            return replace(planned, name=wanted.container, cards=tuple(
+                replace(s, uuid=cards[s.index].uuid) if s.index in cards else s for s in planned.cards))
+        request = wanted.request
+        missing = [i for i in wanted.cards if i not in cards]
+        if missing:
+            raise AllocationError(
+                f"{wanted.describe()}: card(s) {missing} assigned by the scheduler do not exist on node "
+                f"{self.node} (it has {sorted(cards)})")
+        if request.is_share:
+            if len(wanted.cards) != 1:
+                raise AllocationError(f"{wanted.describe()}: a share must be on one card, the scheduler chose "
+                                      f"{len(wanted.cards)}")
+            index = wanted.cards[0]
+            shares = (CardShare(index, cards[index].uuid, request.cores, request.memory_units),)
+        else:
+            if len(set(wanted.cards)) != request.cards:
+                raise AllocationError(f"{wanted.describe()}: {request.cards} whole card(s) requested but the "
+                                      f"scheduler chose {len(set(wanted.cards))}")
+            shares = tuple(CardShare(i, cards[i].uuid, c.CORES_PER_CARD, cards[i].memory_units)
+                           for i in sorted(set(wanted.cards)))
+        return ContainerAllocation(index=wanted.index, name=wanted.container, cards=shares)
+
+    def _check_fits(self, wanted: Wanted, allocation: ContainerAllocation, cards: dict[int, Card]) -> None:
+        key = (wanted.uid, wanted.index)
+        for share in allocation.cards:
+            card = cards.get(share.index)
+            if card is None:
+                raise AllocationError(f"{wanted.describe()}: card {share.index} does not exist on node {self.node}")
+            if not card.healthy:
+                why = self._cards.reason(share.index) or "unhealthy"
+                raise AllocationError(f"{wanted.describe()}: card {share.index} is unhealthy ({why})")
+            used_cores = used_units = 0
+            for other in self._served.values():
+                if other.key == key or CORE not in other.devices:
+                    continue
+                for held in other.allocation.cards:
+                    if held.index == share.index:
+                        used_cores += held.cores
+                        used_units += held.memory_units
+            if used_cores + share.cores > c.CORES_PER_CARD or used_units + share.memory_units > card.memory_units:
+                raise AllocationError(
+                    f"{wanted.describe()}: card {share.index} cannot take {share.cores} cores and "
+                    f"{share.memory_units} memory units: {used_cores} cores and {used_units} of "
+                    f"{card.memory_units} units are already given out on this node")
+
+    def _metrics(self) -> str:
+        return self._metrics_url() if callable(self._metrics_url) else self._metrics_url
+
+    def _response(self, served: Served, cards: dict[int, Card]) -> api_pb2.ContainerAllocateResponse:
+        uid, index = served.key
+        identity_uid = served.identity_uid or uid
+        identity = Identity(node=self.node, namespace=served.namespace, pod=served.pod, pod_uid=identity_uid,
+                            container=served.container, container_index=index)
+        return container_response(self._enforcement, served.allocation, cards, identity,
+                                  metrics_url=self._metrics(), token=self._tokens.mint(identity_uid, index))
+
+    # --- the RPCs ---------------------------------------------------------------------------
+
+    def allocate(self, kind: str, ids: Sequence[str]) -> api_pb2.ContainerAllocateResponse:
+        """Serve one container's request for one resource; AllocationError changes nothing."""
+        ids = tuple(sorted(set(ids)))
+        if not ids:
+            raise AllocationError("Allocate named no devices")
+        foreign = [d for d in ids if card_of(d) is None]
+        if foreign:
+            raise AllocationError(f"device IDs {foreign[:3]} are not this plugin's (expected gpu<i>-core-<nn> "
+                                  f"or gpu<i>-mem-<nnnn>)")
+        started = time.perf_counter()
+        with self._lock:
+            views = self._all_views()
+            wanted = self._choose(kind, len(ids), ids, views)
+            if wanted is None:
+                raise self._no_match(kind, len(ids), views)
+            cards = self._cards.by_index()
+            key = (wanted.uid, wanted.index)
+            existing = self._served.get(key)
+            allocation = existing.allocation if existing else self._plan(wanted, cards)
+            if kind == CORE:
+                self._check_fits(wanted, allocation, cards)
+            served = existing or Served(key=key, namespace=wanted.namespace, pod=wanted.pod,
+                                        container=wanted.container, allocation=allocation, identity_uid=wanted.uid)
+            served.devices[kind] = ids
+            self._served[key] = served
+            self._overrides.pop(key, None)
+            if kind == CORE:
+                self._given[ids] = (allocation, key)
+                response = self._response(served, cards)
+            else:
+                response = api_pb2.ContainerAllocateResponse()
+            complete = self._pod_complete(wanted.uid, views)
+        log.info("Allocate %s: %d device(s) on card(s) %s -> %s [%s] (%.1f ms)",
+                 kind, len(ids), ",".join(map(str, sorted(cards_in(ids)))), wanted.describe(),
+                 "pod fully served" if complete else "more to come", (time.perf_counter() - started) * 1000)
+        if complete:
+            self._on_pod_changed(wanted.namespace, wanted.pod)
+        return response
+
+    def preferred(self, kind: str, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
+        """Device IDs on the card(s) the scheduler chose for the container being admitted."""
+        with self._lock:
+            views = self._all_views()
+            wanted = self._choose(kind, size, None, views)
+            quota: dict[int, int] = {}
+            if wanted is not None:
+                try:
+                    key = (wanted.uid, wanted.index)
+                    existing = self._served.get(key)
+                    allocation = existing.allocation if existing else self._plan(wanted, self._cards.by_index())
+                    quota = _quota(kind, allocation, size)
+                except AllocationError as error:
+                    log.info("GetPreferredAllocation: %s; leaving the choice to kubelet", error)
+        chosen = list(dict.fromkeys(must_include))[:size] if size > 0 else []
+        pool = sorted(set(available) - set(chosen), key=_id_order)
+        taken = cards_in(chosen)
+        for device in pool:
+            card = card_of(device)
+            if len(chosen) >= size:
+                break
+            if card in quota and taken[card] < quota[card]:
+                chosen.append(device)
+                taken[card] += 1
+        for device in pool:  # kubelet's accounting may differ from ours: fill up from the rest
+            if len(chosen) >= size:
+                break
+            if device not in chosen:
+                chosen.append(device)
+        return chosen
+
+    # --- completion, annotations ----------------------------------------------------------------
+
+    def _pod_complete(self, uid: str, views: Iterable[PodView]) -> bool:
+        for view in views:
+            if view.uid != uid:
+                continue
+            return all(self._container_complete(w) for w in view.containers)
+        return False
+
+    def _container_complete(self, wanted: Wanted) -> bool:
+        served = self._served.get((wanted.uid, wanted.index))
+        if served is None or CORE not in served.devices:
+            return False
+        return wanted.request.memory_units == 0 or MEMORY in served.devices
+
+    def desired_annotations(self, namespace: str, name: str) -> dict[str, str] | None:
+        """The annotations that make the pod's record true now; None when there is nothing to say."""
+        with self._lock:
+            for view in self._all_views():
+                if view.namespace != namespace or view.name != name or view.problem or not view.containers:
+                    continue
+                cards = self._cards.by_index()
+                containers = []
+                for wanted in view.containers:
+                    served = self._served.get((wanted.uid, wanted.index))
+                    if served is not None:
+                        containers.append(served.allocation)
+                    else:
+                        try:
+                            containers.append(self._plan(wanted, cards))
+                        except AllocationError:
+                            return None
+                complete = all(self._container_complete(w) for w in view.containers)
+                if not complete and not any((w.uid, w.index) in self._overrides for w in view.containers):
+                    return None
+                record = PodAllocation(node=self.node, containers=tuple(containers),
+                                       assigned_at_ns=view.containers[0].predicate_time, policy=view.policy)
+                desired = {self.names.allocation: record.to_json(),
+                           self.names.gpu_assigned: "true" if complete else "false"}
+                for allocation in containers:
+                    desired[self.names.predicate_gpu_idx(allocation.index)] = c.card_ids_env(
+                        [s.index for s in allocation.cards])
+                if all(view.annotations.get(k) == v for k, v in desired.items()):
+                    return None
+                return desired
+        return None
+
+    # --- restarts and reconciliation ---------------------------------------------------------------
+
+    def restore(self, entries: Iterable[PodDeviceEntry]) -> int:
+        """Rebuild the ledger after a restart from pod annotations and kubelet's checkpoint."""
+        with self._lock:
+            self._served.clear()
+            self._overrides.clear()
+            self._given.clear()
+            views = self._all_views()
+            cards = self._cards.by_index()
+            by_uid = {v.uid: v for v in views}
+            for entry in entries:
+                kind = self._kind(entry.resource)
+                view = by_uid.get(entry.pod_uid)
+                if kind is None or view is None:
+                    continue
+                wanted = next((w for w in view.containers if w.container == entry.container_name), None)
+                if wanted is None:
+                    continue
+                self._mark(wanted, kind, entry.device_ids, cards)
+            for view in views:
+                if view.assigned and not view.problem:
+                    for wanted in view.containers:
+                        for kind in (CORE, MEMORY) if wanted.request.memory_units else (CORE,):
+                            if not self._served_kind((wanted.uid, wanted.index), kind):
+                                self._mark(wanted, kind, (), cards)
+            restored = len(self._served)
+        log.info("restored %d served container(s) from pod annotations and kubelet's checkpoint", restored)
+        return restored
+
+    def _kind(self, resource: str) -> str | None:
+        if resource == self.names.core_resource:
+            return CORE
+        if resource == self.names.memory_resource:
+            return MEMORY
+        return None
+
+    def _mark(self, wanted: Wanted, kind: str, ids: tuple[str, ...], cards: dict[int, Card]) -> Served | None:
+        key = (wanted.uid, wanted.index)
+        served = self._served.get(key)
+        if served is None:
+            try:
+                allocation = self._plan(wanted, cards)
+            except AllocationError as error:
+                log.warning("cannot restore %s: %s", wanted.describe(), error)
+                return None
+            served = Served(key=key, namespace=wanted.namespace, pod=wanted.pod, container=wanted.container,
+                            allocation=allocation, identity_uid=wanted.uid)
+            self._served[key] = served
+        served.devices[kind] = ids
+        if kind == CORE and ids:
+            self._given.setdefault(ids, (served.allocation, key))
+        return served
+
+    def reconcile(self, entries: Sequence[PodDeviceEntry]) -> set[tuple[str, str]]:
+        """Match the ledger to what kubelet did; returns the pods whose annotations must change."""
+        dirty: set[tuple[str, str]] = set()
+        with self._lock:
+            views = self._all_views()
+            by_uid = {v.uid: v for v in views}
+            live = {v.uid for v in views if not v.problem}
+            for key in [k for k in self._served if k[0] not in live]:
+                served = self._served.pop(key)
+                log.info("released %s/%s container %r (pod gone or finished)", served.namespace, served.pod,
+                         served.container)
+            for key in [k for k in self._overrides if k[0] not in live]:
+                del self._overrides[key]
+            for ids in [i for i, (_, k) in self._given.items() if k[0] not in live]:
+                del self._given[ids]
+            cards = self._cards.by_index()
+            located: list[tuple[Wanted, str, tuple[str, ...]]] = []
+            for entry in entries:
+                kind = self._kind(entry.resource)
+                view = by_uid.get(entry.pod_uid)
+                if kind is None or view is None or view.problem:
+                    continue
+                wanted = next((w for w in view.containers if w.container == entry.container_name), None)
+                if wanted is not None:
+                    located.append((wanted, kind, entry.device_ids))
+            in_checkpoint = {((w.uid, w.index), kind) for w, kind, _ in located}
+            for wanted, kind, ids in located:
+                key = (wanted.uid, wanted.index)
+                holder = self._holder(kind, ids)
+                if holder is not None and holder != key:
+                    self._move(wanted, kind, ids, holder, in_checkpoint, cards, dirty)
+                elif not self._served_kind(key, kind):
+                    if self._mark(wanted, kind, ids, cards) is not None:
+                        dirty.add((wanted.namespace, wanted.pod))
+                elif self._served[key].devices[kind] != ids:
+                    self._served[key].devices[kind] = ids
+            for view in views:
+                if not view.problem and view.containers and not view.assigned and self._pod_complete(view.uid, views):
+                    dirty.add((view.namespace, view.name))
+        for namespace, name in dirty:
+            self._on_pod_changed(namespace, name)
+        return dirty
+
+    def _holder(self, kind: str, ids: tuple[str, ...]) -> Key | None:
+        """The container the ledger says received these device IDs."""
+        if kind == CORE and ids in self._given:
+            return self._given[ids][1]
+        for key, served in self._served.items():
+            if served.devices.get(kind) == ids:
+                return key
+        return None
+
+    def _move(self, wanted: Wanted, kind: str, ids: tuple[str, ...], holder: Key,
+              in_checkpoint: set[tuple[Key, str]], cards: dict[int, Card], dirty: set[tuple[str, str]]) -> None:
+        """kubelet gave ``wanted``'s container the IDs (and, for cores, the answer) we meant for ``holder``."""
+        key = (wanted.uid, wanted.index)
+        previous = self._served.get(key)
+        other = self._served.get(holder)
+        if kind == CORE:
+            received, _ = self._given[ids]
+            try:
+                own_plan = previous.allocation if previous else self._plan(wanted, cards)
+            except AllocationError:
+                own_plan = None
+            served = previous or Served(key=key, namespace=wanted.namespace, pod=wanted.pod,
+                                        container=wanted.container, allocation=received)
+            served.allocation = replace(received, index=wanted.index, name=wanted.container)
+            served.identity_uid = holder[0]
+            served.devices[CORE] = ids
+            self._served[key] = served
+            self._given[ids] = (received, key)
+            log.warning(
+                "kubelet admitted %s with the answer prepared for pod UID %s (identical requests, admitted "
+                "out of placement order): its records now show card(s) %s; its env names the other pod",
+                wanted.describe(), holder[0], [s.index for s in received.cards])
+            if other is not None and other.devices.get(CORE) == ids and (holder, CORE) not in in_checkpoint:
+                # the other container has not been admitted yet: it takes the plan this one left free
+                del other.devices[CORE]
+                if (holder, MEMORY) not in in_checkpoint:
+                    other.devices.pop(MEMORY, None)
+                if not other.devices:
+                    del self._served[holder]
+                if own_plan is not None:
+                    self._overrides[holder] = replace(own_plan, index=holder[1], name=other.container)
+        else:
+            served = previous
+            if served is None:
+                served = self._mark(wanted, MEMORY, ids, cards)
+            else:
+                served.devices[MEMORY] = ids
+            if other is not None and other.devices.get(MEMORY) == ids and (holder, MEMORY) not in in_checkpoint:
+                del other.devices[MEMORY]
+                if not other.devices:
+                    del self._served[holder]
+        dirty.add((wanted.namespace, wanted.pod))
+        if other is not None:
+            dirty.add((other.namespace, other.pod))
+
+    # --- views for others ---------------------------------------------------------------------
+
+    def served(self) -> dict[Key, Served]:
+        with self._lock:
+            return dict(self._served)
+
+    def usage(self) -> dict[int, tuple[int, int]]:
+        """Card -> (cores, memory units) given out to admitted containers."""
+        with self._lock:
+            used: dict[int, tuple[int, int]] = {}
+            for served in self._served.values():
+                if CORE not in served.devices:
+                    continue
+                for share in served.allocation.cards:
+                    cores, units = used.get(share.index, (0, 0))
+                    used[share.index] = (cores + share.cores, units + share.memory_units)
+            return used
+
+
+def _id_order(device: str) -> tuple[int, str]:
+    card = card_of(device)
+    return (card if card is not None else 1 << 30, device)
+
+
+def _quota(kind: str, allocation: ContainerAllocation, size: int) -> dict[int, int]:
+    """How many of ``size`` devices of a kind each card of the allocation should supply."""
+    if kind == CORE:
+        return {s.index: s.cores for s in allocation.cards}
+    shares = sorted(allocation.cards, key=lambda s: s.index)
+    if len(shares) == 1:
+        return {shares[0].index: size}
+    per, extra = divmod(size, len(shares))  # whole cards with declared memory: spread it evenly
+    return {s.index: per + (1 if i < extra else 0) for i, s in enumerate(shares)}

@@ -1,0 +1,124 @@
+"""kubelet's device-manager checkpoint (``<plugin dir>/kubelet_internal_checkpoint``).
+
+kubelet records there which devices it gave each pod's container, per resource. The
+device plugin reads it to learn what kubelet actually did (reconciliation, restarts);
+the simulated kubelet writes it. Format (kubelet >= 1.20):
+
+    {"Data": {"PodDeviceEntries": [{"PodUID", "ContainerName", "ResourceName",
+                                    "DeviceIDs": {"<numa node>": [ids]}, "AllocResp": "<base64>"}],
+              "RegisteredDevices": {"<resource>": [ids]}},
+     "Checksum": N}
+
+Older kubelets wrote ``DeviceIDs`` as a plain list; both are read. The checksum is
+kubelet's hash of its Go structure, which cannot be reproduced outside Go; it is not
+verified here, and the simulated kubelet writes an FNV-1a of the JSON ``Data`` instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PodDeviceEntry:
+    pod_uid: str
+    container_name: str
+    resource: str
+    device_ids: tuple[str, ...]
+    alloc_response: bytes = b""
+
+
+class CheckpointError(ValueError):
+    """The checkpoint file is not in kubelet's format; the message says where."""
+
+
+def read_checkpoint(path: str) -> list[PodDeviceEntry]:
+    """Entries from kubelet's checkpoint; [] when there is none yet; CheckpointError when malformed."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        return []
+    return parse_checkpoint(text)
+
+
+def parse_checkpoint(text: str) -> list[PodDeviceEntry]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"kubelet checkpoint is not JSON: {error}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("Data"), dict):
+        raise CheckpointError("kubelet checkpoint has no 'Data' object")
+    raw_entries = data["Data"].get("PodDeviceEntries") or []
+    if not isinstance(raw_entries, list):
+        raise CheckpointError("kubelet checkpoint 'PodDeviceEntries' is not a list")
+    entries = []
+    for i, raw in enumerate(raw_entries):
+        where = f"PodDeviceEntries[{i}]"
+        if not isinstance(raw, dict):
+            raise CheckpointError(f"{where} is not an object")
+        try:
+            uid, container, resource = str(raw["PodUID"]), str(raw["ContainerName"]), str(raw["ResourceName"])
+        except KeyError as error:
+            raise CheckpointError(f"{where} lacks {error.args[0]}") from None
+        ids = raw.get("DeviceIDs") or []
+        if isinstance(ids, dict):
+            flat = [d for numa in sorted(ids) for d in (ids[numa] or [])]
+        elif isinstance(ids, list):
+            flat = list(ids)
+        else:
+            raise CheckpointError(f"{where}.DeviceIDs is neither a list nor a NUMA map")
+        if not all(isinstance(d, str) for d in flat):
+            raise CheckpointError(f"{where}.DeviceIDs holds something that is not a string")
+        try:
+            response = base64.b64decode(raw.get("AllocResp") or "", validate=True)
+        except ValueError:
+            raise CheckpointError(f"{where}.AllocResp is not base64") from None
+        entries.append(PodDeviceEntry(uid, container, resource, tuple(sorted(set(flat))), response))
+    return entries
+
+
+def _fnv1a32(data: bytes) -> int:
+    value = 0x811C9DC5
+    for byte in data:
+        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return value
+
+
+def write_checkpoint(path: str, entries: Iterable[PodDeviceEntry],
+                     registered: Mapping[str, Iterable[str]], numa_of: Mapping[str, int | None] | None = None) -> None:
+    """Write the file atomically in kubelet's format (for the simulated kubelet)."""
+    numa_of = numa_of or {}
+    pod_entries = []
+    for entry in entries:
+        by_numa: dict[str, list[str]] = {}
+        for device in entry.device_ids:
+            numa = numa_of.get(device)
+            by_numa.setdefault(str(numa if numa is not None else -1), []).append(device)
+        pod_entries.append({
+            "PodUID": entry.pod_uid,
+            "ContainerName": entry.container_name,
+            "ResourceName": entry.resource,
+            "DeviceIDs": by_numa,
+            "AllocResp": base64.b64encode(entry.alloc_response).decode(),
+        })
+    data = {"PodDeviceEntries": pod_entries,
+            "RegisteredDevices": {name: sorted(ids) for name, ids in registered.items()}}
+    body = {"Data": data, "Checksum": _fnv1a32(json.dumps(data, sort_keys=True).encode())}
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(body, handle)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

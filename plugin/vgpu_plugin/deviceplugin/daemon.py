@@ -1,0 +1,315 @@
+"""The node daemon: device plugin servers, registration, health, reconciliation, node
+annotation, and the metrics server, with a non-blocking ``start()`` / ``stop()``.
+
+    daemon = NodeDaemon(DaemonConfig(node="n1", plugin_dir=...), backend, api_client)
+    daemon.start()             # returns at once; daemon.wait_ready(timeout) to wait for registration
+    ...
+    daemon.stop()
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from jupyter_vgpu.core.contract import DEFAULT_NAMES, Names
+
+from ..tokens import TokenMinter, load_or_create_secret
+from .allocator import Allocator
+from .checkpoint import CheckpointError, read_checkpoint
+from .devices import CHECKPOINT_FILE, CORE, DEFAULT_PLUGIN_DIR, KUBELET_SOCKET, MEMORY, SOCKETS
+from .enforcement import EnforcementConfig
+from .publisher import NodePublisher
+from .server import DevicePluginService, ResourceServer
+from .state import CardsState
+
+if TYPE_CHECKING:
+    from jupyter_vgpu.gpu import GPUBackend
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DaemonConfig:
+    node: str
+    plugin_dir: str = DEFAULT_PLUGIN_DIR
+    names: Names = DEFAULT_NAMES
+    enforcement: EnforcementConfig = field(default_factory=EnforcementConfig)
+    state_dir: str = "/var/lib/vgpu"              # holds the token secret
+    metrics: dict[str, Any] | None = None          # MetricsServer keyword arguments; None: no metrics server
+    metrics_url: str | None = None                 # advertised to containers; default http://<node IP>:<port>
+    checkpoint_path: str | None = None             # default <plugin dir>/kubelet_internal_checkpoint
+    reconcile_period: float = 2.0
+    publish_period: float = 60.0
+    watch_period: float = 0.2
+    sync_timeout: float = 60.0
+
+
+class NodeDaemon:
+    def __init__(self, config: DaemonConfig, backend: GPUBackend, api_client: Any) -> None:
+        self.config = config
+        self.backend = backend
+        self._api_client = api_client
+        self._stopping = threading.Event()
+        self._ready = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._reconcile_now = threading.Event()
+        self._publish_now = threading.Event()
+        self._annotate: queue.Queue[tuple[str, str]] = queue.Queue()
+        self.cards = CardsState()
+        self.informer: Any = None
+        self.allocator: Allocator | None = None
+        self.publisher: NodePublisher | None = None
+        self.metrics_server: Any = None
+        self.servers: dict[str, ResourceServer] = {}
+        self.registrations = 0
+        self._node_address = "127.0.0.1"
+        self._minter: TokenMinter | None = None
+
+    @property
+    def checkpoint_path(self) -> str:
+        return self.config.checkpoint_path or os.path.join(self.config.plugin_dir, CHECKPOINT_FILE)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> NodeDaemon:
+        """Start everything in background threads; errors in the configuration raise here."""
+        from kubernetes import client
+
+        from ..informer import Informer
+
+        cfg = self.config
+        if len(os.path.join(cfg.plugin_dir, SOCKETS[MEMORY])) > 100:
+            raise ValueError(f"plugin dir {cfg.plugin_dir!r} is too long for unix socket paths")
+        os.makedirs(cfg.plugin_dir, exist_ok=True)
+        self._stopping.clear()
+        secret = load_or_create_secret(os.path.join(cfg.state_dir, "token-secret"))
+        self._minter = TokenMinter(secret)
+        self.cards.replace_cards(self.backend.inventory() if self.backend.available() else [])
+        if not self.backend.available():
+            log.warning("node %s: no usable GPUs (%s); advertising no devices", cfg.node, self.backend.problem())
+        core_api = client.CoreV1Api(self._api_client)
+        self._core_api = core_api
+        self.informer = Informer(core_api.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={cfg.node}",
+                                 on_event=self._on_pod_event)
+        self.allocator = Allocator(cfg.node, self.informer, self.cards, self._minter, names=cfg.names,
+                                   enforcement=cfg.enforcement, metrics_url=self._metrics_url,
+                                   on_pod_changed=lambda ns, name: self._annotate.put((ns, name)))
+        self.publisher = NodePublisher(core_api, cfg.node, self.backend, self.cards, cfg.names)
+        for kind in (CORE, MEMORY):
+            resource = cfg.names.core_resource if kind == CORE else cfg.names.memory_resource
+            service = DevicePluginService(kind, resource, self.cards, self.allocator, self._stopping)
+            self.servers[kind] = ResourceServer(service, cfg.plugin_dir, SOCKETS[kind])
+        self.informer.start()
+        if cfg.metrics is not None:
+            self._start_metrics()
+        for target, name in ((self._supervise, "supervisor"), (self._watch_health, "health"),
+                             (self._run_annotator, "annotator"), (self._run_publisher, "publisher")):
+            thread = threading.Thread(target=target, name=f"vgpu-{name}-{cfg.node}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def wait_ready(self, timeout: float) -> bool:
+        """True once the servers run and are registered with kubelet."""
+        return self._ready.wait(timeout)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopping.set()
+        self._reconcile_now.set()
+        self._publish_now.set()
+        self.cards.poke()
+        for server in self.servers.values():
+            server.stop()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads.clear()
+        if self.metrics_server is not None:
+            self.metrics_server.stop(timeout)
+            self.metrics_server = None
+        if self.informer is not None:
+            self.informer.stop(timeout)
+        self._ready.clear()
+        log.info("node daemon for %s stopped", self.config.node)
+
+    # --- metrics ----------------------------------------------------------------------------------
+
+    def _start_metrics(self) -> None:
+        from ..metrics.server import MetricsServer
+
+        options = dict(self.config.metrics or {})
+        self.metrics_server = MetricsServer(self.config.node, self.backend, self.informer, self._minter,
+                                            self.config.names, enforcement=self.config.enforcement.mode, **options)
+        self.metrics_server.start()
+
+    def _metrics_url(self) -> str:
+        if self.config.metrics_url:
+            return self.config.metrics_url
+        port = self.metrics_server.port if self.metrics_server is not None else None
+        if port is None:
+            port = int((self.config.metrics or {}).get("port") or 5678)
+        return f"http://{self._node_address}:{port}"
+
+    def _read_node_address(self) -> None:
+        try:
+            response = self._core_api.read_node(self.config.node, _preload_content=False, _request_timeout=30)
+            addresses = (json.loads(response.data).get("status") or {}).get("addresses") or []
+        except Exception as error:
+            log.info("cannot read node %s's address (%s); containers get 127.0.0.1", self.config.node, error)
+            return
+        for kind in ("InternalIP", "ExternalIP"):
+            for address in addresses:
+                if address.get("type") == kind and address.get("address"):
+                    self._node_address = address["address"]
+                    return
+
+    # --- supervisor: start-up, kubelet restarts, reconciliation -------------------------------------
+
+    def _supervise(self) -> None:
+        cfg = self.config
+        while not self.informer.wait_synced(1.0):
+            if self._stopping.is_set():
+                return
+            log.info("waiting for the pod list of node %s", cfg.node)
+        self._read_node_address()
+        self.allocator.restore(self._checkpoint_entries())
+        registered_for: tuple[int, int] | None = None
+        last_reconcile = 0.0
+        backoff_until = 0.0
+        while not self._stopping.is_set():
+            kubelet = _identity(os.path.join(cfg.plugin_dir, KUBELET_SOCKET))
+            ours_missing = any(not os.path.exists(s.path) for s in self.servers.values())
+            now = time.monotonic()
+            if kubelet is not None and (kubelet != registered_for or ours_missing) and now >= backoff_until:
+                if registered_for is not None:
+                    log.info("kubelet restarted (kubelet.sock re-created) or our sockets vanished: "
+                             "restarting the servers and registering again")
+                self._ready.clear()
+                try:
+                    for server in self.servers.values():
+                        server.start()
+                    for server in self.servers.values():
+                        server.register(cfg.plugin_dir)
+                    registered_for = kubelet
+                    self.registrations += 1
+                    self._ready.set()
+                except Exception as error:  # kubelet not up yet, or it refused us
+                    log.warning("registration with kubelet failed: %s; retrying", _rpc_text(error))
+                    backoff_until = now + 1.0
+            elif kubelet is None and registered_for is not None and self._ready.is_set():
+                log.info("kubelet.sock is gone; waiting for kubelet to come back")
+                self._ready.clear()
+                registered_for = None
+            if self._reconcile_now.is_set() or now - last_reconcile >= cfg.reconcile_period:
+                self._reconcile_now.clear()
+                last_reconcile = now
+                try:
+                    self.allocator.reconcile(self._checkpoint_entries())
+                except Exception:
+                    log.exception("reconciliation failed")
+            self._reconcile_now.wait(cfg.watch_period)
+
+    def _checkpoint_entries(self) -> list:
+        try:
+            return read_checkpoint(self.checkpoint_path)
+        except (CheckpointError, OSError) as error:
+            log.warning("ignoring kubelet's checkpoint %s: %s", self.checkpoint_path, error)
+            return []
+
+    def _on_pod_event(self, kind: str, pod: dict[str, Any] | None) -> None:
+        if kind == "DELETED" or (pod and (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")):
+            self._reconcile_now.set()
+
+    # --- health ----------------------------------------------------------------------------------------
+
+    def _watch_health(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                event = self.backend.next_health_event(0.5)
+            except Exception:
+                log.exception("health watch failed")
+                self._stopping.wait(1.0)
+                continue
+            if event is None:
+                continue
+            changed = self.cards.set_health(event.card_index, event.healthy, event.reason)
+            if changed:
+                log.warning("card %d (%s) is now %s: %s", event.card_index, event.uuid,
+                            "healthy" if event.healthy else "UNHEALTHY", event.reason)
+                self._publish_now.set()
+            else:
+                log.info("card %d: %s (health unchanged: %s)", event.card_index, event.reason,
+                         "healthy" if event.healthy else "unhealthy")
+
+    # --- annotations -------------------------------------------------------------------------------------
+
+    def _run_annotator(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        while not self._stopping.is_set():
+            try:
+                namespace, name = self._annotate.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            desired = self.allocator.desired_annotations(namespace, name)
+            if not desired:
+                continue
+            try:
+                self._core_api.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": desired}},
+                                                    _request_timeout=30)
+                log.info("pod %s/%s: %s=%s, allocation record written", namespace, name,
+                         self.config.names.gpu_assigned, desired.get(self.config.names.gpu_assigned))
+            except ApiException as error:
+                if error.status == 404:
+                    continue
+                log.warning("annotating pod %s/%s failed (%s %s); retrying", namespace, name, error.status,
+                            error.reason)
+                self._retry_later(namespace, name)
+            except Exception as error:
+                log.warning("annotating pod %s/%s failed (%s); retrying", namespace, name, error)
+                self._retry_later(namespace, name)
+
+    def _retry_later(self, namespace: str, name: str) -> None:
+        timer = threading.Timer(1.0, self._annotate.put, ((namespace, name),))
+        timer.daemon = True
+        timer.start()
+
+    def _run_publisher(self) -> None:
+        last_full = 0.0
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            full = now - last_full >= self.config.publish_period
+            try:
+                self.publisher.publish(check_node=full)
+                if full:
+                    last_full = now
+            except Exception as error:
+                log.warning("publishing node %s's GPU inventory failed: %s; retrying", self.config.node, error)
+                self._publish_now.wait(2.0)
+                continue
+            self._publish_now.wait(min(self.config.publish_period, 5.0))
+            self._publish_now.clear()
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return stat.st_ino, stat.st_ctime_ns
+
+
+def _rpc_text(error: Exception) -> str:
+    details = getattr(error, "details", None)
+    if callable(details):
+        try:
+            return f"{error.code().name}: {details()}"  # type: ignore[attr-defined]
+        except Exception:
+            pass
+    return str(error)

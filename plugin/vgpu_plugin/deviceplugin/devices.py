@@ -1,0 +1,85 @@
+"""Device IDs and device lists for the two resources.
+
+A card advertises 100 ``vcuda-core`` devices and one ``vcuda-memory`` device per
+256 MiB. Device IDs encode the card (``gpu<index>-core-<nn>``, ``gpu<index>-mem-<nnnn>``)
+so any set of IDs kubelet hands over says which cards it came from.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from jupyter_vgpu.core.contract import CORES_PER_CARD
+
+from . import api_pb2
+
+if TYPE_CHECKING:
+    from jupyter_vgpu.core.inventory import Card
+
+API_VERSION = "v1beta1"
+KUBELET_SOCKET = "kubelet.sock"
+CHECKPOINT_FILE = "kubelet_internal_checkpoint"
+DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+
+CORE = "core"
+MEMORY = "memory"
+KINDS = (CORE, MEMORY)
+SOCKETS = {CORE: "vgpu-core.sock", MEMORY: "vgpu-memory.sock"}
+
+_ID = re.compile(r"^gpu(\d+)-(core|mem)-(\d+)$")
+
+
+def device_id(kind: str, card: int, number: int) -> str:
+    if kind == CORE:
+        return f"gpu{card}-core-{number:02d}"
+    return f"gpu{card}-mem-{number:04d}"
+
+
+def parse_device_id(text: str) -> tuple[str, int, int] | None:
+    """(kind, card, number) for one of our IDs, None for anything else."""
+    match = _ID.match(text)
+    if not match:
+        return None
+    return (CORE if match.group(2) == "core" else MEMORY), int(match.group(1)), int(match.group(3))
+
+
+def card_of(text: str) -> int | None:
+    parsed = parse_device_id(text)
+    return parsed[1] if parsed else None
+
+
+def cards_in(ids: Iterable[str]) -> Counter[int]:
+    """How many of the IDs sit on each card (IDs that are not ours are ignored)."""
+    return Counter(card for card in (card_of(i) for i in ids) if card is not None)
+
+
+def devices_per_card(kind: str, card: Card) -> int:
+    return CORES_PER_CARD if kind == CORE else card.memory_units
+
+
+def card_device_ids(kind: str, card: Card) -> list[str]:
+    return [device_id(kind, card.index, n) for n in range(devices_per_card(kind, card))]
+
+
+def device_list(kind: str, cards: Sequence[Card]) -> list[api_pb2.Device]:
+    """Every device of every card, with the card's health and NUMA node."""
+    devices = []
+    for card in cards:
+        health = HEALTHY if card.healthy else UNHEALTHY
+        topology = api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=card.numa)]) if card.numa is not None else None
+        for device in card_device_ids(kind, card):
+            devices.append(api_pb2.Device(ID=device, health=health, topology=topology))
+    return devices
+
+
+def resource_kind(resource: str, core_resource: str, memory_resource: str) -> str:
+    if resource == core_resource:
+        return CORE
+    if resource == memory_resource:
+        return MEMORY
+    raise ValueError(f"resource {resource!r} is neither {core_resource} nor {memory_resource}")
