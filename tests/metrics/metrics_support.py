@@ -113,9 +113,10 @@ class FakeNode:
 
 
 
-def wait_for_samples(sampler: Any, count: int, timeout: float = 60.0) -> None:
-    """Wait until the running sampler has taken ``count`` more samples (generous on a busy machine)."""
-    target = sampler.samples_taken + count
+def wait_for_samples(sampler: Any, count: int, timeout: float = 60.0, since: int | None = None) -> None:
+    """Wait until the running sampler has taken ``count`` more samples than now (or than ``since``);
+    generous on a busy machine."""
+    target = (sampler.samples_taken if since is None else since) + count
     deadline = time.monotonic() + timeout
     while sampler.samples_taken < target:
         if time.monotonic() > deadline:

@@ -215,7 +215,7 @@ def test_new_pod_is_served_before_the_next_sample(fake_node: FakeNode, minter: T
                            period=3600, history_seconds=3600, proc_root=fake_node.proc_root)
     server.start()
     try:
-        wait_for_samples(server.sampler, 1)
+        wait_for_samples(server.sampler, 1, since=0)  # the first (and, for an hour, only) sample
         pod = fake_node.pod("late", {"nb": (10, 4, (6,))})  # created after the only sample
         status, _, body = get(server, "/api/v1/allocation", minter.mint(uid(pod), 0))
         assert status == 200 and json.loads(body)["cards"][0]["index"] == 6
