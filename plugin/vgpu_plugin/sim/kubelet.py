@@ -677,7 +677,7 @@ class SimKubelet:
 
 
 def _cgroup_path(pod: dict[str, Any], uid: str, container_id: str) -> str:
-    qos = (pod.get("status") or {}).get("qosClass") or _qos_class(pod)
+    qos = _qos_class(pod)  # kubelet works it out from the spec, as the API server does
     slug = uid.replace("-", "_")
     if qos == "Guaranteed":
         return f"/kubepods.slice/kubepods-pod{slug}.slice/cri-containerd-{container_id}.scope"
@@ -687,6 +687,7 @@ def _cgroup_path(pod: dict[str, Any], uid: str, container_id: str) -> str:
 
 
 def _qos_class(pod: dict[str, Any]) -> str:
+    """Kubernetes QoS: only cpu and memory count; extended resources (vcuda-*) do not."""
     containers = (pod.get("spec") or {}).get("containers") or []
     compute = ("cpu", "memory")
     any_set = False

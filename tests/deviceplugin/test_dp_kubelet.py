@@ -1,0 +1,208 @@
+"""The node daemon with the kubelet stand-in: admission, checkpoint, restarts, reconciliation."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+from conftest import CORE, MEMORY, NAMES, annotations, place_pod, read_pod, wait_for
+from vgpu_plugin.deviceplugin.checkpoint import read_checkpoint
+from vgpu_plugin.sim.kubelet import SimKubelet
+
+from jupyter_vgpu.core import contract as c
+from jupyter_vgpu.core.contract import PodAllocation, Request
+
+
+@pytest.fixture
+def kubelets(kube, plugin_dir):
+    started = []
+
+    def make(**kwargs):
+        kubelet = SimKubelet("node-1", plugin_dir, kube.api_client(), **kwargs).start()
+        started.append(kubelet)
+        return kubelet
+
+    yield make
+    for kubelet in started:
+        kubelet.stop()
+
+
+def running(core_v1, name):
+    pod = read_pod(core_v1, name)
+    return pod if (pod.get("status") or {}).get("phase") == "Running" else None
+
+
+def record(core_v1, name):
+    text = wait_for(lambda: annotations(core_v1, name).get(NAMES.gpu_assigned) == "true"
+                    and annotations(core_v1, name)[NAMES.allocation], what=f"{name} assigned")
+    return PodAllocation.from_json(text)
+
+
+def start_pair(kubelets, daemons, gpus, *, drive_gpus=False, **kubelet_kwargs):
+    kubelet = kubelets(gpus=gpus if drive_gpus else None, **kubelet_kwargs)
+    daemon = daemons(gpus)
+    assert daemon.wait_ready(15)
+    kubelet.wait_for(lambda: kubelet.registered(CORE) and kubelet.registered(MEMORY), 15)
+    return kubelet, daemon
+
+
+def test_pods_run_with_their_allocation(kubelets, daemons, gpus, core_v1):
+    kubelet, daemon = start_pair(kubelets, daemons, gpus)
+    node = wait_for(lambda: (lambda n: n if (n.get("status") or {}).get("allocatable", {}).get(CORE) == "400" else None)(
+        json.loads(core_v1.read_node("node-1", _preload_content=False).data)))
+    assert node["status"]["capacity"][MEMORY] == "640" and node["status"]["allocatable"][MEMORY] == "640"
+    place_pod(core_v1, gpus, "nb-1", [(Request(25, 16), (1,))])
+    place_pod(core_v1, gpus, "nb-2", [(Request(50, 40), (1,))])
+    for name in ("nb-1", "nb-2"):
+        pod = wait_for(lambda name=name: running(core_v1, name), what=f"{name} running")
+        status = pod["status"]
+        assert status["podIP"].startswith("127.")
+        container_id = status["containerStatuses"][0]["containerID"]
+        assert container_id.startswith("containerd://") and len(container_id) == len("containerd://") + 64
+        assert record(core_v1, name).containers[0].cards[0].index == 1
+    env = kubelet.env("default", "nb-2", "c0")
+    assert env[c.ENV_DEVICE_INDICES] == "1" and env[c.ENV_CORES] == "50" and env[c.ENV_POD_NAME] == "nb-2"
+    entries = read_checkpoint(kubelet.checkpoint_path)
+    assert {(e.resource, len(e.device_ids)) for e in entries} == {(CORE, 25), (MEMORY, 16), (CORE, 50), (MEMORY, 40)}
+    assert all(d.startswith("gpu1-") for e in entries for d in e.device_ids)
+    raw = json.load(open(kubelet.checkpoint_path))
+    assert set(raw) == {"Data", "Checksum"} and set(raw["Data"]["PodDeviceEntries"][0]["DeviceIDs"]) == {"0"}
+    assert daemon.allocator.usage() == {1: (75, 56)}
+
+
+@pytest.mark.parametrize("order", ["reversed", "random"])
+def test_either_resource_order_gives_the_same_answer(kubelets, daemons, gpus, core_v1, order):
+    kubelet, _ = start_pair(kubelets, daemons, gpus, resource_order=order, seed=3)
+    for i, card in enumerate((0, 2, 3)):
+        place_pod(core_v1, gpus, f"nb-{i}", [(Request(20 + i, 8 + i), (card,)), (Request(10, 4), (card,))])
+    for i, card in enumerate((0, 2, 3)):
+        wait_for(lambda i=i: running(core_v1, f"nb-{i}"))
+        for ctr in ("c0", "c1"):
+            env = kubelet.env("default", f"nb-{i}", ctr)
+            assert env[c.ENV_POD_NAME] == f"nb-{i}" and env[c.ENV_CONTAINER] == ctr
+            assert env[c.ENV_DEVICE_INDICES] == str(card)
+
+
+def test_refused_admission_fails_the_pod_as_kubelet_does(kubelets, daemons, gpus, core_v1):
+    start_pair(kubelets, daemons, gpus)
+    gpus.lose_card(2)
+    place_pod(core_v1, gpus, "doomed", [(Request(100), (2,))])
+    pod = wait_for(lambda: (lambda p: p if p["status"].get("phase") == "Failed" else None)(read_pod(core_v1, "doomed")))
+    assert pod["status"]["reason"] == "UnexpectedAdmissionError"
+    message = pod["status"]["message"]
+    # kubelet still has 300 healthy core devices on the other cards, so it asks the plugin, which
+    # refuses because the scheduler's card is unhealthy, and says why
+    assert "Allocate failed" in message and "card 2 is unhealthy" in message
+
+
+def test_plugin_killed_and_restarted_keeps_every_assignment(kubelets, daemons, gpus, core_v1):
+    kubelet, daemon = start_pair(kubelets, daemons, gpus)
+    for i in range(4):
+        place_pod(core_v1, gpus, f"nb-{i}", [(Request(20, 8), (i % 4,))])
+    for i in range(4):
+        wait_for(lambda i=i: running(core_v1, f"nb-{i}"))
+    before = {f"nb-{i}": annotations(core_v1, f"nb-{i}") for i in range(4)}
+    envs = {f"nb-{i}": kubelet.env("default", f"nb-{i}", "c0") for i in range(4)}
+    calls = len(kubelet.allocate_calls)
+    daemon.stop()  # killed mid-stream: ListAndWatch ends, sockets go away
+    kubelet.wait_for(lambda: not kubelet.registered(CORE), 15)
+    restarted = daemons(gpus)
+    assert restarted.wait_ready(15)
+    kubelet.wait_for(lambda: kubelet.registered(CORE) and kubelet.registered(MEMORY), 15)
+    assert restarted.allocator.usage() == daemon_usage(before)
+    # a new pod is served on its own card, and nobody's allocation was given twice
+    place_pod(core_v1, gpus, "after", [(Request(20, 8), (0,))])
+    wait_for(lambda: running(core_v1, "after"))
+    assert record(core_v1, "after").containers[0].cards[0].index == 0
+    assert len(kubelet.allocate_calls) == calls + 2
+    assert {f"nb-{i}": annotations(core_v1, f"nb-{i}") for i in range(4)} == before
+    assert {f"nb-{i}": kubelet.env("default", f"nb-{i}", "c0") for i in range(4)} == envs
+    assert restarted.allocator.usage()[0] == (40, 16)
+
+
+def daemon_usage(before):
+    usage = {}
+    for anns in before.values():
+        for ctr in PodAllocation.from_json(anns[NAMES.allocation]).containers:
+            for share in ctr.cards:
+                cores, units = usage.get(share.index, (0, 0))
+                usage[share.index] = (cores + share.cores, units + share.memory_units)
+    return usage
+
+
+def test_kubelet_restart_reregisters_and_keeps_pods(kubelets, daemons, gpus, core_v1):
+    kubelet, daemon = start_pair(kubelets, daemons, gpus)
+    place_pod(core_v1, gpus, "nb", [(Request(25, 16), (3,))])
+    wait_for(lambda: running(core_v1, "nb"))
+    kubelet.restart()
+    kubelet.wait_for(lambda: kubelet.registered(CORE) and kubelet.registered(MEMORY), 15)
+    assert daemon.registrations == 2
+    assert len(kubelet.devices(CORE)) == 400
+    assert kubelet.in_use(CORE) == {f"gpu3-core-{n:02d}" for n in range(25)} or len(kubelet.in_use(CORE)) == 25
+    place_pod(core_v1, gpus, "nb-2", [(Request(25, 16), (3,))])
+    wait_for(lambda: running(core_v1, "nb-2"))
+    assert daemon.allocator.usage() == {3: (50, 32)}
+
+
+def test_out_of_order_admission_is_reconciled_so_records_are_true(kubelets, daemons, gpus, core_v1):
+    kubelet, daemon = start_pair(kubelets, daemons, gpus)
+    daemon.stop()
+    kubelet.wait_for(lambda: not kubelet.registered(CORE), 15)
+    # both pods wait for the plugin; kubelet will admit "early" first (it was bound first), but
+    # "late" has the older placement, so with identical requests the plugin answers early's
+    # Allocate with late's placement. The checkpoint tells the truth afterwards.
+    place_pod(core_v1, gpus, "early", [(Request(30, 10), (0,))], predicate_time=2_000)
+    place_pod(core_v1, gpus, "late", [(Request(30, 10), (2,))], predicate_time=1_000)
+    restarted = daemons(gpus)
+    assert restarted.wait_ready(15)
+    for name in ("early", "late"):
+        wait_for(lambda name=name: running(core_v1, name), what=name)
+    assert kubelet.env("default", "early", "c0")[c.ENV_DEVICE_INDICES] == "2", "the ambiguity did happen"
+
+    def truthful():
+        for name in ("early", "late"):
+            got = kubelet.env("default", name, "c0")[c.ENV_DEVICE_INDICES]
+            anns = annotations(core_v1, name)
+            rec = PodAllocation.from_json(anns[NAMES.allocation])
+            if [str(s.index) for s in rec.containers[0].cards] != [got] or anns.get(NAMES.predicate_gpu_idx(0)) != got:
+                return False
+            if anns.get(NAMES.gpu_assigned) != "true":
+                return False
+        return True
+
+    wait_for(truthful, what="annotations matching what each container got")
+    assert restarted.allocator.usage() == {0: (30, 10), 2: (30, 10)}
+
+
+def test_runs_the_container_command_with_its_env_and_a_gpu_process(kubelets, daemons, gpus, core_v1, tmp_path):
+    proc_root = tmp_path / "proc"
+    out = tmp_path / "env.json"
+    kubelet, _ = start_pair(kubelets, daemons, gpus, drive_gpus=True, run_processes=True,
+                              proc_root=str(proc_root))
+    script = f"import json, os, time; json.dump(dict(os.environ), open({str(out)!r}, 'w')); time.sleep(60)"
+    place_pod(core_v1, gpus, "proc", [(Request(40, 12), (1,))], extra={"command": [sys.executable, "-c", script]})
+    pod = wait_for(lambda: running(core_v1, "proc"))
+    env = wait_for(lambda: out.exists() and out.stat().st_size and json.loads(out.read_text()))
+    assert env[c.ENV_POD_NAME] == "proc" and env[c.ENV_CORES] == "40" and env[c.ENV_DEVICE_INDICES] == "1"
+    admitted = kubelet.admitted(pod["metadata"]["uid"])
+    process = admitted.containers[0].process
+    assert process is not None and process.poll() is None
+    pid = process.pid
+    assert pid in gpus.process_ids()
+    sample = gpus.sample()
+    assert [(p.pid, p.card_index) for p in sample.processes] == [(pid, 1)]
+    cgroup = (proc_root / str(pid) / "cgroup").read_text()
+    container_id = pod["status"]["containerStatuses"][0]["containerID"].split("//")[1]
+    slug = pod["metadata"]["uid"].replace("-", "_")
+    assert cgroup == (f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{slug}.slice/"
+                      f"cri-containerd-{container_id}.scope\n")
+    from vgpu_plugin.metrics.cgroup import read_process_identity  # the metrics code's parser agrees
+
+    identity, _ = read_process_identity(str(proc_root), pid)
+    assert identity.pod_uid == pod["metadata"]["uid"] and identity.container_id == container_id
+    core_v1.delete_namespaced_pod("proc", "default")
+    wait_for(lambda: process.poll() is not None, what="process stopped")
+    wait_for(lambda: not kubelet.in_use(CORE) and pid not in gpus.process_ids())
+    assert not os.path.exists(proc_root / str(pid))
