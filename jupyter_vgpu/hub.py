@@ -59,13 +59,14 @@ SHARE_TEXT_HELP = "a share like '30% 8GiB' (percent of one card's compute, then 
 SERVER_ROLE_SCOPES = (
     "users:activity!user",
     "access:servers!server",
-    "read:servers!server",
-    "start:servers!server",
-    "delete:servers!server",
+    "servers!server",
+    "read:servers!user",
 )
 """The single-user server role that lets ``%vgpu request`` restart its own server with a new
-share: JupyterHub's default two scopes plus read/start/stop of that one server (not the
-user's other servers, not other users')."""
+share: JupyterHub's default two scopes, start/stop of that one server (``servers!server``:
+not the user's other servers, not other users'), and reading the state of the user's own
+servers (a server-filtered read scope hides the ``servers`` field of ``GET /users/<name>``,
+which is how the server follows its restart)."""
 
 
 # --- shares ---------------------------------------------------------------------------------

@@ -244,8 +244,8 @@ async def test_option_style_and_a_custom_domain():
 def test_server_role_is_loaded():
     c = hub_config()
     (role,) = [r for r in c.JupyterHub.load_roles if r["name"] == "server"]
-    assert "start:servers!server" in role["scopes"] and "delete:servers!server" in role["scopes"]
-    assert not any(s.startswith(("admin", "servers")) for s in role["scopes"])
+    assert "servers!server" in role["scopes"] and "read:servers!user" in role["scopes"]
+    assert not any(s.startswith("admin") or s in ("servers", "servers!user") for s in role["scopes"])
 
 
 @pytest.mark.parametrize(
