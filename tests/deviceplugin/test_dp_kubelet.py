@@ -7,7 +7,7 @@ import os
 import sys
 
 import pytest
-from conftest import CORE, MEMORY, NAMES, annotations, place_pod, read_pod, wait_for
+from dp_helpers import CORE, MEMORY, NAMES, annotations, place_pod, read_pod, wait_for
 from vgpu_plugin.deviceplugin.checkpoint import read_checkpoint
 from vgpu_plugin.sim.kubelet import SimKubelet
 

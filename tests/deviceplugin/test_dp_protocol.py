@@ -6,7 +6,7 @@ import json
 
 import grpc
 import pytest
-from conftest import (
+from dp_helpers import (
     CORE,
     MEMORY,
     NAMES,
@@ -266,7 +266,7 @@ def test_node_annotation_published_once_and_on_health_change(daemons, peer, gpus
 
 
 def test_node_without_a_driver_says_so(daemons, peer, core_v1):
-    from conftest import FIXTURES
+    from dp_helpers import FIXTURES
 
     from jupyter_vgpu.core.topology import parse_nvidia_smi_topo
     from jupyter_vgpu.gpu.simulated import SimulatedGPUs
