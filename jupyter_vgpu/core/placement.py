@@ -435,28 +435,45 @@ def best_possible_cost(state: NodeState, cards: int) -> int:
     return empty.set_cost(found) if found is not None else 0
 
 
-def score_node(state: NodeState, requests: Mapping[int, Request], policy: str = "binpack") -> int:
-    """0..10 for the extender's prioritize; 0 when the pod does not fit.
+# A node with this many free whole cards or more counts as having all its room left.
+_HOLE_SCALE = 8
 
-    binpack prefers fuller nodes and cards, spread emptier ones; for pods with multi-card
-    containers the link cost of the chosen sets against the best this node could ever
-    offer weighs more than occupancy.
+
+def score_node(state: NodeState, requests: Mapping[int, Request], policy: str = "binpack") -> int:
+    """0..10 for the extender's prioritize; 0 when the pod does not fit, 1..10 when it does.
+
+    binpack measures what the placement leaves behind: shares that fit on cards already in
+    use (no whole card broken) score higher, and so do nodes left with fewer free whole
+    cards (best fit on whole cards, in absolute numbers, so big free nodes stay free for
+    big requests). spread prefers emptier nodes and cards. For pods with multi-card
+    containers, half the score is topology quality: the best link cost this node could
+    ever offer over the link cost of the chosen sets.
     """
     placement = place_pod(state, requests, policy)
     if isinstance(placement, Refusal):
         return 0
     after = state.apply(placement)
-    healthy = [card for card in after.cards if card.healthy]
-    node_full = sum(_fullness(card) for card in healthy) / max(1, len(healthy))
+    taken_whole = sum(len(a) for i, a in placement.containers.items() if not requests[i].is_share)
+    free_after = len(after.free_cards())
+    broken = len(state.free_cards()) - free_after - taken_whole  # free cards that shares broke
+    holes_left = min(free_after, _HOLE_SCALE) / _HOLE_SCALE
     chosen = {i for assignment in placement.containers.values() for i, _, _ in assignment}
     cards_full = sum(_fullness(after.card(i)) for i in chosen) / max(1, len(chosen))
-    packed = (node_full + cards_full) / 2
-    fit = packed if policy == "binpack" else 1 - packed
+    has_share = any(r.is_share for r in requests.values())
+    if policy == "binpack":
+        if has_share:
+            fit = 0.4 * (broken == 0) + 0.4 * (1 - holes_left) + 0.2 * cards_full
+        else:
+            healthy = [card for card in after.cards if card.healthy]
+            node_full = sum(_fullness(card) for card in healthy) / max(1, len(healthy))
+            fit = 0.8 * (1 - holes_left) + 0.2 * node_full
+    else:
+        fit = 0.5 * holes_left + 0.5 * (1 - cards_full)
     multi = [len(a) for a in placement.containers.values() if len(a) > 1]
     if multi:
         best = sum(best_possible_cost(state, n) for n in multi)
         quality = best / placement.link_cost if placement.link_cost else 1.0
-        fit = 0.7 * quality + 0.3 * fit
+        fit = 0.5 * quality + 0.5 * fit
     return 1 + round((MAX_SCORE - 1) * min(1.0, max(0.0, fit)))
 
 
