@@ -58,3 +58,13 @@ def peers(jp_asyncio_loop):  # type: ignore[no-untyped-def]
     state["url"] = url
     yield state
     server.stop()
+
+
+@pytest.fixture
+def real_node(tmp_path):  # type: ignore[no-untyped-def]
+    """The real node metrics server over simulated GPUs (see real_node.py)."""
+    from real_node import RealNode
+
+    node = RealNode(tmp_path).start()
+    yield node
+    node.stop()

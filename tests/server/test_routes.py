@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import tornado.httpclient
 import tornado.websocket
-from server_peers import ALLOCATION, TOKEN, TOPOLOGY, as_json, closed_port_url
+from server_peers import ALLOCATION, TOKEN, as_json, closed_port_url
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.server.gpu_manager import VcudaConfig, encode_vcuda_config
@@ -60,18 +60,26 @@ def test_unauthenticated_requests_are_refused(run, jp_fetch, jp_base_url, jp_htt
     assert refused.value.code == 403
 
 
-# --- node API --------------------------------------------------------------------------
+# --- node API (the real node metrics server over simulated GPUs) ------------------------------
 
 
 @pytest.fixture
-def node_env(monkeypatch, peers):  # type: ignore[no-untyped-def]
-    env = {contract.ENV_METRICS_URL: peers["url"], contract.ENV_TOKEN: TOKEN, contract.ENV_CORES: "25",
-           contract.ENV_MEMORY_MIB: "4096", contract.ENV_DEVICE_UUIDS: "GPU-2222", contract.ENV_DEVICE_INDICES: "2",
-           contract.ENV_NODE: "gpu-node-1", contract.ENV_POD_NAME: "jupyter-alice",
-           contract.ENV_POD_NAMESPACE: "jupyter", contract.ENV_ENFORCEMENT: "hami-core"}
+def node_env(monkeypatch, real_node):  # type: ignore[no-untyped-def]
+    real_node.add_notebook("jupyter-eve", card=2, cores=50, memory_units=40)  # a neighbour on the same card
+    env = real_node.add_notebook("jupyter-alice", card=2, cores=25, memory_units=40)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return env
+
+
+def wait_live(run, jp_fetch):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + 60
+    while True:
+        usage = get(run, jp_fetch, "usage", history="60")
+        if usage["state"] == "live" and usage["current"] and usage["current"]["memoryUsedMib"] > 0:
+            return usage
+        assert time.monotonic() < deadline, usage
+        time.sleep(0.1)
 
 
 class TestNodeAPI:
@@ -79,52 +87,89 @@ class TestNodeAPI:
     def vgpu_config(self, node_env):  # type: ignore[no-untyped-def]
         return {"source": "auto", "stream_interval": 0.2}
 
-    def test_allocation_topology_usage(self, run, jp_fetch, peers):  # type: ignore[no-untyped-def]
-        allocation = get(run, jp_fetch, "allocation")
-        assert allocation == {"state": "allocated", "source": "node-api", "message": None, "allocation": ALLOCATION}
-        topology = get(run, jp_fetch, "topology")
-        assert topology["state"] == "available" and topology["topology"] == TOPOLOGY
-        usage = get(run, jp_fetch, "usage", history="5")
-        assert usage["state"] == "live" and usage["limits"] == {"cores": 25, "memoryMib": 4096}
-        assert len(usage["history"]) == 5 and usage["current"]["cards"][0]["index"] == 2
-        # the adapter sent the pod's read token and the history window
-        assert ("usage", {"history": [b"5"]}, f"Bearer {TOKEN}") in peers["requests"]
+    def test_allocation_is_what_the_device_plugin_gave(self, run, jp_fetch, node_env):  # type: ignore[no-untyped-def]
+        answer = get(run, jp_fetch, "allocation")
+        assert answer["state"] == "allocated" and answer["source"] == "node-api" and answer["message"] is None
+        allocation = answer["allocation"]
+        assert (allocation["pod"], allocation["namespace"], allocation["node"]) == ("jupyter-alice", "jupyter", "gpu-node-1")
+        assert (allocation["cores"], allocation["memoryMib"], allocation["enforcement"]) == (25, 10240, "hami-core")
+        [card] = allocation["cards"]
+        assert (card["index"], card["uuid"], card["memoryTotalMib"]) == (2, node_env[contract.ENV_DEVICE_UUIDS], 40960)
 
-    def test_stale_samples_are_a_state(self, run, jp_fetch, peers):  # type: ignore[no-untyped-def]
-        peers["stale"] = True
-        assert get(run, jp_fetch, "usage")["state"] == "stale"
+    def test_topology_shows_neighbours_only_as_counts(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+        wait_live(run, jp_fetch)
+        answer = get(run, jp_fetch, "topology")
+        assert answer["state"] == "available"
+        topology = answer["topology"]
+        assert len(topology["links"]) == 4 and topology["tree"]["level"] == "ROOT"
+        card = next(g for g in topology["gpus"] if g["index"] == 2)
+        assert card["mine"] and card["allocatedCores"] == 75 and card["tenants"] == 1
+        assert "jupyter-eve" not in json.dumps(topology)
+
+    def test_usage_changes_over_time(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+        first = wait_live(run, jp_fetch)
+        assert first["limits"] == {"cores": 25, "memoryMib": 10240} and first["periodSeconds"] == 0.2
+        deadline = time.monotonic() + 60
+        while True:
+            later = get(run, jp_fetch, "usage", history="60")
+            if later["current"]["t"] > first["current"]["t"] and (
+                    later["current"]["memoryUsedMib"], later["current"]["utilizationPercent"]) != (
+                    first["current"]["memoryUsedMib"], first["current"]["utilizationPercent"]):
+                break
+            assert time.monotonic() < deadline, "usage never changed"
+            time.sleep(0.2)
+        assert later["history"] and 0 < later["current"]["memoryUsedMib"] <= 10240
+
+    def test_stale_samples_are_a_state(self, run, jp_fetch, real_node):  # type: ignore[no-untyped-def]
+        wait_live(run, jp_fetch)
+        real_node.server.sampler.stop()
+        deadline = time.monotonic() + 60
+        while (usage := get(run, jp_fetch, "usage"))["state"] != "stale":
+            assert time.monotonic() < deadline, usage
+            time.sleep(0.2)
+        assert usage["message"]
 
     def test_bad_history_is_a_400(self, run, jp_fetch):  # type: ignore[no-untyped-def]
         with pytest.raises(tornado.httpclient.HTTPClientError) as error:
             run(jp_fetch("vgpu", "api", "usage", params={"history": "lots"}))
         assert error.value.code == 400
 
-    def test_usage_stream_sends_samples(self, run, jp_ws_fetch):  # type: ignore[no-untyped-def]
+    def test_usage_stream_sends_samples(self, run, jp_fetch, jp_ws_fetch):  # type: ignore[no-untyped-def]
+        wait_live(run, jp_fetch)
+
         async def two_messages():  # type: ignore[no-untyped-def]
             ws = await jp_ws_fetch("vgpu", "api", "usage", "stream")
             first = json.loads(await asyncio.wait_for(ws.read_message(), 30))
-            second = json.loads(await asyncio.wait_for(ws.read_message(), 30))
+            second = first
+            while second["current"]["t"] == first["current"]["t"]:
+                second = json.loads(await asyncio.wait_for(ws.read_message(), 30))
             ws.close()
             return first, second
 
         first, second = run(two_messages())
-        assert first["state"] == "live" and first["limits"] == {"cores": 25, "memoryMib": 4096}
+        assert first["state"] == "live" and first["limits"] == {"cores": 25, "memoryMib": 10240}
         assert second["current"]["t"] > first["current"]["t"]
 
-    def test_slow_node_api_does_not_block_the_server(self, run, jp_fetch, peers):  # type: ignore[no-untyped-def]
-        peers["delay"] = 2.0
 
+class TestSlowNodeAPI:
+    @pytest.fixture
+    def vgpu_config(self, monkeypatch, peers):  # type: ignore[no-untyped-def]
+        monkeypatch.setenv(contract.ENV_METRICS_URL, peers["url"])
+        monkeypatch.setenv(contract.ENV_TOKEN, TOKEN)
+        peers["delay"] = 2.0
+        return {"source": "node-api"}
+
+    def test_slow_node_api_does_not_block_the_server(self, run, jp_fetch):  # type: ignore[no-untyped-def]
         async def both():  # type: ignore[no-untyped-def]
-            slow = asyncio.ensure_future(jp_fetch("vgpu", "api", "usage"))
+            slow = asyncio.ensure_future(jp_fetch("vgpu", "api", "allocation"))
             await asyncio.sleep(0.2)
             started = time.monotonic()
             await jp_fetch("api", "status")  # another route answers while the adapter waits
             fast = time.monotonic() - started
-            await slow
-            return fast, slow.done()
+            return fast, as_json(await slow)
 
-        fast, finished = run(both())
-        assert finished and fast < 1.5
+        fast, allocation = run(both())
+        assert allocation["allocation"] == ALLOCATION and fast < 1.5
 
 
 class TestNodeAPIUnreachable:
@@ -133,20 +178,21 @@ class TestNodeAPIUnreachable:
         monkeypatch.setenv(contract.ENV_METRICS_URL, closed_port_url())
         return {"source": "node-api", "timeout": 2.0}
 
-    def test_unreachable_is_a_state_not_an_error(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+    def test_unreachable_is_a_state_not_an_error(self, run, jp_fetch, node_env):  # type: ignore[no-untyped-def]
         allocation = get(run, jp_fetch, "allocation")
         assert allocation["state"] == "unreachable" and "unreachable" in allocation["message"]
         # what the device plugin put in the environment is still shown
-        assert allocation["allocation"]["cores"] == 25 and allocation["allocation"]["cards"][0]["uuid"] == "GPU-2222"
+        assert allocation["allocation"]["cores"] == 25
+        assert allocation["allocation"]["cards"][0]["uuid"] == node_env[contract.ENV_DEVICE_UUIDS]
         usage = get(run, jp_fetch, "usage")
-        assert usage["state"] == "unreachable" and usage["limits"] == {"cores": 25, "memoryMib": 4096}
+        assert usage["state"] == "unreachable" and usage["limits"] == {"cores": 25, "memoryMib": 10240}
         assert get(run, jp_fetch, "topology")["state"] == "unreachable"
 
 
 class TestNodeAPIRefusesToken:
     @pytest.fixture
-    def vgpu_config(self, node_env, monkeypatch):  # type: ignore[no-untyped-def]
-        monkeypatch.setenv(contract.ENV_TOKEN, "someone-elses-token")
+    def vgpu_config(self, node_env, monkeypatch, real_node):  # type: ignore[no-untyped-def]
+        monkeypatch.setenv(contract.ENV_TOKEN, real_node.minter.mint("a-pod-that-is-gone", 0))
         return {"source": "auto"}
 
     def test_refused_token_says_so(self, run, jp_fetch):  # type: ignore[no-untyped-def]
@@ -154,12 +200,13 @@ class TestNodeAPIRefusesToken:
         assert allocation["state"] == "unreachable" and "refused this pod's read token (HTTP 403" in allocation["message"]
 
 
-# --- gpu-manager ---------------------------------------------------------------------------
+# --- gpu-manager (its /metric served by the real metrics server's gpu-manager endpoint) -----------
 
 
 class TestGpuManager:
     @pytest.fixture
-    def vgpu_config(self, peers, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    def vgpu_config(self, real_node, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+        real_node.add_notebook("jupyter-bob", card=3, cores=30, memory_units=32)
         config_dir = tmp_path / "vcuda" / "0123abcd"
         config_dir.mkdir(parents=True)
         (config_dir / contract.GM_VCUDA_CONFIG_NAME).write_bytes(encode_vcuda_config(VcudaConfig(
@@ -168,16 +215,8 @@ class TestGpuManager:
         monkeypatch.setenv("HOSTNAME", "jupyter-bob")
         monkeypatch.setenv("POD_NAMESPACE", "jupyter")
         monkeypatch.setenv(contract.ENV_NVIDIA_VISIBLE_DEVICES, "3")
-        labels = 'pod_name="{}",namespace="jupyter",node="gm-node",container_name="notebook"'
-        peers["metric_text"] = "\n".join([
-            f"# TYPE {contract.METRIC_GM_CONTAINER_UTILIZATION} gauge",
-            f'{contract.METRIC_GM_CONTAINER_UTILIZATION}{{{labels.format("jupyter-bob")},gpu="gpu3"}} 12.5',
-            f'{contract.METRIC_GM_CONTAINER_UTILIZATION}{{{labels.format("jupyter-bob")},gpu="total"}} 12.5',
-            f'{contract.METRIC_GM_CONTAINER_MEMORY_TOTAL}{{{labels.format("jupyter-bob")},gpu_memory="total"}} 2048',
-            f'{contract.METRIC_GM_CONTAINER_UTILIZATION}{{{labels.format("jupyter-eve")},gpu="total"}} 99',
-        ]) + "\n"
         return {"source": "auto", "vcuda_config_dir": str(tmp_path / "vcuda"),
-                "gpu_manager_metric_url": peers["url"] + "/metric"}
+                "gpu_manager_metric_url": real_node.server.url + "/metric"}
 
     def test_gpu_manager_limits_and_usage(self, run, jp_fetch):  # type: ignore[no-untyped-def]
         allocation = get(run, jp_fetch, "allocation")
@@ -185,10 +224,13 @@ class TestGpuManager:
         body = allocation["allocation"]
         assert (body["cores"], body["memoryMib"], body["pod"], body["container"]) == (30, 8192, "jupyter-bob", "notebook")
         assert body["cards"][0]["index"] == 3 and body["cards"][0]["busId"] == "0000:3B:00.0"
-        usage = get(run, jp_fetch, "usage", history="60")
-        assert usage["state"] == "live"
-        assert usage["current"]["utilizationPercent"] == 12.5 and usage["current"]["memoryUsedMib"] == 2048
-        assert usage["limits"] == {"cores": 30, "memoryMib": 8192}
+        deadline = time.monotonic() + 60
+        while (usage := get(run, jp_fetch, "usage", history="60"))["state"] != "live" \
+                or not usage["current"]["memoryUsedMib"]:
+            assert time.monotonic() < deadline, usage
+            time.sleep(0.2)
+        assert 0 < usage["current"]["memoryUsedMib"] <= 8192 and 0 < usage["current"]["utilizationPercent"] <= 30
+        assert usage["limits"] == {"cores": 30, "memoryMib": 8192} and usage["history"]
         assert get(run, jp_fetch, "topology")["state"] == "none"
 
 

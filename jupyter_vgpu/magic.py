@@ -1,0 +1,232 @@
+"""``%vgpu``: the notebook's vGPU from a cell, and the framework guard rails.
+
+Load with ``%load_ext jupyter_vgpu`` or automatically with
+``c.InteractiveShellApp.extensions = ["jupyter_vgpu"]``. Settings are traitlets on
+``VGPUMagics`` (``c.VGPUMagics.source = "auto"`` ...). Facts come from the same adapters
+as the server extension, called directly (no HTTP to the notebook server).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import time
+from typing import Any
+
+from IPython.core.magic import Magics, line_magic, magics_class
+from traitlets import Enum, Float, Unicode
+
+from jupyter_vgpu.core import contract
+from jupyter_vgpu.core.contract import RequestError
+
+USAGE = """\
+%vgpu                      the dashboard: allocation, topology, live usage
+%vgpu status               your share, its usage and which framework guard rails are in force
+%vgpu topo                 the node's GPU topology with your card highlighted
+%vgpu usage                memory and utilisation against your limits, now
+%vgpu watch [--interval S] a live usage chart (updates in the background; close it to stop)
+%vgpu request --cores N --memory SIZE
+                           ask for a new share (SIZE: 4GiB, 4096MiB or units of 256 MiB);
+                           your server restarts with it (JupyterHub) or your pod is re-created
+%vgpu release              give the GPU back (restart without one)
+%vgpu --help               this text
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise RequestError(f"{message}\n\n{USAGE}")
+
+
+def _parser() -> _Parser:
+    parser = _Parser(prog="%vgpu", add_help=False)
+    parser.add_argument("-h", "--help", action="store_true")
+    sub = parser.add_subparsers(dest="command")
+    for name in ("status", "topo", "usage", "release"):
+        sub.add_parser(name, add_help=False)
+    watch = sub.add_parser("watch", add_help=False)
+    watch.add_argument("--interval", type=float, default=None)
+    request = sub.add_parser("request", add_help=False)
+    request.add_argument("--cores", required=True)
+    request.add_argument("--memory", default=None)
+    request.add_argument("--no-wait", action="store_true")
+    return parser
+
+
+@magics_class
+class VGPUMagics(Magics):
+    source = Enum(("auto", "node-api", "gpu-manager", "local-nvml", "none"), default_value="auto", config=True,
+                  help="Fact source, as c.VGPUExtension.source (auto also honours $JUPYTER_VGPU_SOURCE).")
+    local_backend = Unicode("nvml", config=True, help="'nvml' or 'simulated:<topology capture>'.")
+    metrics_url = Unicode("", config=True, help="Node metrics server (default $VGPU_METRICS_URL).")
+    token = Unicode("", config=True, help="Node API read token (default $VGPU_TOKEN).")
+    gpu_manager_metric_url = Unicode("", config=True, help="gpu-manager's /metric URL.")
+    vcuda_config_dir = Unicode(contract.GM_VCUDA_CONFIG_DIR, config=True, help="gpu-manager's vcuda.config mount.")
+    timeout = Float(5.0, config=True, help="Seconds to wait for the node metrics server.")
+    watch_interval = Float(1.0, config=True, help="Seconds between live usage updates.")
+    requester = Enum(("auto", "jupyterhub", "kube", "none"), default_value="auto", config=True,
+                     help="How %vgpu request is carried out (as c.VGPUExtension.requester).")
+    kubeconfig = Unicode("", config=True, help="kubeconfig for the kube requester (default $JUPYTER_VGPU_KUBECONFIG).")
+    request_timeout = Float(300.0, config=True, help="Seconds a share request may stay pending.")
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell=shell, **kwargs)
+        self._facts: Any = None
+        self._tracker: Any = None
+        self.rails: Any = None
+        self.live: list[Any] = []
+
+    # --- the pieces, made on first use ------------------------------------------------
+
+    @property
+    def facts(self) -> Any:
+        if self._facts is None:
+            from jupyter_vgpu.server.facts import SourceSettings, backend_factory, make_source
+
+            self._facts = make_source(SourceSettings(
+                source=self.source, metrics_url=self.metrics_url, token=self.token,
+                gpu_manager_metric_url=self.gpu_manager_metric_url, vcuda_config_dir=self.vcuda_config_dir,
+                timeout=self.timeout, backend_factory=backend_factory(self.local_backend),
+            ))
+        return self._facts
+
+    @property
+    def tracker(self) -> Any:
+        if self._tracker is None:
+            from jupyter_vgpu.server.request_setup import make_tracker
+
+            self._tracker = make_tracker(self.requester, self.kubeconfig, self.request_timeout, os.environ)
+        return self._tracker
+
+    def apply_guard_rails(self) -> Any:
+        from jupyter_vgpu.guards import GuardRails
+
+        answer = self.facts.allocation()
+        self.rails = GuardRails(answer.get("allocation"))
+        self.rails.apply()
+        return self.rails
+
+    # --- the magic -------------------------------------------------------------------------
+
+    @line_magic
+    def vgpu(self, line: str = "") -> Any:
+        try:
+            args = _parser().parse_args(shlex.split(line))
+        except RequestError as error:
+            print(error)
+            return None
+        if args.help:
+            print(USAGE)
+            return None
+        command = args.command or "dashboard"
+        try:
+            return getattr(self, f"_cmd_{command}")(args)
+        except RequestError as error:
+            print(f"vgpu: {error}")
+            return None
+
+    def _display(self, widget: Any) -> Any:
+        from IPython.display import display
+
+        display(widget)
+        return None
+
+    def _cmd_dashboard(self, args: argparse.Namespace) -> Any:
+        from jupyter_vgpu.widgets.views import Dashboard
+
+        dashboard = Dashboard(self.facts, interval=self.watch_interval)
+        self.live.append(dashboard.usage)
+        return self._display(dashboard)
+
+    def _cmd_status(self, args: argparse.Namespace) -> None:
+        from jupyter_vgpu.widgets import render
+
+        print(render.allocation_text(self.facts.allocation()))
+        print()
+        print(render.usage_text(self.facts.usage(0)))
+        print()
+        print("framework guard rails:")
+        rails = self.rails if self.rails is not None else self.apply_guard_rails()
+        print(rails.status_text())
+        latest = self.tracker.latest()
+        if latest is not None:
+            print()
+            print(f"last request {latest.id}: {latest.state} — {latest.message}")
+
+    def _cmd_topo(self, args: argparse.Namespace) -> Any:
+        from jupyter_vgpu.widgets.views import TopologyView
+
+        return self._display(TopologyView(self.facts))
+
+    def _cmd_usage(self, args: argparse.Namespace) -> Any:
+        from jupyter_vgpu.widgets.views import UsageChart
+
+        return self._display(UsageChart(self.facts, live=False))
+
+    def _cmd_watch(self, args: argparse.Namespace) -> Any:
+        from jupyter_vgpu.widgets.views import UsageChart
+
+        chart = UsageChart(self.facts, live=True, interval=args.interval or self.watch_interval)
+        self.live.append(chart)
+        return self._display(chart)
+
+    def _cmd_release(self, args: argparse.Namespace) -> Any:
+        return self._submit(0, 0, wait=True)
+
+    def _cmd_request(self, args: argparse.Namespace) -> Any:
+        from jupyter_vgpu.server.requests import parse_share
+
+        cores, units = parse_share(args.cores, args.memory, os.environ)
+        if cores == 0:
+            raise RequestError("use `%vgpu release` to give the GPU back")
+        return self._submit(cores, units, wait=not args.no_wait)
+
+    def _submit(self, cores: int, units: int, wait: bool) -> Any:
+        request = self.tracker.submit(cores, units)
+        print(f"request {request.id}: {request.message}")
+        if not wait:
+            print("check on it with `%vgpu status`")
+            return request
+        said = request.message
+        try:
+            while request.state == "pending":
+                request = self.tracker.wait(request.id, timeout=0.5) or request
+                if request.message != said and request.state == "pending":
+                    print(f"  … {request.message}")
+                    said = request.message
+        except KeyboardInterrupt:
+            print("stopped waiting; the request goes on — check with `%vgpu status`")
+            return request
+        mark = "✔" if request.state == "scheduled" else "✘"
+        print(f"{mark} {request.state}: {request.message}")
+        return request
+
+    def close(self) -> None:
+        for chart in self.live:
+            chart.stop()
+        self.live.clear()
+        if self.rails is not None:
+            self.rails.remove()
+        if self._facts is not None:
+            self._facts.close()
+
+
+_loaded: dict[int, VGPUMagics] = {}
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    magics = VGPUMagics(shell=ipython)
+    ipython.register_magics(magics)
+    _loaded[id(ipython)] = magics
+    started = time.monotonic()
+    try:
+        magics.apply_guard_rails()
+    except Exception as error:  # noqa: BLE001 - the magic must load even if the facts cannot be read
+        print(f"jupyter-vgpu: guard rails not applied ({error}) after {time.monotonic() - started:.1f} s")
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    magics = _loaded.pop(id(ipython), None)
+    if magics is not None:
+        magics.close()

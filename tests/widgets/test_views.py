@@ -1,0 +1,144 @@
+"""The views' state as it goes over the comm: bar values, SVG, live updates, clean stop."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyter_vgpu.gpu.simulated import SimulatedGPUs
+from jupyter_vgpu.server.facts import SourceSettings
+from jupyter_vgpu.server.local import LocalGPUSource
+from jupyter_vgpu.widgets import render
+from jupyter_vgpu.widgets.views import AllocationCard, Dashboard, TopologyView, UsageChart
+
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "topology"
+
+SHARE = {
+    "state": "allocated", "source": "node-api", "message": None,
+    "allocation": {"node": "gpu-node-1", "namespace": "jupyter", "pod": "jupyter-alice", "podUid": "u1",
+                   "container": "notebook", "cores": 25, "memoryMib": 10240, "enforcement": "hami-core",
+                   "cards": [{"index": 2, "uuid": "GPU-2222", "model": "NVIDIA A100-SXM4-40GB", "cores": 25,
+                              "memoryMib": 10240, "memoryTotalMib": 40960}]},
+}
+
+
+@pytest.fixture
+def gpus():  # type: ignore[no-untyped-def]
+    backend = SimulatedGPUs.from_fixture(FIXTURES / "a100-sxm-4gpu-nv4.txt", seed=7)
+    backend.start_process(4242, 1, memory_limit_mib=8192, cores_limit=50, pattern="training")
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def source(gpus, monkeypatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "1")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return LocalGPUSource(SourceSettings(source="local-nvml", backend_factory=lambda: gpus))
+
+
+def widget_ids(widget):  # type: ignore[no-untyped-def]
+    return [c.model_id for c in widget.children]
+
+
+def test_allocation_card_sends_share_bars(comms):  # type: ignore[no-untyped-def]
+    card = AllocationCard(source=None, answer=SHARE)
+    bars = [c for c in card.children if type(c).__name__ == "FloatProgress"]
+    compute, memory = bars
+    assert comms.last(compute.model_id, "value") == 25 and comms.last(compute.model_id, "max") == 100
+    assert comms.last(memory.model_id, "value") == 10240 and comms.last(memory.model_id, "max") == 40960
+    header = comms.last(card.children[0].model_id, "value")
+    assert "gpu-node-1" in header and "jupyter/jupyter-alice" in header
+    title = comms.last(card.children[1].model_id, "value")
+    assert "GPU-2222" in title and "A100" in title
+    # the box itself carries its children as widget references
+    assert comms.last(card.model_id, "children") == [f"IPY_MODEL_{i}" for i in widget_ids(card)]
+    text = card._repr_mimebundle_()["text/plain"]
+    assert "25 % compute, 10 GiB memory" in text and "10 GiB of 40 GiB" in text and "GPU-2222" in text
+
+
+def test_empty_state_says_how_to_get_one(comms):  # type: ignore[no-untyped-def]
+    from jupyter_vgpu.server.facts import NoVGPUSource
+
+    card = AllocationCard(NoVGPUSource())
+    assert "%vgpu request" in comms.last(card.children[0].model_id, "value")
+    assert "%vgpu request" in repr(card)
+
+
+def test_topology_svg_highlights_yours_and_shows_others_anonymously(comms, source, gpus):  # type: ignore[no-untyped-def]
+    view = TopologyView(source)
+    svg = comms.last(view.model_id, "value")
+    assert svg.count('class="vgpu-card') == 4
+    assert svg.count("vgpu-mine") == 1 and 'data-index="1"' in svg.split("vgpu-mine")[1][:40]
+    assert "NV4" in svg  # the tree's link level from the capture
+    assert "pid" not in svg and "4242" not in svg  # other tenants are counts, never identities
+    text = repr(view)
+    assert "GPU 1" in text and "<- yours" in text
+
+
+def test_topology_view_of_a_share(comms):  # type: ignore[no-untyped-def]
+    topology = {"state": "available", "source": "node-api", "message": None, "topology": {
+        "node": "n1", "links": [["X", "SYS"], ["SYS", "X"]],
+        "tree": {"level": "ROOT", "gpus": [0, 1], "children": [{"level": "GPU", "gpus": [0], "children": []},
+                                                             {"level": "GPU", "gpus": [1], "children": []}]},
+        "gpus": [{"index": 0, "mine": False, "allocatedCores": 75, "tenants": 3, "healthy": True},
+                 {"index": 1, "mine": True, "allocatedCores": 25, "tenants": 1, "healthy": False}]}}
+    svg = comms.last(TopologyView(None, answer=topology).model_id, "value")
+    others = svg.split('data-index="0"')[1].split("</g>")[0]
+    assert "3 tenant(s) · 75 %" in others and f'fill="{render.OTHERS}"' in others
+    assert "GPU 1 ✕" in svg  # unhealthy marked
+
+
+def test_usage_chart_updates_live_and_stops_when_closed(comms, source):  # type: ignore[no-untyped-def]
+    chart = UsageChart(source, interval=0.1, window=60)
+    chart_id, svg_id = chart.model_id, chart.chart.model_id
+    try:
+        deadline = time.monotonic() + 30
+        while len([s for s in comms.states(chart.chart.model_id) if "value" in s]) < 4:
+            assert time.monotonic() < deadline, "the chart did not update"
+            time.sleep(0.05)
+        svgs = [s["value"] for s in comms.states(chart.chart.model_id) if "value" in s]
+        assert "vgpu-memory" in svgs[-1] and svgs[-1] != svgs[0]  # more points, new picture
+        memory_values = [s["value"] for s in comms.states(chart.memory.model_id) if "value" in s]
+        assert comms.last(chart.memory.model_id, "max") == 40960 and max(memory_values) > 0
+        assert chart.running
+    finally:
+        chart.close()
+    assert not chart.running
+    assert comms.closed(svg_id) and comms.closed(chart_id)
+    sent = len(comms)
+    time.sleep(0.4)
+    assert len(comms) == sent  # nothing after close
+
+
+def test_frontend_closing_the_comm_stops_polling(comms, source):  # type: ignore[no-untyped-def]
+    chart = UsageChart(source, interval=0.05)
+    assert chart.running
+    chart.comm.handle_close({"content": {"data": {}}})  # what a frontend's comm_close triggers
+    deadline = time.monotonic() + 10
+    while chart.running:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    chart.close()
+
+
+def test_dashboard_combines_and_closes_everything(comms, source):  # type: ignore[no-untyped-def]
+    board = Dashboard(source, interval=0.1)
+    board_id = board.model_id
+    try:
+        text = board._repr_mimebundle_()["text/plain"]
+        assert "100 % compute" in text and "GPU 1" in text and "usage (live)" in text
+        assert board.usage.running
+    finally:
+        board.close()
+    assert not board.usage.running and comms.closed(board_id)
+
+
+def test_usage_svg_draws_limits():  # type: ignore[no-untyped-def]
+    history = [{"t": 100.0 + i, "memoryUsedMib": 1000 * i, "utilizationPercent": 10 * i} for i in range(5)]
+    svg = render.usage_svg(history, {"cores": 25, "memoryMib": 4096})
+    assert "vgpu-core-limit" in svg and "share 25 %" in svg and "of 4 GiB" in svg
+    points = svg.split('class="vgpu-memory"')[1].split('points="')[1].split('"')[0].split()
+    assert len(points) == 5 and points[0].startswith("28.0,") and points[-1].startswith("452.0,")
