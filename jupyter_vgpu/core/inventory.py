@@ -82,6 +82,8 @@ class NodeInventory:
             raise ValueError(
                 f"node {self.node}: topology has {self.topology.count} cards but the inventory {len(self.cards)}"
             )
+        if self.topology is not None and sorted(indices) != list(range(len(indices))):
+            raise ValueError(f"node {self.node}: with a topology, card indices must be 0..{len(indices) - 1}: {indices}")
 
     def card(self, index: int) -> Card | None:
         return next((card for card in self.cards if card.index == index), None)

@@ -64,6 +64,8 @@ GOOD_CARD = {"index": 0, "uuid": "GPU-1", "model": "A100", "memoryMib": 40960}
     (json.dumps({"node": "n", "cards": [GOOD_CARD], "topology": {"gpus": [{"index": 0}], "links": [["PIX"]]}}),
      "GPU inventory topology: .*'X' belongs on the diagonal"),
     (json.dumps({"node": 7, "cards": []}), "node 7 is not a string"),
+    (json.dumps({"node": "n", "cards": [dict(GOOD_CARD, index=1)],
+                 "topology": {"gpus": [{"index": 0}], "links": [["X"]]}}), r"card indices must be 0\.\.0: \[1\]"),
 ])
 def test_malformed_annotations_are_refused_with_the_reason(text: str, pattern: str) -> None:
     with pytest.raises(ValueError, match=pattern):
