@@ -36,6 +36,8 @@ from .ledger import (
     Holding,
     Ledger,
     NodeEntry,
+    ScoreCache,
+    VerdictCache,
     node_cards,
     pod_holding,
 )
@@ -222,14 +224,36 @@ class Decisions:
     def filter(self, args: ExtenderArgs) -> tuple[list[str], dict[str, str], dict[str, str]]:
         """(passed, failed, failed and unresolvable). PodProblem when the pod asks for no vGPU."""
         ask = read_ask(args.pod, self.names, self.policy)
+        names = args.candidate_names
+        if ask.invalid:
+            return [], {}, dict.fromkeys(names, ask.invalid)
+        if not args.cache_mode:
+            return self._filter_entries(args, ask)
+        with self.ledger.lock:
+            cache = self.ledger.cache(("fit", ask.key), VerdictCache)
+            known = cache.values
+            unseen: dict[str, str] = {}
+            nodes = self.ledger.nodes
+            for name in [n for n in names if n not in known]:
+                entry = nodes.get(name)
+                if entry is None or not entry.known:
+                    unseen[name] = "the extender has not seen this node yet"
+                else:
+                    cache.set(name, fit(entry, ask))
+            passing, failing, never = cache.passing, cache.failed, cache.unresolvable
+            passed = [n for n in names if n in passing]
+            failed = {n: failing[n] for n in names if n in failing}
+            unresolvable = {n: never[n] for n in names if n in never}
+        failed.update(unseen)
+        return passed, failed, unresolvable
+
+    def _filter_entries(self, args: ExtenderArgs, ask: PodAsk) -> tuple[list[str], dict[str, str], dict[str, str]]:
+        """Without the node cache: the request's Node objects, one by one."""
         passed: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         with self.ledger.lock:
             for name, entry in self._entries(args):
-                if ask.invalid:
-                    unresolvable[name] = ask.invalid
-                    continue
                 if entry is None or not entry.known:
                     failed[name] = "the extender has not seen this node yet"
                     continue
@@ -246,11 +270,17 @@ class Decisions:
         ask = read_ask(args.pod, self.names, self.policy)
         if ask.invalid:
             raise PodProblem(f"pod {describe_pod(args.pod)}: {ask.invalid}")
-        scores = []
         with self.ledger.lock:
-            for name, entry in self._entries(args):
-                scores.append((name, score(entry, ask) if entry is not None and entry.known else 0))
-        return scores
+            if not args.cache_mode:
+                return [(name, score(entry, ask) if entry is not None and entry.known else 0)
+                        for name, entry in self._entries(args)]
+            cache = self.ledger.cache(("score", ask.key), ScoreCache)
+            nodes = self.ledger.nodes
+            for name in [n for n in args.candidate_names if n not in cache]:
+                entry = nodes.get(name)
+                if entry is not None and entry.known:
+                    cache[name] = score(entry, ask)
+            return [(name, cache.get(name, 0)) for name in args.candidate_names]
 
     # --- bind (the only writer) -------------------------------------------------------
 

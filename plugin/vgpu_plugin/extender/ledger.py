@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -275,8 +276,49 @@ class NodeEntry:
         return self._free
 
 
+class VerdictCache:
+    """Per node, the filter verdict for one request shape, and the nodes it passes.
+
+    Sets and dicts so that a filter over a thousand names is a few C-level loops;
+    ``forget(node)`` runs whenever that node's accounting changes.
+    """
+
+    __slots__ = ("values", "passing", "failed", "unresolvable")
+
+    def __init__(self) -> None:
+        self.values: dict[str, tuple[str | None, bool]] = {}
+        self.passing: set[str] = set()
+        self.failed: dict[str, str] = {}
+        self.unresolvable: dict[str, str] = {}
+
+    def set(self, name: str, verdict: tuple[str | None, bool]) -> None:
+        self.values[name] = verdict
+        reason, never = verdict
+        if reason is None:
+            self.passing.add(name)
+        elif never:
+            self.unresolvable[name] = reason
+        else:
+            self.failed[name] = reason
+
+    def forget(self, name: str) -> None:
+        if self.values.pop(name, None) is not None:
+            self.passing.discard(name)
+            self.failed.pop(name, None)
+            self.unresolvable.pop(name, None)
+
+
+class ScoreCache(dict[str, int]):
+    """Per node, the prioritize score for one request shape and policy."""
+
+    def forget(self, name: str) -> None:
+        self.pop(name, None)
+
+
 class Ledger:
     """Nodes' cards and pods' holdings. Thread-safe: every method takes ``lock``."""
+
+    MAX_CACHED_SHAPES = 64
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
@@ -284,6 +326,23 @@ class Ledger:
         self._holdings: dict[str, Holding] = {}
         self._unattributed: dict[str, Unattributed] = {}
         self._generation = 0
+        self._caches: OrderedDict[Any, Any] = OrderedDict()
+
+    def cache(self, key: Any, factory: Callable[[], Any]) -> Any:
+        """A per-request-shape cache of per-node answers, forgotten node by node on change (LRU)."""
+        found = self._caches.get(key)
+        if found is None:
+            found = self._caches[key] = factory()
+            if len(self._caches) > self.MAX_CACHED_SHAPES:
+                self._caches.popitem(last=False)
+        else:
+            self._caches.move_to_end(key)
+        return found
+
+    @property
+    def nodes(self) -> Mapping[str, NodeEntry]:
+        """Live entries by name (read under ``lock``)."""
+        return self._nodes
 
     # nodes
     def set_node(self, name: str, cards: NodeCards) -> None:
@@ -312,6 +371,8 @@ class Ledger:
                 self._touch(entry)
             else:
                 del self._nodes[name]
+                for cache in self._caches.values():
+                    cache.forget(name)
 
     def node(self, name: str) -> NodeEntry | None:
         """The live entry (read it under ``lock``)."""
@@ -377,6 +438,8 @@ class Ledger:
     def _touch(self, entry: NodeEntry) -> None:
         self._generation += 1
         entry.touch(self._generation)
+        for cache in self._caches.values():
+            cache.forget(entry.name)
 
     # views
     def claims(self) -> dict[str, dict[str, list[tuple[int, int, int, int]]]]:

@@ -162,7 +162,7 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
         raise WireError("ExtenderArgs.Pod is missing: the pod being scheduled is required")
     node_names = fields.get("NodeNames")
     if node_names is not None:
-        if not isinstance(node_names, list) or not all(isinstance(n, str) for n in node_names):
+        if not isinstance(node_names, list) or not set(map(type, node_names)) <= {str}:
             raise WireError("ExtenderArgs.NodeNames must be a list of node names")
     nodes: list[dict[str, Any]] | None = None
     raw_nodes: list[Any] | None = None

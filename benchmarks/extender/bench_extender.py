@@ -1,0 +1,437 @@
+"""Extender benchmark: 1,000 nodes x 8 GPUs with 20,000 running pods.
+
+Measures, side by side in one run:
+- filter and prioritize latency (p50/p99, node-cache mode, every node named) of the real
+  extender and of a null extender on the same tornado stack that only parses the request
+  and echoes the nodes (the HTTP + JSON floor); each cycle is filter -> prioritize -> bind
+  as kube-scheduler does it, the two servers interleaved request by request;
+- bind throughput over HTTP (bind's API calls answered in memory, so this is the
+  extender's own cost), and end to end against the simulated Kubernetes API;
+- ledger memory (tracemalloc) and rebuild time: from the objects alone, and end to end
+  (the extender listing 1,000 nodes and 20,000 pods from the simulated API).
+
+Each server runs in its own process (the client would otherwise share its GIL).
+Usage: python benchmarks/extender/bench_extender.py [--cycles 600] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import http.client
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+import tracemalloc
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from jupyter_vgpu.core import contract, placement
+from jupyter_vgpu.core.contract import CardShare, ContainerAllocation, PodAllocation, Request
+from jupyter_vgpu.core.inventory import Card, NodeInventory
+from jupyter_vgpu.core.topology import parse_nvidia_smi_topo
+from jupyter_vgpu.data import topology_fixture
+
+NAMES = contract.DEFAULT_NAMES
+GIB = 1024 // contract.MEMORY_UNIT_MIB
+CARD_GIB = 80
+# request shapes: (cores, memory units) per container; 100*n = n whole cards
+SHAPES = [(25, 20 * GIB), (10, 8 * GIB), (50, 40 * GIB), (100, 0), (200, 0)]
+# what runs already: notebook-sized shares and 1 in 20 a whole card; 2.5 pods per card
+# fill the cluster to about 70 % of its cores and 65 % of its memory
+RUNNING_SHARES = [(25, 20 * GIB), (10, 8 * GIB), (50, 40 * GIB), (20, 10 * GIB), (30, 24 * GIB),
+                  (10, 16 * GIB), (15, 12 * GIB), (40, 16 * GIB)]
+
+
+# --- the cluster ---------------------------------------------------------------------------
+
+def make_nodes(count: int, gpus: int) -> list[dict[str, Any]]:
+    topology = parse_nvidia_smi_topo(topology_fixture("dgx-a100").read_text()) if gpus == 8 else None
+    nodes = []
+    for i in range(count):
+        name = f"node-{i:04d}"
+        cards = tuple(Card(index=g, uuid=f"GPU-{i:04d}-{g}", model="A100-SXM4-80GB", memory_mib=CARD_GIB * 1024,
+                           minor=g) for g in range(gpus))
+        inventory = NodeInventory(node=name, cards=cards, topology=topology)
+        resources = {"cpu": "128", "memory": "2Ti", "pods": "250", NAMES.core_resource: str(100 * gpus),
+                     NAMES.memory_resource: str(gpus * CARD_GIB * GIB)}
+        nodes.append({"apiVersion": "v1", "kind": "Node",
+                      "metadata": {"name": name, "annotations": {NAMES.node_inventory: inventory.to_json()},
+                                   "labels": {"kubernetes.io/hostname": name}},
+                      "status": {"capacity": resources, "allocatable": resources}})
+    return nodes
+
+
+def pod_object(name: str, shape: tuple[int, int], *, uid: str | None = None) -> dict[str, Any]:
+    cores, memory = shape
+    limits = {"cpu": "2", "memory": "8Gi", NAMES.core_resource: str(cores)}
+    if memory:
+        limits[NAMES.memory_resource] = str(memory)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "bench", "uid": uid or f"uid-{name}", "annotations": {},
+                         "labels": {"app": "notebook"}, "resourceVersion": "1"},
+            "spec": {"schedulerName": contract.SCHEDULER_NAME,
+                     "containers": [{"name": "notebook", "image": "jupyter/base-notebook",
+                                     "resources": {"limits": limits, "requests": dict(limits)}}]},
+            "status": {"phase": "Pending"}}
+
+
+def make_running_pods(nodes: list[dict[str, Any]], count: int, seed: int) -> list[dict[str, Any]]:
+    """``count`` pods placed by the placement policy itself, so the cluster is a reachable state."""
+    rng = random.Random(seed)
+    gpus = len(NodeInventory.from_json(nodes[0]["metadata"]["annotations"][NAMES.node_inventory]).cards)
+    topology = parse_nvidia_smi_topo(topology_fixture("dgx-a100").read_text()) if gpus == 8 else None
+    states = {n["metadata"]["name"]: placement.NodeState(
+        tuple(placement.CardState(g, CARD_GIB * GIB) for g in range(gpus)), topology) for n in nodes}
+    names = list(states)
+    pods = []
+    for i in range(count):
+        shape = (100, 0) if rng.random() < 0.05 else rng.choice(RUNNING_SHARES)
+        request = Request(*shape)
+        for _ in range(50):
+            node_name = rng.choice(names)
+            result = placement.place_pod(states[node_name], {0: request})
+            if isinstance(result, placement.PodPlacement):
+                break
+        else:
+            raise RuntimeError("the cluster is too full for the running pods")
+        states[node_name] = states[node_name].apply(result)
+        shares = tuple(CardShare(g, f"GPU-{node_name[5:]}-{g}", c, m) for g, c, m in result.containers[0])
+        allocation = PodAllocation(node_name, (ContainerAllocation(0, "notebook", shares),), assigned_at_ns=1)
+        pod = pod_object(f"running-{i:05d}", shape)
+        pod["metadata"]["annotations"] = contract.predicate_annotations(allocation)
+        pod["metadata"]["annotations"][NAMES.gpu_assigned] = "true"
+        pod["spec"]["nodeName"] = node_name
+        pod["status"]["phase"] = "Running"
+        pods.append(pod)
+    return pods
+
+
+def build_ledger(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> Any:
+    """The ledger from API objects, by the same code the watch runs."""
+    from vgpu_plugin.extender.ledger import Holding, Ledger, node_cards, pod_holding
+
+    ledger = Ledger()
+    for node in nodes:
+        ledger.set_node(node["metadata"]["name"], node_cards(node, NAMES))
+    for pod in pods:
+        claim = pod_holding(pod, NAMES)
+        if isinstance(claim, Holding):
+            ledger.put(claim)
+    return ledger
+
+
+# --- servers (child processes) -----------------------------------------------------------
+
+class InMemoryPods:
+    """Bind's three API calls answered from memory: isolates the extender's own bind cost."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.rv = 10
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        pod = self.pods.get(name)
+        if pod is None and name.startswith("pending-"):
+            shape = SHAPES[int(name.split("-")[1])]
+            pod = self.pods[name] = pod_object(name, shape)
+        return json.loads(json.dumps(pod)) if pod is not None else None
+
+    def patch_annotations(self, namespace: str, name: str, annotations: Any) -> dict[str, Any]:
+        pod = self.pods[name]
+        self.rv += 1
+        pod["metadata"]["annotations"].update({k: v for k, v in annotations.items() if v is not None})
+        pod["metadata"]["resourceVersion"] = str(self.rv)
+        return pod
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self.pods[name]["spec"]["nodeName"] = node
+
+
+def serve(kind: str, port: int, nodes: int, gpus: int, pods: int, seed: int) -> None:
+    import asyncio
+    import threading
+
+    import tornado.web
+
+    if kind == "null":
+        class Filter(tornado.web.RequestHandler):
+            def post(self) -> None:
+                args = json.loads(self.request.body)
+                self.finish(json.dumps({"Nodes": None, "NodeNames": args.get("NodeNames"), "FailedNodes": {},
+                                        "FailedAndUnresolvableNodes": {}, "Error": ""}))
+
+        class Prioritize(tornado.web.RequestHandler):
+            def post(self) -> None:
+                args = json.loads(self.request.body)
+                self.finish(json.dumps([{"Host": n, "Score": 0} for n in args.get("NodeNames") or []]))
+
+        class Bind(tornado.web.RequestHandler):
+            def post(self) -> None:
+                json.loads(self.request.body)
+                self.finish(json.dumps({"Error": ""}))
+
+        class Health(tornado.web.RequestHandler):
+            def get(self) -> None:
+                self.finish("ok")
+
+        async def main() -> None:
+            app = tornado.web.Application([("/scheduler/filter", Filter), ("/scheduler/prioritize", Prioritize),
+                                           ("/scheduler/bind", Bind), ("/healthz", Health)])
+            app.listen(port, "127.0.0.1")
+            print("ready", flush=True)
+            await asyncio.Event().wait()
+
+        asyncio.run(main())
+        return
+
+    from vgpu_plugin.extender.server import Extender
+
+    node_objs = make_nodes(nodes, gpus)
+    pod_objs = make_running_pods(node_objs, pods, seed)
+    ledger = build_ledger(node_objs, pod_objs)
+    extender = Extender(port=port, ledger=ledger, api=InMemoryPods(), policy="binpack").start()
+    print("ready", extender.url, flush=True)
+    threading.Event().wait()
+
+
+def spawn(kind: str, args: argparse.Namespace, port: int) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        [sys.executable, __file__, "--serve", kind, "--port", str(port), "--nodes", str(args.nodes),
+         "--gpus", str(args.gpus), "--pods", str(args.pods), "--seed", str(args.seed)],
+        stdout=subprocess.PIPE, text=True)
+    line = process.stdout.readline() if process.stdout else ""
+    if not line.startswith("ready"):
+        raise RuntimeError(f"{kind} server did not start: {line!r}")
+    return process
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- measurements ---------------------------------------------------------------------------
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def call(connection: http.client.HTTPConnection, path: str, body: bytes) -> tuple[float, Any]:
+    started = time.perf_counter()
+    connection.request("POST", path, body, {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    data = response.read()
+    elapsed = time.perf_counter() - started
+    if response.status != 200:
+        raise RuntimeError(f"{path}: {response.status} {data[:200]!r}")
+    return elapsed, json.loads(data)
+
+
+def latency(args: argparse.Namespace) -> dict[str, Any]:
+    real_port, null_port = free_port(), free_port()
+    started = time.perf_counter()
+    real = spawn("real", args, real_port)
+    null = spawn("null", args, null_port)
+    setup = time.perf_counter() - started
+    node_names = [f"node-{i:04d}" for i in range(args.nodes)]
+    samples: dict[str, dict[str, list[float]]] = {k: {"filter": [], "prioritize": [], "bind": []}
+                                                  for k in ("real", "null")}
+    passed_counts: list[int] = []
+    try:
+        connections = {"real": http.client.HTTPConnection("127.0.0.1", real_port),
+                       "null": http.client.HTTPConnection("127.0.0.1", null_port)}
+        for cycle in range(args.cycles + args.warmup):
+            shape_index = cycle % len(SHAPES)
+            name = f"pending-{shape_index}-{cycle}"
+            pod = pod_object(name, SHAPES[shape_index])
+            filter_body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": node_names}).encode()
+            order = ("real", "null") if cycle % 2 == 0 else ("null", "real")
+            for kind in order:
+                conn = connections[kind]
+                t_filter, result = call(conn, "/scheduler/filter", filter_body)
+                passed = result["NodeNames"] or []
+                if kind == "real":
+                    passed_counts.append(len(passed))
+                if not passed:
+                    continue
+                prioritize_body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": passed}).encode()
+                t_prio, scores = call(conn, "/scheduler/prioritize", prioritize_body)
+                best = max(scores, key=lambda s: s["Score"])["Host"]
+                bind_body = json.dumps({"PodName": name, "PodNamespace": "bench", "PodUID": f"uid-{name}",
+                                        "Node": best}).encode()
+                t_bind, reply = call(conn, "/scheduler/bind", bind_body)
+                if reply["Error"]:
+                    raise RuntimeError(f"bind refused: {reply['Error']}")
+                if cycle >= args.warmup:
+                    samples[kind]["filter"].append(t_filter)
+                    samples[kind]["prioritize"].append(t_prio)
+                    samples[kind]["bind"].append(t_bind)
+        # bind throughput over HTTP, in-memory API: 8 concurrent clients
+        count = args.binds
+
+        def one(i: int, port: int = real_port) -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", port)
+            name = f"pending-1-b{i}"  # 10 cores / 8 GiB
+            node = node_names[i % len(node_names)]
+            call(conn, "/scheduler/bind", json.dumps({"PodName": name, "PodNamespace": "bench",
+                                                       "PodUID": f"uid-{name}", "Node": node}).encode())
+            conn.close()
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(one, range(count)))
+        bind_rate = count / (time.perf_counter() - started)
+    finally:
+        real.kill()
+        null.kill()
+    result: dict[str, Any] = {"server_setup_seconds": round(setup, 1), "cycles": args.cycles,
+                              "bind_per_second_in_memory_api": round(bind_rate, 1),
+                              "median_nodes_passing_filter": statistics.median(passed_counts)}
+    for verb in ("filter", "prioritize", "bind"):
+        for kind in ("real", "null"):
+            values = samples[kind][verb]
+            result[f"{verb}_{kind}_p50_ms"] = round(percentile(values, 50) * 1000, 2)
+            result[f"{verb}_{kind}_p99_ms"] = round(percentile(values, 99) * 1000, 2)
+        result[f"{verb}_p99_ratio"] = round(result[f"{verb}_real_p99_ms"] / result[f"{verb}_null_p99_ms"], 2)
+        result[f"{verb}_p50_ratio"] = round(result[f"{verb}_real_p50_ms"] / result[f"{verb}_null_p50_ms"], 2)
+    return result
+
+
+def ledger_cost(args: argparse.Namespace) -> dict[str, Any]:
+    nodes = make_nodes(args.nodes, args.gpus)
+    pods = make_running_pods(nodes, args.pods, args.seed)
+    gc.collect()
+    tracemalloc.start()
+    started = time.perf_counter()
+    ledger = build_ledger(nodes, pods)
+    elapsed = time.perf_counter() - started
+    current, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    stats = ledger.stats()
+    assert stats["pods"] == args.pods and ledger.overcommitted() == []
+    return {"ledger_pods": stats["pods"], "ledger_nodes": stats["nodes"],
+            "rebuild_from_objects_seconds": round(elapsed, 2),
+            "ledger_memory_mb": round(current / 2**20, 1), "ledger_build_peak_mb": round(peak / 2**20, 1)}
+
+
+def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
+    """Rebuild from the simulated API (list through the official client) and binds against it."""
+    import resource
+
+    from vgpu_plugin.extender.server import Extender
+    from vgpu_plugin.sim.kube import SimKubeAPI
+    from vgpu_plugin.sim.kube_store import resource_type
+
+    nodes = make_nodes(args.nodes, args.gpus)
+    pods = make_running_pods(nodes, args.pods, args.seed)
+    api = SimKubeAPI().start()
+    try:
+        store = api.store
+        node_rt, pod_rt, ns_rt = (resource_type("", "v1", "nodes"), resource_type("", "v1", "pods"),
+                                  resource_type("", "v1", "namespaces"))
+
+        def load() -> None:
+            try:
+                store.create(ns_rt, None, {"metadata": {"name": "bench"}})
+            except Exception:
+                pass
+            for node in nodes:
+                store.create(node_rt, None, node)
+            for pod in pods:
+                pod = json.loads(json.dumps(pod))
+                pod["metadata"].pop("uid")
+                pod["metadata"].pop("resourceVersion")
+                store.create(pod_rt, "bench", pod)
+
+        api.call(load)
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        started = time.perf_counter()
+        extender = Extender(port=0, api_client=api.api_client()).start()
+        if not extender.view.wait_synced(600):
+            raise RuntimeError("the extender did not sync")
+        rebuild = time.perf_counter() - started
+        assert extender.ledger.stats()["pods"] == args.pods, extender.ledger.stats()
+        # binds against the API: pending pods created, then bound by 8 concurrent clients
+        import kubernetes.client
+
+        core = kubernetes.client.CoreV1Api(api.api_client())
+        pending = []
+        for i in range(args.api_binds):
+            body = pod_object(f"pending-api-{i}", (10, 8 * GIB))
+            body["metadata"].pop("uid")
+            body["metadata"].pop("resourceVersion")
+            created = json.loads(core.create_namespaced_pod("bench", body, _preload_content=False).data)
+            pending.append(created)
+        node_names = [n["metadata"]["name"] for n in nodes]
+
+        def bind(i: int) -> str:
+            meta = pending[i]["metadata"]
+            request = urllib.request.Request(
+                f"{extender.url}/bind", method="POST", headers={"Content-Type": "application/json"},
+                data=json.dumps({"PodName": meta["name"], "PodNamespace": "bench", "PodUID": meta["uid"],
+                                 "Node": node_names[(i * 7) % len(node_names)]}).encode())
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return json.loads(response.read())["Error"]
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(8) as pool:
+            errors = [e for e in pool.map(bind, range(len(pending))) if e]
+        rate = len(pending) / (time.perf_counter() - started)
+        extender.stop()
+        rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return {"rebuild_from_api_seconds": round(rebuild, 2), "bind_per_second_sim_api": round(rate, 1),
+                "bind_errors_sim_api": len(errors),
+                "process_max_rss_mb_incl_sim_api": round(rss_after / 1024, 1),
+                "process_max_rss_growth_during_rebuild_mb": round((rss_after - rss_before) / 1024, 1)}
+    finally:
+        api.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--serve", choices=("real", "null"), help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--pods", type=int, default=20000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--cycles", type=int, default=600, help="filter->prioritize->bind cycles per server")
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--binds", type=int, default=1000, help="binds for the in-memory-API throughput")
+    parser.add_argument("--api-binds", type=int, default=300, help="binds against the simulated API")
+    parser.add_argument("--quick", action="store_true", help="a small run to check the script works")
+    parser.add_argument("--skip-api", action="store_true", help="skip the simulated-API part")
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, args.port, args.nodes, args.gpus, args.pods, args.seed)
+        return 0
+    if args.quick:
+        args.nodes, args.pods, args.cycles, args.binds, args.api_binds = 50, 1000, 40, 50, 20
+    results: dict[str, Any] = {"nodes": args.nodes, "gpus_per_node": args.gpus, "running_pods": args.pods,
+                               "cpus": os.cpu_count()}
+    results.update(ledger_cost(args))
+    results.update(latency(args))
+    if not args.skip_api:
+        results.update(end_to_end(args))
+    width = max(len(k) for k in results)
+    for key, value in results.items():
+        print(f"{key.ljust(width)}  {value}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
