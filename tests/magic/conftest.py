@@ -1,0 +1,56 @@
+"""%vgpu in a real IPython shell; the node side is the real metrics server (tests/server/real_node.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "server"))
+
+from jupyter_vgpu.core import contract  # noqa: E402
+
+_ENV = (*contract.VGPU_ENV_NAMES, contract.ENV_NOTEBOOK_SOURCE, contract.ENV_NOTEBOOK_KUBECONFIG,
+        "JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN", "JUPYTERHUB_USER", "JUPYTERHUB_SERVER_NAME",
+        "CUDA_VISIBLE_DEVICES", contract.ENV_NVIDIA_VISIBLE_DEVICES, contract.ENV_XLA_MEM_FRACTION,
+        contract.ENV_CUPY_MEMORY_LIMIT, contract.ENV_TF_FORCE_GROWTH, contract.ENV_XLA_PREALLOCATE,
+        contract.ENV_HUB_MAX_CORES, contract.ENV_HUB_MAX_MEMORY_MIB)
+
+
+@pytest.fixture(autouse=True)
+def clean_vgpu_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in _ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def real_node(tmp_path):  # type: ignore[no-untyped-def]
+    from real_node import RealNode
+
+    node = RealNode(tmp_path).start()
+    yield node
+    node.stop()
+
+
+@pytest.fixture
+def shell():  # type: ignore[no-untyped-def]
+    """The IPython shell with a fresh config for VGPUMagics; the extension unloaded afterwards."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    ip = InteractiveShell.instance()
+    ip.config.VGPUMagics = Config()
+    yield ip
+    if "jupyter_vgpu" in ip.extension_manager.loaded:
+        ip.run_line_magic("unload_ext", "jupyter_vgpu")
+    ip.config.VGPUMagics = Config()
+
+
+def run(ip, line):  # type: ignore[no-untyped-def]
+    """(stdout, display outputs) of one %vgpu line."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        ip.run_line_magic("vgpu", line)
+    return captured.stdout, captured.outputs

@@ -1,0 +1,100 @@
+"""%vgpu in an IPython shell against the real node metrics server over simulated GPUs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import run
+
+from jupyter_vgpu.core import contract
+from jupyter_vgpu.server.request_setup import NO_REQUESTER
+
+
+@pytest.fixture
+def notebook(shell, real_node, monkeypatch):  # type: ignore[no-untyped-def]
+    env = real_node.add_notebook("jupyter-alice", card=2, cores=25, memory_units=40)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    shell.run_line_magic("load_ext", "jupyter_vgpu")
+    deadline = time.monotonic() + 60
+    magics = shell.magics_manager.registry["VGPUMagics"]
+    while not (magics.facts.usage(0).get("current") or {}).get("memoryUsedMib"):
+        assert time.monotonic() < deadline, "the node never sampled the notebook's process"
+        time.sleep(0.1)
+    return env
+
+
+def test_help_and_bad_arguments(shell):  # type: ignore[no-untyped-def]
+    shell.run_line_magic("load_ext", "jupyter_vgpu")
+    out, _ = run(shell, "--help")
+    assert "%vgpu request --cores N --memory SIZE" in out and "%vgpu release" in out
+    out, _ = run(shell, "frobnicate")
+    assert "invalid choice: 'frobnicate'" in out and "%vgpu status" in out
+
+
+def test_status_reports_the_allocation_usage_and_guard_rails(shell, notebook):  # type: ignore[no-untyped-def]
+    out, _ = run(shell, "status")
+    assert "vGPU on gpu-node-1 (pod jupyter/jupyter-alice) — node-api" in out
+    assert "share: 25 % compute, 10 GiB memory, enforced by hami-core" in out
+    assert notebook[contract.ENV_DEVICE_UUIDS] in out and "10 GiB of 40 GiB" in out
+    assert "usage (live)" in out and "of 10 GiB" in out
+    rails = out.split("framework guard rails:")[1]
+    assert "jax        in force     XLA_PYTHON_CLIENT_MEM_FRACTION=0.250 (set when the container started)" in rails
+    assert "cupy       in force" in rails
+    assert "torch" in rails and "tensorflow" in rails
+
+
+def test_dashboard_topo_usage_display_widgets_with_text(shell, notebook):  # type: ignore[no-untyped-def]
+    magics = shell.magics_manager.registry["VGPUMagics"]
+    _, outputs = run(shell, "")
+    data = outputs[0].data
+    assert "application/vnd.jupyter.widget-view+json" in data
+    assert "25 % compute" in data["text/plain"] and "<- yours" in data["text/plain"] and "usage (live)" in data["text/plain"]
+    assert magics.live and magics.live[-1].running
+    _, outputs = run(shell, "topo")
+    assert "GPU 2" in outputs[0].data["text/plain"] and "<- yours" in outputs[0].data["text/plain"]
+    _, outputs = run(shell, "usage")
+    assert outputs[0].data["text/plain"].startswith("usage (live)")
+
+
+def test_watch_runs_in_the_background_and_stops_on_unload(shell, notebook):  # type: ignore[no-untyped-def]
+    magics = shell.magics_manager.registry["VGPUMagics"]
+    started = time.monotonic()
+    run(shell, "watch --interval 0.1")
+    assert time.monotonic() - started < 5  # the cell returns; the chart keeps updating
+    chart = magics.live[-1]
+    first = chart.answer["current"]["t"]
+    deadline = time.monotonic() + 30
+    while chart.answer["current"]["t"] == first:
+        assert time.monotonic() < deadline, "the live chart did not update"
+        time.sleep(0.05)
+    shell.run_line_magic("unload_ext", "jupyter_vgpu")
+    assert not chart.running
+
+
+def test_request_validates_and_reports_the_outcome(shell, notebook):  # type: ignore[no-untyped-def]
+    out, _ = run(shell, "request --cores 25 --memory 3.3GiB")
+    assert "not a multiple of 256 MiB" in out
+    out, _ = run(shell, "request --cores 150 --memory 4GiB")
+    assert "did you mean 100 or 200" in out
+    out, _ = run(shell, "request --cores 25")
+    assert "needs vcuda-memory" in out
+    out, _ = run(shell, "request --cores 50 --memory 4096MiB")
+    assert f"✘ failed: {NO_REQUESTER}" in out
+    out, _ = run(shell, "status")
+    assert "last request r1-" in out and "failed" in out
+
+
+def test_hub_ceiling_is_enforced_before_anything_restarts(shell, notebook, monkeypatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv(contract.ENV_HUB_MAX_MEMORY_MIB, "8192")
+    out, _ = run(shell, "request --cores 25 --memory 16GiB")
+    assert "16 GiB is more than your limit of 8 GiB" in out and "asking for" not in out
+
+
+def test_no_vgpu_says_how_to_get_one(shell):  # type: ignore[no-untyped-def]
+    shell.config.VGPUMagics.source = "none"
+    shell.run_line_magic("load_ext", "jupyter_vgpu")
+    out, _ = run(shell, "status")
+    assert "No vGPU is allocated" in out and "%vgpu request" in out
+    assert "torch      not needed" in out
