@@ -1,0 +1,150 @@
+"""kubelet's checkpoint format, the command line, and the ledger across restarts and deletions."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+from dp_helpers import CORE, MEMORY, NAMES, annotations, make_node, place_pod, wait_for
+from vgpu_plugin.deviceplugin.checkpoint import (
+    CheckpointError,
+    PodDeviceEntry,
+    parse_checkpoint,
+    read_checkpoint,
+    write_checkpoint,
+)
+from vgpu_plugin.sim.kubelet import SimKubelet
+
+from jupyter_vgpu.core.contract import Request
+
+# as kubelet >= 1.20 writes it (NUMA map); the AllocResp bytes are a serialized ContainerAllocateResponse
+KUBELET_CHECKPOINT = {
+    "Data": {
+        "PodDeviceEntries": [
+            {"PodUID": "5b9d7c2e-1111-2222-3333-444455556666", "ContainerName": "notebook",
+             "ResourceName": "tencent.com/vcuda-core", "DeviceIDs": {"0": ["gpu1-core-01", "gpu1-core-00"]},
+             "AllocResp": base64.b64encode(b"\n\x0b\n\x03KEY\x12\x04val1").decode()},
+            {"PodUID": "5b9d7c2e-1111-2222-3333-444455556666", "ContainerName": "notebook",
+             "ResourceName": "nvidia.com/gpu", "DeviceIDs": {"-1": ["GPU-abc"]}, "AllocResp": ""},
+        ],
+        "RegisteredDevices": {"tencent.com/vcuda-core": ["gpu1-core-00", "gpu1-core-01"]},
+    },
+    "Checksum": 1234567,
+}
+
+
+def test_reads_kubelets_checkpoint():
+    entries = parse_checkpoint(json.dumps(KUBELET_CHECKPOINT))
+    assert entries[0] == PodDeviceEntry("5b9d7c2e-1111-2222-3333-444455556666", "notebook", CORE,
+                                        ("gpu1-core-00", "gpu1-core-01"), b"\n\x0b\n\x03KEY\x12\x04val1")
+    assert entries[1].resource == "nvidia.com/gpu" and entries[1].device_ids == ("GPU-abc",)
+
+
+def test_reads_the_old_list_format():
+    old = json.loads(json.dumps(KUBELET_CHECKPOINT))
+    old["Data"]["PodDeviceEntries"][0]["DeviceIDs"] = ["gpu1-core-00"]
+    assert parse_checkpoint(json.dumps(old))[0].device_ids == ("gpu1-core-00",)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: "not json", "not JSON"),
+    (lambda d: {"Checksum": 1}, "no 'Data' object"),
+    (lambda d: d["Data"]["PodDeviceEntries"][0].pop("PodUID") and d, "PodDeviceEntries[0] lacks PodUID"),
+    (lambda d: d["Data"]["PodDeviceEntries"][0].update(DeviceIDs=5) or d, "neither a list nor a NUMA map"),
+    (lambda d: d["Data"]["PodDeviceEntries"][0].update(AllocResp="%%") or d, "AllocResp is not base64"),
+])
+def test_malformed_checkpoints_are_refused_with_the_reason(mutate, message):
+    data = mutate(json.loads(json.dumps(KUBELET_CHECKPOINT)))
+    with pytest.raises(CheckpointError, match=re.escape(message)):
+        parse_checkpoint(data if isinstance(data, str) else json.dumps(data))
+
+
+def test_write_then_read_round_trips(tmp_path):
+    path = str(tmp_path / "kubelet_internal_checkpoint")
+    assert read_checkpoint(path) == []
+    entry = PodDeviceEntry("uid-1", "c0", CORE, ("gpu0-core-00", "gpu2-core-00"), b"resp")
+    write_checkpoint(path, [entry], {CORE: ["gpu0-core-00", "gpu2-core-00"]},
+                     {"gpu0-core-00": 0, "gpu2-core-00": 1})
+    raw = json.load(open(path))
+    assert raw["Data"]["PodDeviceEntries"][0]["DeviceIDs"] == {"0": ["gpu0-core-00"], "1": ["gpu2-core-00"]}
+    assert isinstance(raw["Checksum"], int)
+    assert read_checkpoint(path) == [entry]
+    assert [p for p in os.listdir(tmp_path)] == ["kubelet_internal_checkpoint"]
+
+
+def test_help_explains_every_flag():
+    out = subprocess.run([sys.executable, "-m", "vgpu_plugin.deviceplugin.main", "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    for flag, env in [("--node", "$NODE_NAME"), ("--gpus", "$VGPU_GPUS"), ("--plugin-dir", "$VGPU_PLUGIN_DIR"),
+                      ("--enforcement", "$VGPU_ENFORCEMENT"), ("--kubeconfig", "$KUBECONFIG"),
+                      ("--domain", "$VGPU_RESOURCE_DOMAIN"), ("--state-dir", "$VGPU_STATE_DIR"),
+                      ("--metrics-port", "$VGPU_METRICS_PORT"), ("--sim-memory", "$VGPU_SIM_MEMORY_MIB")]:
+        assert flag in out and env in out, flag
+
+
+def test_missing_node_is_a_clear_error():
+    env = {k: v for k, v in os.environ.items() if k != "NODE_NAME"}
+    result = subprocess.run([sys.executable, "-m", "vgpu_plugin.deviceplugin.main", "--gpus", "sim:dgx-a100"],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 2 and "--node (or $NODE_NAME) is required" in result.stderr
+
+
+def test_bad_backend_is_a_clear_error(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "vgpu_plugin.deviceplugin.main", "--node", "n", "--gpus", "cuda",
+                             "--kubeconfig", str(tmp_path / "none")], capture_output=True, text=True)
+    assert result.returncode == 2 and "use 'nvml' or 'sim:FIXTURE'" in result.stderr
+
+
+def test_the_command_runs_registers_and_stops_on_sigterm(kube, plugin_dir, tmp_path, core_v1):
+    kubelet = SimKubelet("node-1", plugin_dir, kube.api_client()).start()
+    try:
+        env = {**os.environ, "NODE_NAME": "node-1", "VGPU_GPUS": "sim:a100-sxm-4gpu-nv4",
+               "VGPU_PLUGIN_DIR": plugin_dir, "KUBECONFIG": kube.kubeconfig, "VGPU_STATE_DIR": str(tmp_path / "s"),
+               "VGPU_SIM_MEMORY_MIB": "16384", "VGPU_METRICS_PORT": "0", "VGPU_METRICS_ADDRESS": "127.0.0.1"}
+        daemon = subprocess.Popen([sys.executable, "-m", "vgpu_plugin.deviceplugin.main"], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            kubelet.wait_for(lambda: kubelet.registered(CORE) and kubelet.registered(MEMORY), 60)
+            assert len(kubelet.devices(MEMORY)) == 4 * 64  # --sim-memory from the environment
+            assert (tmp_path / "s" / "token-secret").stat().st_mode & 0o777 == 0o600
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            output, _ = daemon.communicate(timeout=30)
+        assert daemon.returncode == 0, output
+        assert "registered tencent.com/vcuda-core" in output and "node daemon for node-1 stopped" in output
+    finally:
+        kubelet.stop()
+
+
+def test_restart_rebuilds_from_annotations_without_a_checkpoint(daemons, peer, gpus, core_v1):
+    from dp_helpers import all_ids, wait_registered
+
+    make_node(core_v1)
+    first = daemons(gpus)
+    wait_registered(peer)
+    place_pod(core_v1, gpus, "a", [(Request(70, 20), (0,))])
+    peer.admit(CORE, 70, all_ids("core"))
+    peer.admit(MEMORY, 20, all_ids("memory"))
+    wait_for(lambda: annotations(core_v1, "a").get(NAMES.gpu_assigned) == "true")
+    first.stop()
+    second = daemons(gpus)  # this kubelet keeps no checkpoint: the annotations are the record
+    wait_registered(peer, 4)
+    assert second.wait_ready(10)
+    assert second.allocator.usage() == {0: (70, 20)}
+    place_pod(core_v1, gpus, "b", [(Request(40, 8), (0,))])  # would over-commit card 0
+    import grpc
+
+    with pytest.raises(grpc.RpcError) as caught:
+        peer.allocate(CORE, [f"gpu1-core-{n:02d}" for n in range(40)])
+    assert "card 0 cannot take 40 cores" in caught.value.details()
+    # deleting "a" frees the card for "b"
+    core_v1.delete_namespaced_pod("a", "default")
+    wait_for(lambda: second.allocator.usage() == {})
+    _, answer = peer.admit(CORE, 40, all_ids("core"))
+    assert answer.envs["VGPU_POD_NAME"] == "b"
