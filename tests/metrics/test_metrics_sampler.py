@@ -210,3 +210,22 @@ def test_gpu_admission_annotations_without_our_record(fake_node: FakeNode) -> No
     assert shares == {(1, 6): (30, 20), (2, 1): (100, 160), (2, 2): (100, 160)}
     card = snapshot.card(6)
     assert card is not None and (card.allocated_cores, card.allocated_memory_mib) == (30, 20 * 256)
+
+
+def test_pod_index_is_rebuilt_exactly_when_a_pod_changes(fake_node: FakeNode) -> None:
+    pod = fake_node.pod("a", {"nb": (25, 16, (0,))})
+    pod["metadata"]["resourceVersion"] = "10"
+    sampler = make_sampler(fake_node)
+    first = sampler.sample_once().pods
+    assert sampler.sample_once().pods is first  # nothing changed: no re-parse
+    moved = PodIndex.build([pod], NODE).by_uid(pod["metadata"]["uid"])
+    assert moved is not None and moved.allocation is not None
+    pod["metadata"]["annotations"][DEFAULT_NAMES.allocation] = moved.allocation.to_json().replace(
+        '"index":0,"memoryUnits"', '"index":5,"memoryUnits"')
+    pod["metadata"]["resourceVersion"] = "11"
+    snapshot = sampler.sample_once()
+    assert snapshot.pods is not first
+    card = snapshot.card(5)
+    assert card is not None and card.allocated_cores == 25
+    fake_node.pods.remove(pod)
+    assert len(sampler.sample_once().pods) == 0

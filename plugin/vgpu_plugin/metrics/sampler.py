@@ -157,6 +157,9 @@ class Sampler:
         self._topology_dict: Mapping[str, Any] | None = None
         self._inventory_at = -math.inf
         self._inventory_problem: str | None = None
+        self._inventory_generation = 0
+        self._pods_key: tuple[Any, ...] | None = None
+        self._pods_index = PodIndex((), {}, {})
         self._snapshot = Snapshot(node_name, self.period, None, "the sampler has not run yet")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -179,9 +182,9 @@ class Sampler:
             self._thread = None
 
     @property
-    def thread_ident(self) -> int | None:
-        """The sampling thread's ident (for CPU accounting in benchmarks)."""
-        return self._thread.native_id if self._thread else None
+    def thread(self) -> threading.Thread | None:
+        """The sampling thread while running (for CPU accounting in benchmarks)."""
+        return self._thread
 
     def _run(self) -> None:
         deadline = time.monotonic()
@@ -220,10 +223,28 @@ class Sampler:
     def _build_pods(self) -> PodIndex:
         return PodIndex.build(self._pods.items(), self.node, self._names, self._cards_by_index())
 
+    def _current_pods(self) -> PodIndex:
+        """The pod index, rebuilt only when a pod (its resourceVersion) or the inventory changed:
+        parsing every allocation annotation each period would be most of the sampler's work."""
+        items = self._pods.items()
+        versions: list[tuple[Any, Any]] | None = []
+        for pod in items:
+            metadata = pod.get("metadata") or {}
+            if metadata.get("resourceVersion") is None:  # not from an API server: cannot tell changes
+                versions = None
+                break
+            versions.append((metadata.get("uid"), metadata["resourceVersion"]))
+        key = (tuple(versions), self._inventory_generation) if versions is not None else None
+        if key is None or key != self._pods_key:
+            self._pods_index = PodIndex.build(items, self.node, self._names, self._cards_by_index())
+            self._pods_key = key
+        return self._pods_index
+
     def _refresh_inventory(self, now: float, force: bool = False) -> None:
         if not force and now - self._inventory_at < self._inventory_refresh:
             return
         self._inventory_at = now
+        self._inventory_generation += 1
         try:
             if not self.backend.available():
                 self._inventory, self._topology, self._topology_dict = [], None, None
@@ -271,7 +292,7 @@ class Sampler:
                 self.failures += 1
         if sample is not None and {c.uuid for c in sample.cards} != {c.uuid for c in self._inventory}:
             self._refresh_inventory(now, force=True)  # a card came or went
-        pods = self._build_pods()
+        pods = self._current_pods()
         previous = self._snapshot
         if sample is None:
             # keep the last known GPU numbers, re-derive occupancy from the fresh pod cache
