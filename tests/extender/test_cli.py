@@ -1,0 +1,70 @@
+"""`jupyter-vgpu extender` as an installed command: flags, environment fallbacks, SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from extender_support import GIB_UNITS, binding_args, get, node, pod, post, wait_for
+
+# the entry point installed beside this interpreter (the venv's), else the one on PATH
+EXE = shutil.which("jupyter-vgpu", path=os.path.dirname(sys.executable)) or shutil.which("jupyter-vgpu")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_help_lists_flags_and_env():
+    out = subprocess.run([EXE, "extender", "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    for flag in ("--port", "--address", "--kubeconfig", "--policy", "--prefix", "--domain"):
+        assert flag in out.stdout
+    assert "VGPU_EXTENDER_PORT" in out.stdout
+
+
+def test_bad_flags_exit_2_with_a_reason(tmp_path):
+    out = subprocess.run([EXE, "extender", "--policy", "roundrobin"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "invalid choice: 'roundrobin'" in out.stderr
+    out = subprocess.run([EXE, "extender", "--domain", "Not A Domain", "--kubeconfig", str(tmp_path / "x")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "is not a DNS subdomain" in out.stderr
+    out = subprocess.run([EXE, "extender", "--kubeconfig", str(tmp_path / "missing")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "cannot load the Kubernetes configuration" in out.stderr
+
+
+def test_runs_from_environment_and_stops_on_sigterm(cluster):
+    cluster.add_node(node("gpu-a", count=1))
+    port = free_port()
+    env = dict(os.environ, VGPU_EXTENDER_PORT=str(port), VGPU_EXTENDER_KUBECONFIG=cluster.kube.kubeconfig,
+               VGPU_EXTENDER_PREFIX="/custom", VGPU_EXTENDER_POLICY="spread")
+    process = subprocess.Popen([EXE, "extender"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _up(base), timeout=60, message="the extender to answer /healthz")
+        created = cluster.add_pod(pod("nb", cores=20, memory_units=2 * GIB_UNITS))
+        status, reply = post(f"{base}/custom/bind", binding_args(created, "gpu-a"))
+        assert (status, reply) == (200, {"Error": ""})
+        assert cluster.read_pod("nb")["spec"]["nodeName"] == "gpu-a"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _up(base: str) -> bool:
+    try:
+        return get(f"{base}/healthz", timeout=2)[0] == 200
+    except OSError:
+        time.sleep(0.1)
+        return False
