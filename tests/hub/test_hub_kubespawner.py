@@ -244,8 +244,11 @@ async def test_option_style_and_a_custom_domain():
 def test_server_role_is_loaded():
     c = hub_config()
     (role,) = [r for r in c.JupyterHub.load_roles if r["name"] == "server"]
-    assert "servers!server" in role["scopes"] and "read:servers!user" in role["scopes"]
-    assert not any(s.startswith("admin") or s in ("servers", "servers!user") for s in role["scopes"])
+    assert role["scopes"] == ["users:activity!user", "access:servers!server", "custom:jupyter-vgpu:restart!server"]
+    assert "custom:jupyter-vgpu:restart" in c.JupyterHub.custom_scopes
+    (users,) = [r for r in c.JupyterHub.load_roles if r["name"] == "user"]
+    assert users["scopes"] == ["self", "custom:jupyter-vgpu:restart!user"]
+    assert any("vgpu/restart" in pattern for pattern, *_ in c.JupyterHub.extra_handlers)
 
 
 @pytest.mark.parametrize(

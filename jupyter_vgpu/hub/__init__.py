@@ -12,6 +12,8 @@ the user's limit are offered), and chains, after any hook the admin already set:
 - ``apply_user_options``: checks a chosen share, a typed custom share and a runtime request
   (``user_options`` keys ``vgpu_cores`` / ``vgpu_memory_units``, sent by ``%vgpu request``)
   before anything starts, answering HTTP 400 with a sentence the user can act on;
+- a Hub endpoint (jupyter_vgpu.hub.restart) that restarts a server with a new share, which
+  is how ``%vgpu request`` works under JupyterHub;
 - ``modify_pod_hook``: applies a runtime request to the notebook container, checks the final
   request against the user's limit, and, for pods that ask for a vGPU only, sets the vGPU
   scheduler (Zero to JupyterHub points every user pod at its own user-scheduler) and the
@@ -41,6 +43,7 @@ from jupyter_vgpu.core.contract import (
     RequestError,
     format_mib,
 )
+from jupyter_vgpu.hub.restart import RESTART_SCOPE, restart_handlers
 
 SHARE_OPTION = "vgpu-share"
 """The profile_options key of the share dropdown (and its free-form "Other…" field)."""
@@ -59,14 +62,11 @@ SHARE_TEXT_HELP = "a share like '30% 8GiB' (percent of one card's compute, then 
 SERVER_ROLE_SCOPES = (
     "users:activity!user",
     "access:servers!server",
-    "servers!server",
-    "read:servers!user",
+    f"{RESTART_SCOPE}!server",
 )
-"""The single-user server role that lets ``%vgpu request`` restart its own server with a new
-share: JupyterHub's default two scopes, start/stop of that one server (``servers!server``:
-not the user's other servers, not other users'), and reading the state of the user's own
-servers (a server-filtered read scope hides the ``servers`` field of ``GET /users/<name>``,
-which is how the server follows its restart)."""
+"""The single-user server role: JupyterHub's default two scopes plus asking the Hub to restart
+this one server with a new share (jupyter_vgpu.hub.restart). Not start/stop scopes: a server
+cannot restart itself through the REST API, since stopping it revokes its token."""
 
 
 # --- shares ---------------------------------------------------------------------------------
@@ -388,12 +388,18 @@ class VGPUHub(Configurable):
             return shares[profile].request
         return False
 
+    def check_user_options(self, user: Any, user_options: Mapping[str, Any]) -> Request | None:
+        """The share user_options ask for (None: no GPU); RequestError when malformed or over the limit."""
+        request = self.requested(user_options)
+        if not isinstance(request, Request):
+            return None
+        self.limit_for(user).check(request)
+        return request
+
     def apply_user_options(self, spawner: Any, user_options: Mapping[str, Any]) -> None:
         """Refuse, before anything starts, a share that is malformed or above the user's limit."""
         try:
-            request = self.requested(user_options)
-            if isinstance(request, Request):
-                self.limit_for(spawner.user).check(request)
+            self.check_user_options(spawner.user, user_options)
         except RequestError as error:
             raise _http_400(str(error)) from None
 
@@ -492,9 +498,20 @@ class VGPUHub(Configurable):
         spawner.modify_pod_hook = self.chain_modify_pod_hook(spawner.get("modify_pod_hook"))
         spawner.apply_user_options = self.chain_apply_user_options(spawner.get("apply_user_options"))
         if self.allow_runtime_requests:
-            roles = [r for r in c.JupyterHub.get("load_roles", []) if r.get("name") != "server"]
+            hub = c.JupyterHub
+            hub.custom_scopes = {**hub.get("custom_scopes", {}), RESTART_SCOPE: {
+                "description": "Restart a server with a new vGPU share (jupyter-vgpu)."}}
+            roles = [dict(r) for r in hub.get("load_roles", []) if r.get("name") != "server"]
+            # a token never holds more than its owner: users get the scope on their own
+            # servers, servers on themselves
+            users = next((r for r in roles if r.get("name") == "user"), None)
+            if users is None:
+                roles.append({"name": "user", "scopes": ["self", f"{RESTART_SCOPE}!user"]})
+            else:
+                users["scopes"] = [*users.get("scopes", ["self"]), f"{RESTART_SCOPE}!user"]
             roles.append(server_role())
-            c.JupyterHub.load_roles = roles
+            hub.load_roles = roles
+            hub.extra_handlers = list(hub.get("extra_handlers", [])) + restart_handlers(self)
 
 
 def server_role() -> dict[str, Any]:
