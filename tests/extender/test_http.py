@@ -146,3 +146,20 @@ def test_healthz_metrics_inspect(two_nodes):
     assert card["memoryMib"] == {"capacity": 16384, "held": 6144, "free": 10240}
     assert card["holders"][0]["pod"] == "nb" and card["holders"][0]["cores"] == 30
     wait_for(lambda: json.loads(get(f"{base}/inspect")[1])["ledger"]["assumed"] == 0, message="confirmation")
+
+
+def test_not_ready_until_pods_and_nodes_are_listed(cluster):
+    cluster.add_node(node("gpu-a", count=1))
+    cluster.kube.emulator["get", "/api/v1/pods"] << 500  # the pod list keeps failing
+    from vgpu_plugin.extender.server import Extender
+
+    extender = Extender(port=0, api_client=cluster.kube.api_client()).start()
+    try:
+        assert get(f"{extender.base_url}/healthz")[0] == 503
+        created = cluster.add_pod(pod("nb", cores=10, memory_units=GIB_UNITS))
+        status, reply = post(f"{extender.url}/filter", filter_args(created, ["gpu-a"]))
+        assert status == 200 and "still listing nodes and pods" in reply["Error"]
+        status, reply = post(f"{extender.url}/bind", binding_args(created, "gpu-a"))
+        assert "still listing" in reply["Error"] and not cluster.read_pod("nb")["spec"].get("nodeName")
+    finally:
+        extender.stop()
