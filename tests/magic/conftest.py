@@ -45,12 +45,3 @@ def shell():  # type: ignore[no-untyped-def]
     if "jupyter_vgpu" in ip.extension_manager.loaded:
         ip.run_line_magic("unload_ext", "jupyter_vgpu")
     ip.config.VGPUMagics = Config()
-
-
-def run(ip, line):  # type: ignore[no-untyped-def]
-    """(stdout, display outputs) of one %vgpu line."""
-    from IPython.utils.capture import capture_output
-
-    with capture_output() as captured:
-        ip.run_line_magic("vgpu", line)
-    return captured.stdout, captured.outputs

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import run
+from magic_support import run
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.server.request_setup import NO_REQUESTER
