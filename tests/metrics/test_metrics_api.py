@@ -7,9 +7,11 @@ import secrets
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from metrics_support import NODE, FakeNode, wait_for_samples
 from vgpu_plugin.metrics import MetricsServer
 from vgpu_plugin.tokens import TokenMinter
@@ -236,3 +238,51 @@ def test_tokens_off_for_debugging(fake_node: FakeNode, minter: TokenMinter, clus
         assert get(server, "/api/v1/allocation", "forged")[0] == 403  # a token, when sent, is checked
     finally:
         server.stop()
+
+
+# --- the OpenAPI document describes what the server really sends ------------------------------
+
+OPENAPI = Path(__file__).resolve().parents[2] / "docs" / "metrics-api.yaml"
+
+
+def _json_schema(node: Any) -> Any:
+    """OpenAPI 3.0 schema -> JSON Schema: nullable becomes a null alternative, objects with
+    listed properties are closed (so an undocumented field fails the test)."""
+    if isinstance(node, list):
+        return [_json_schema(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _json_schema(v) for k, v in node.items() if k not in ("nullable", "example")}
+    if out.get("type") == "object" and "properties" in out:
+        out.setdefault("additionalProperties", False)
+    if node.get("nullable"):
+        return {"anyOf": [{"type": "null"}, out]}
+    return out
+
+
+def _validator(document: dict[str, Any], path: str, status: str) -> Any:
+    import jsonschema
+
+    schema = document["paths"][path]["get"]["responses"][status]
+    if "$ref" in schema:
+        schema = document["components"]["responses"][schema["$ref"].rsplit("/", 1)[1]]
+    root = {"components": _json_schema(document["components"]),
+            **_json_schema(schema["content"]["application/json"]["schema"])}
+    return jsonschema.Draft202012Validator(root)
+
+
+def test_responses_match_the_openapi_document(server: MetricsServer, minter: TokenMinter,
+                                              cluster: dict[str, Any]) -> None:
+    document = yaml.safe_load(OPENAPI.read_text())
+    assert document["openapi"].startswith("3.")
+    token = minter.mint(uid(cluster["alice"]), 0)
+    for path, query in (("/api/v1/allocation", ""), ("/api/v1/usage", "?history=600"), ("/api/v1/topology", ""),
+                        ("/healthz", "")):
+        status, _, body = get(server, path + query, token)
+        assert status == 200
+        _validator(document, path, "200").validate(json.loads(body))
+    for path in PATHS:
+        status, _, body = get(server, path)
+        _validator(document, path, str(status)).validate(json.loads(body))
+        status, _, body = get(server, path, "forged")
+        _validator(document, path, str(status)).validate(json.loads(body))
