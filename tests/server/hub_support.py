@@ -1,0 +1,69 @@
+"""Pieces a real JupyterHub loads in the Hub tests (imported by the Hub process, not by pytest).
+
+``MemoryProxy`` keeps routes in memory (no configurable-http-proxy on this machine);
+``RecordingSpawner`` serves a tiny HTTP endpoint inside the Hub's own event loop as the
+"single-user server" and appends every spawn's ``user_options`` to a JSON-lines file, so
+the test can see exactly what a share request made the Hub start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import tornado.httpserver
+import tornado.netutil
+import tornado.web
+from jupyterhub.proxy import Proxy
+from jupyterhub.spawner import Spawner
+from traitlets import Unicode
+
+
+class MemoryProxy(Proxy):
+    should_start = False
+
+    def __init__(self, **kwargs):  # type: ignore[no-untyped-def]
+        super().__init__(**kwargs)
+        self.routes: dict = {}
+
+    async def add_route(self, routespec, target, data):  # type: ignore[no-untyped-def]
+        self.routes[routespec] = {"routespec": routespec, "target": target, "data": data}
+
+    async def delete_route(self, routespec):  # type: ignore[no-untyped-def]
+        self.routes.pop(routespec, None)
+
+    async def get_all_routes(self):  # type: ignore[no-untyped-def]
+        return dict(self.routes)
+
+
+class _Alive(tornado.web.RequestHandler):
+    def get(self, *args):  # type: ignore[no-untyped-def]
+        self.finish({"ok": True})
+
+
+class RecordingSpawner(Spawner):
+    record_file = Unicode(os.environ.get("VGPU_TEST_SPAWN_LOG", ""), config=True)
+
+    def __init__(self, **kwargs):  # type: ignore[no-untyped-def]
+        super().__init__(**kwargs)
+        self._http = None
+
+    async def start(self):  # type: ignore[no-untyped-def]
+        sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
+        self._http = tornado.httpserver.HTTPServer(tornado.web.Application([(r"/.*", _Alive)]))
+        self._http.add_sockets(sockets)
+        if self.record_file:
+            with open(self.record_file, "a") as handle:
+                handle.write(json.dumps({"user": self.user.name, "user_options": self.user_options}) + "\n")
+        return ("127.0.0.1", sockets[0].getsockname()[1])
+
+    async def poll(self):  # type: ignore[no-untyped-def]
+        return None if self._http is not None else 0
+
+    async def stop(self, now=False):  # type: ignore[no-untyped-def]
+        if self._http is not None:
+            self._http.stop()
+            self._http = None
+
+    def get_state(self):  # type: ignore[no-untyped-def]
+        return super().get_state()
