@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from prometheus_client import generate_latest
 from vgpu_plugin.informer import Informer
 from vgpu_plugin.metrics import MetricsServer
 from vgpu_plugin.sim.kube import SimKubeAPI
@@ -151,7 +152,18 @@ def main(argv: list[str] | None = None) -> int:
                 server.sampler.sample_once()
                 durations.append((time.perf_counter() - start) * 1000)
 
+            # rendering alone (no HTTP), for telling server cost from scheduling noise
+            render_ms = {}
+            for path, registry in (("/metrics", server.metrics_registry), ("/metric", server.gpu_manager_registry)):
+                times = []
+                for _ in range(200):
+                    start = time.perf_counter()
+                    generate_latest(registry)
+                    times.append((time.perf_counter() - start) * 1000)
+                render_ms[path] = round(statistics.median(times), 3)
+
             token = minter.mint(workloads[0][0], 0)
+            load_before = os.getloadavg()[0]
             results = {
                 "cards": len(snapshot.cards),
                 "containers": args.containers,
@@ -161,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                 "cpu_window_s": round(wall1 - wall0, 1),
                 "samples_in_cpu_window": taken1 - taken0,
                 "sample_once_ms_median": round(statistics.median(durations), 3),
+                "render_ms_median": render_ms,
                 "scrape": {
                     "/metrics": measure_latency(server.port, "/metrics", args.requests),
                     "/metric": measure_latency(server.port, "/metric", args.requests),
@@ -169,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                     "/api/v1/topology": measure_latency(server.port, "/api/v1/topology", args.requests, token),
                 },
             }
+            results["loadavg_1min_before_after_scrapes"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
         finally:
             server.stop()
             informer.stop()

@@ -151,6 +151,7 @@ class Sampler:
         self._history_len = math.ceil(history_seconds / period) + 1
         self._history: dict[ContainerKey, deque[HistoryPoint]] = {}
         self._history_lock = threading.Lock()
+        self._sampling = threading.Lock()
         self._identities: dict[int, tuple[CgroupIdentity | None, bool]] = {}
         self._inventory: list[Any] = []
         self._topology: Any = None
@@ -262,6 +263,10 @@ class Sampler:
 
     def sample_once(self) -> Snapshot:
         """Take one sample and publish the snapshot. Never raises."""
+        with self._sampling:  # the thread and an explicit caller (benchmarks, tests) may overlap
+            return self._sample_locked()
+
+    def _sample_locked(self) -> Snapshot:
         try:
             snapshot = self._sample()
         except Exception as error:  # a bug or an odd pod must not stop sampling
