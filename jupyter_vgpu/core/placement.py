@@ -289,44 +289,65 @@ def _set_rank(state: NodeState, cards: tuple[int, ...], cost: int) -> tuple[int,
     return (cost, len(numa), -_intact(state, frozenset(cards)), cards)
 
 
+def _interchangeable(state: NodeState, a: int, b: int) -> bool:
+    """Cards a and b are alike for every set choice: same NUMA node, memory and links to all others."""
+    if state.numa(a) != state.numa(b) or state.card(a).memory_units != state.card(b).memory_units:
+        return False
+    return all(state.pair_cost(a, c.index) == state.pair_cost(b, c.index)
+               for c in state.cards if c.index not in (a, b))
+
+
 def best_card_set(state: NodeState, request: Request) -> tuple[int, ...] | None:
     """The n free cards with the lowest pairwise link cost; ties by NUMA, then intact capacity.
 
-    Exact: a depth-first search over free cards that abandons a partial set as soon as
-    its cost exceeds the best complete set (costs only grow as cards are added).
+    Exact. Free cards are first grouped into classes of interchangeable cards (an NVSwitch
+    box is a few classes, not 16 cards), then a depth-first search chooses how many cards
+    to take from each class, abandoning a branch once its cost exceeds the best complete
+    choice (costs only grow as cards are added). Within a class the lowest indices are taken.
     """
-    free = state.free_cards()
     n = request.cards
-    if len(free) < n:
+    classes: list[list[int]] = []
+    for card in state.free_cards():
+        for members in classes:
+            if _interchangeable(state, members[0], card):
+                members.append(card)
+                break
+        else:
+            classes.append([card])
+    if sum(len(members) for members in classes) < n:
         return None
-    if n == 1:
-        sets = list(_card_sets(state, request))
-        return min(sets, key=lambda s: _set_rank(state, s, 0)) if sets else None
-    memory = {card.index: card.memory_units for card in state.cards}
-    cost = [[state.pair_cost(a, b) for b in free] for a in free]
+    first = [members[0] for members in classes]
+    within = [state.pair_cost(m[0], m[1]) if len(m) > 1 else 0 for m in classes]
+    across = [[state.pair_cost(a, b) for b in first] for a in first]
+    room_after = [sum(len(m) for m in classes[i:]) for i in range(len(classes) + 1)]
+    cheapest = min([c for c in within if c] + [c for row in across for c in row if c], default=0)
     best_cost: int | None = None
     best: list[tuple[int, ...]] = []
 
-    def search(start: int, chosen: list[int], partial: int) -> None:
+    def search(i: int, counts: list[int], left: int, partial: int) -> None:
         nonlocal best_cost, best
-        if best_cost is not None and partial > best_cost:
-            return
-        if len(chosen) == n:
-            cards = tuple(free[i] for i in chosen)
-            if sum(memory[c] for c in cards) < request.memory_units:
+        if left == 0:
+            cards = tuple(sorted(c for members, k in zip(classes, counts, strict=False) for c in members[:k]))
+            if sum(state.card(c).memory_units for c in cards) < request.memory_units:
                 return
             if best_cost is None or partial < best_cost:
                 best_cost, best = partial, [cards]
-            else:
+            elif partial == best_cost:
                 best.append(cards)
             return
-        for position in range(start, len(free) - (n - len(chosen)) + 1):
-            added = sum(cost[position][j] for j in chosen)
-            chosen.append(position)
-            search(position + 1, chosen, partial + added)
-            chosen.pop()
+        if room_after[i] < left:
+            return
+        for k in range(min(left, len(classes[i])), -1, -1):
+            added = k * (k - 1) // 2 * within[i] + k * sum(counts[j] * across[j][i] for j in range(i))
+            rest = left - k  # every pair still to come costs at least the cheapest link
+            bound = (rest * (rest - 1) // 2 + rest * (n - rest)) * cheapest
+            if best_cost is not None and partial + added + bound > best_cost:
+                continue
+            counts.append(k)
+            search(i + 1, counts, left - k, partial + added)
+            counts.pop()
 
-    search(0, [], 0)
+    search(0, [], n, 0)
     if best_cost is None:
         return None
     final_cost = best_cost
@@ -435,40 +456,39 @@ def best_possible_cost(state: NodeState, cards: int) -> int:
     return empty.set_cost(found) if found is not None else 0
 
 
-# A node with this many free whole cards or more counts as having all its room left.
-_HOLE_SCALE = 8
+# A node left with this many free whole cards or more counts as wide open.
+_ROOMY_NODE = 8
 
 
 def score_node(state: NodeState, requests: Mapping[int, Request], policy: str = "binpack") -> int:
     """0..10 for the extender's prioritize; 0 when the pod does not fit, 1..10 when it does.
 
-    binpack measures what the placement leaves behind: shares that fit on cards already in
-    use (no whole card broken) score higher, and so do nodes left with fewer free whole
-    cards (best fit on whole cards, in absolute numbers, so big free nodes stay free for
-    big requests). spread prefers emptier nodes and cards. For pods with multi-card
-    containers, half the score is topology quality: the best link cost this node could
-    ever offer over the link cost of the chosen sets.
+    binpack prefers fuller nodes and cards (measured after the placement): a share that
+    fits on a card already in use (no whole card broken) always scores above one that
+    breaks a whole card (6..10 against 1..5); whole cards go where the fewest free whole
+    cards are left. spread prefers emptier nodes and cards.
+    For pods with multi-card containers, half the score is topology quality: the best
+    link cost this node could ever offer over the link cost of the chosen sets.
     """
     placement = place_pod(state, requests, policy)
     if isinstance(placement, Refusal):
         return 0
     after = state.apply(placement)
-    taken_whole = sum(len(a) for i, a in placement.containers.items() if not requests[i].is_share)
-    free_after = len(after.free_cards())
-    broken = len(state.free_cards()) - free_after - taken_whole  # free cards that shares broke
-    holes_left = min(free_after, _HOLE_SCALE) / _HOLE_SCALE
+    healthy = [card for card in after.cards if card.healthy]
+    node_full = sum(_fullness(card) for card in healthy) / max(1, len(healthy))
     chosen = {i for assignment in placement.containers.values() for i, _, _ in assignment}
     cards_full = sum(_fullness(after.card(i)) for i in chosen) / max(1, len(chosen))
-    has_share = any(r.is_share for r in requests.values())
-    if policy == "binpack":
-        if has_share:
-            fit = 0.4 * (broken == 0) + 0.4 * (1 - holes_left) + 0.2 * cards_full
-        else:
-            healthy = [card for card in after.cards if card.healthy]
-            node_full = sum(_fullness(card) for card in healthy) / max(1, len(healthy))
-            fit = 0.8 * (1 - holes_left) + 0.2 * node_full
+    packed = (node_full + cards_full) / 2
+    if policy == "spread":
+        fit = 1 - packed
+    elif any(r.is_share for r in requests.values()):
+        taken_whole = sum(len(a) for i, a in placement.containers.items() if not requests[i].is_share)
+        broken = len(state.free_cards()) - len(after.free_cards()) - taken_whole
+        fit = 0.45 * packed + (0.55 if broken == 0 else 0.0)
     else:
-        fit = 0.5 * holes_left + 0.5 * (1 - cards_full)
+        # whole cards only: best fit on the free whole cards left, counted, not as a
+        # fraction, so a big free node stays free for a big request
+        fit = 1 - min(len(after.free_cards()), _ROOMY_NODE) / _ROOMY_NODE
     multi = [len(a) for a in placement.containers.values() if len(a) > 1]
     if multi:
         best = sum(best_possible_cost(state, n) for n in multi)

@@ -192,3 +192,44 @@ def test_churn_never_over_commits(topo: Topology, steps: list[tuple[bool, int]],
             state = state.release(running.pop(seed % len(running)))
         for card in state.cards:
             assert 0 <= card.used_cores <= 100 and 0 <= card.used_memory_units <= card.memory_units
+
+
+@st.composite
+def block_states(draw: st.DrawFn) -> NodeState:
+    """Bigger nodes made of switches/NUMA blocks: many interchangeable cards, many ties."""
+    n = draw(st.integers(9, 14))
+    block = [draw(st.integers(0, 3)) for _ in range(n)]
+    numa = [b // 2 for b in block]
+    nvlink = draw(st.booleans())
+    rows = [["X"] * n for _ in range(n)]
+    for a in range(n):
+        for b in range(a + 1, n):
+            if block[a] == block[b]:
+                link = "NV12" if nvlink else "PIX"
+            else:
+                link = "NODE" if numa[a] == numa[b] else "SYS"
+            rows[a][b] = rows[b][a] = link
+    if draw(st.booleans()):  # one odd link breaks some of the symmetry
+        a, b = draw(st.integers(0, n - 2)), n - 1
+        rows[a][b] = rows[b][a] = "PXB"
+    topo = Topology(tuple(TopoGPU(i, numa[i]) for i in range(n)), tuple(tuple(r) for r in rows))
+    used = draw(st.sets(st.integers(0, n - 1), max_size=n // 2))
+    cards = tuple(CardState(i, 160, True, 30 if i in used else 0, 8 if i in used else 0) for i in range(n))
+    return NodeState(cards, topo)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(block_states(), st.data())
+def test_whole_card_sets_on_bigger_symmetric_nodes_are_at_the_exact_optimum(state: NodeState,
+                                                                         data: st.DataObject) -> None:
+    free = [c.index for c in state.cards if c.is_free]
+    k = data.draw(st.integers(1, len(free)))
+    result = place_pod(state, {0: Request(100 * k)})
+    assert isinstance(result, PodPlacement), result
+    combos = list(itertools.combinations(free, k))
+    optimum = min(state.set_cost(c) for c in combos)
+    chosen = result.cards(0)
+    assert len(chosen) == k and set(chosen) <= set(free)
+    assert state.set_cost(chosen) == optimum
+    fewest_numa = min(len({state.numa(i) for i in c}) for c in combos if state.set_cost(c) == optimum)
+    assert len({state.numa(i) for i in chosen}) == fewest_numa
