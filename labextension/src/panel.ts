@@ -453,9 +453,10 @@ export class VgpuPanel extends Widget {
     const what = describeRequest(request.cores, request.memoryUnits);
     if (request.state === 'scheduled') {
       this._progress.classList.add('jp-vgpu-request-scheduled');
+      const cards = (request.cards ?? []).map(c => c.index);
       const where =
-        request.node && request.cards && request.cards.length
-          ? ` on node ${request.node}, ${describeCards(request.cards)}`
+        request.node && cards.length
+          ? ` on node ${request.node}, ${describeCards(cards)}`
           : request.node
             ? ` on node ${request.node}`
             : '';

@@ -155,7 +155,7 @@ export function layoutTopology(topology: Topology): TopologyLayout {
 
 /**
  * One card's occupancy in words, anonymous for other people's shares: the user's own
- * share is named, everyone else is a count.
+ * share is named, everyone else is a count. `allocatedCores` is the card's total.
  */
 export function describeOccupancy(gpu: TopologyGpu): string {
   if (gpu.healthy === false) {
@@ -164,8 +164,8 @@ export function describeOccupancy(gpu: TopologyGpu): string {
   const tenants = gpu.tenants ?? 0;
   const cores = gpu.allocatedCores ?? 0;
   if (gpu.mine) {
-    const others = Math.max(0, tenants - 1);
-    return others ? `yours + ${others} other${others > 1 ? 's' : ''} · ${cores} %` : `yours · ${cores} %`;
+    // `tenants` counts the other holders of the card, never the caller
+    return tenants ? `yours + ${tenants} other${tenants > 1 ? 's' : ''} · ${cores} %` : `yours · ${cores} %`;
   }
   if (tenants === 0) {
     return 'free';

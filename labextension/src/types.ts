@@ -47,9 +47,16 @@ export interface TopologyGpu {
   numa?: number | null;
   healthy?: boolean;
   mine: boolean;
+  /** The caller's own share of this card (0 when not mine). */
+  myCores?: number;
+  myMemoryMib?: number;
+  /** Everything held on the card, the caller's share included. */
   allocatedCores?: number;
   allocatedMemoryMib?: number;
+  /** How many other holders the card has (anonymous). */
   tenants?: number;
+  memoryUsedMib?: number | null;
+  utilizationPercent?: number | null;
 }
 
 export interface Topology {
@@ -111,7 +118,15 @@ export interface ShareRequest {
   cores: number;
   memoryUnits: number;
   node?: string | null;
-  cards?: number[] | null;
+  /** The cards of a scheduled request. */
+  cards?: RequestCard[] | null;
+}
+
+export interface RequestCard {
+  index: number;
+  uuid?: string;
+  cores?: number;
+  memoryMib?: number;
 }
 
 /** The body of `POST requests`. */

@@ -23,7 +23,7 @@ const topology: Topology = {
   },
   gpus: [
     { index: 0, mine: false, allocatedCores: 0, tenants: 0, healthy: true },
-    { index: 1, mine: true, allocatedCores: 75, tenants: 3, healthy: true },
+    { index: 1, mine: true, myCores: 25, allocatedCores: 75, tenants: 2, healthy: true },
     { index: 2, mine: false, allocatedCores: 100, tenants: 1, healthy: true },
     { index: 3, mine: false, allocatedCores: 0, tenants: 0, healthy: false }
   ]
@@ -70,7 +70,7 @@ describe('layoutTopology', () => {
 describe('occupancy words', () => {
   it('names the user and counts everyone else', () => {
     expect(describeOccupancy(topology.gpus[1])).toBe('yours + 2 others · 75 %');
-    expect(describeOccupancy({ index: 1, mine: true, allocatedCores: 25, tenants: 1 })).toBe('yours · 25 %');
+    expect(describeOccupancy({ index: 1, mine: true, allocatedCores: 25, tenants: 0 })).toBe('yours · 25 %');
     expect(describeOccupancy(topology.gpus[2])).toBe('1 tenant · 100 %');
     expect(describeOccupancy(topology.gpus[0])).toBe('free');
     expect(describeOccupancy(topology.gpus[3])).toBe('unhealthy');

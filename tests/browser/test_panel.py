@@ -1,0 +1,195 @@
+"""The vGPU sidebar panel in a real JupyterLab, in Debian's headless Chromium.
+
+The lab reads its facts from a real node metrics server (simulated GPUs, pods as the API
+server sends them, the pod's read token) through the jupyter_vgpu server extension, under
+a JupyterHub-style base URL. Screenshots land in tests/artifacts/.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+from conftest import Lab, Node, start_lab, stop_lab
+
+PANEL = "#jp-vgpu-panel"
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def lab(labextension_built: Path, node: Node, tmp_path: Path) -> Iterator[Lab]:
+    ada = node.pods[0]
+    env = {**node.notebook_env(ada), "JUPYTER_VGPU_SOURCE": "node-api"}
+    lab = start_lab(labextension_built, env, tmp_path)
+    try:
+        yield lab
+    finally:
+        stop_lab(lab)
+
+
+def open_lab(browser: Any, lab: Lab) -> Any:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    page.goto(f"{lab.url}lab?token={lab.token}")
+    page.wait_for_selector("#jp-main-dock-panel", state="attached", timeout=120_000)
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.started !== undefined")
+    page.evaluate("() => window.jupyterapp.restored")
+    return page
+
+
+def test_panel_shows_allocation_topology_live_usage_and_request(browser: Any, lab: Lab, node: Node,
+                                                                artifacts: Path) -> None:
+    page = open_lab(browser, lab)
+    posts: list[str] = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" and "/vgpu/api/" in r.url else None)
+
+    # the status bar knows the share before the panel is ever opened
+    status = page.locator(".jp-vgpu-status")
+    status.wait_for()
+    wait_until(lambda: re.fullmatch(r"vGPU 25 % · [0-9.]+/4 GiB", status.inner_text()), what="status-bar summary")
+
+    # keyboard: the shortcut opens the panel and puts focus in it
+    page.keyboard.press("Alt+Shift+G")
+    panel = page.locator(PANEL)
+    panel.wait_for(state="visible")
+    assert page.evaluate(f"() => document.querySelector('{PANEL}').contains(document.activeElement)")
+    page.wait_for_selector(f"{PANEL}[data-vgpu-state='allocated']")
+
+    # every call went under the Hub-style base URL
+    assert "/user/ada/vgpu/api/" in page.evaluate(
+        "() => performance.getEntriesByType('resource').map(e => e.name).filter(n => n.includes('vgpu/api')).join(' ')")
+
+    # allocation card
+    card = panel.locator(".jp-vgpu-card")
+    assert card.locator(".jp-vgpu-card-model").inner_text() == "NVIDIA A100-PCIE-40GB"
+    assert card.locator(".jp-vgpu-card-node").inner_text() == "gpu-node-a"
+    assert "card 1 on node" in card.locator(".jp-vgpu-card-where").inner_text()
+    compute = card.locator(".jp-vgpu-bar-compute [role=progressbar]")
+    assert compute.get_attribute("aria-valuenow") == "25"
+    memory = card.locator(".jp-vgpu-bar-memory [role=progressbar]")
+    assert memory.get_attribute("aria-valuenow") == "10"  # 4 GiB of 40 GiB
+    assert "4 GiB of 40 GiB" in memory.get_attribute("aria-label")
+
+    # topology: four cards, card 1 highlighted, other people only as counts
+    gpus = panel.locator(".jp-vgpu-topo-gpu")
+    assert gpus.count() == 4
+    mine = panel.locator(".jp-vgpu-topo-gpu.jp-vgpu-mine")
+    assert mine.count() == 1 and mine.get_attribute("data-gpu") == "1"
+    assert panel.locator(".jp-vgpu-topo-edge.jp-vgpu-mine").count() == 2  # root -> NODE group -> card 1
+    legend = {li.get_attribute("data-gpu"): li.inner_text() for li in panel.locator(".jp-vgpu-topo-legend li").all()}
+    assert legend["1"].startswith("GPU 1 yours + 1 other · 75 %")
+    assert legend["2"].startswith("GPU 2 1 tenant · 30 %")
+    assert legend["0"].startswith("GPU 0 free")
+    text = panel.inner_text()
+    assert "bob" not in text and "carol" not in text
+
+    # live charts: the stream delivers samples and the memory line moves within the limit
+    page.wait_for_selector(f"{PANEL}[data-vgpu-transport='stream']")
+    line = panel.locator(".jp-vgpu-chart-memory .jp-vgpu-chart-line")
+    wait_until(lambda: int(line.get_attribute("data-points") or 0) >= 3, what="three samples on the chart")
+    first = line.get_attribute("d")
+    wait_until(lambda: line.get_attribute("d") != first, timeout=30, what="the memory chart to change")
+    assert panel.locator(".jp-vgpu-chart-memory .jp-vgpu-chart-limit").count() == 1
+    now_text = panel.locator(".jp-vgpu-chart-memory .jp-vgpu-chart-now").inner_text()
+    assert re.fullmatch(r"[0-9.]+/4 GiB", now_text), now_text
+    panel.screenshot(path=str(artifacts / "lab-panel-light.png"))
+    page.screenshot(path=str(artifacts / "lab-full-light.png"))
+
+    # hidden panel: the stream closes and only the status bar's slow poll remains
+    page.locator(".jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id='jp-vgpu-panel']").click()
+    page.wait_for_selector(PANEL, state="hidden")
+    page.wait_for_selector(f"{PANEL}[data-vgpu-transport='poll']", state="attached")
+    points_hidden = int(line.get_attribute("data-points") or 0)
+    time.sleep(3)  # a visible panel would take ~6 samples in this time
+    assert int(line.get_attribute("data-points") or 0) <= points_hidden + 1
+    page.keyboard.press("Alt+Shift+G")
+    page.wait_for_selector(f"{PANEL}[data-vgpu-transport='stream']")
+
+    # the request form refuses what the contract refuses, without a round trip
+    cores = panel.get_by_role("textbox", name="Compute")
+    memory_input = panel.get_by_role("textbox", name="Memory")
+    cores.fill("25")
+    memory_input.fill("")
+    panel.get_by_role("button", name="Request").click()
+    error = panel.locator(".jp-vgpu-form-error")
+    wait_until(lambda: "needs memory too" in error.inner_text(), what="the form's refusal")
+    assert memory_input.get_attribute("aria-invalid") == "true"
+    assert posts == []
+
+    # a valid request goes to the server and its outcome is shown
+    memory_input.fill("8GiB")
+    cores.fill("50")
+    cores.press("Enter")
+    outcome = panel.locator(".jp-vgpu-request-progress")
+    wait_until(lambda: "jp-vgpu-request-failed" in (outcome.get_attribute("class") or "")
+               or "jp-vgpu-request-scheduled" in (outcome.get_attribute("class") or ""),
+               what="the request's outcome")
+    assert len(posts) == 1 and urlparse(posts[0]).path == "/user/ada/vgpu/api/requests"
+    request = lab.api("vgpu/api/requests")
+    assert (request["cores"], request["memoryUnits"]) == (50, 32)
+    outcome_text = outcome.inner_text()
+    assert "50 % of one card with 8 GiB" in outcome_text
+    assert request["message"] in outcome_text
+    outcome.scroll_into_view_if_needed()
+    panel.locator(".jp-vgpu-request").screenshot(path=str(artifacts / "lab-panel-request.png"))
+
+    # dark theme: the panel follows the --jp-* variables
+    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
+    page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
+    background = page.evaluate(
+        f"() => getComputedStyle(document.querySelector('{PANEL} .jp-vgpu-card')).backgroundColor")
+    assert _luminance(background) < 0.3, background
+    panel.locator(".jp-vgpu-topology").scroll_into_view_if_needed()
+    panel.screenshot(path=str(artifacts / "lab-panel-dark.png"))
+
+    # the node's metrics server goes away: the panel says so instead of freezing
+    node.server.stop()
+    page.wait_for_selector(f"{PANEL} .jp-vgpu-usage-unreachable", timeout=60_000)
+    assert "Metrics unreachable" in panel.locator(".jp-vgpu-usage-status").inner_text()
+    panel.locator(".jp-vgpu-usage").screenshot(path=str(artifacts / "lab-panel-unreachable.png"))
+    page.context.close()
+
+
+def test_panel_without_a_vgpu(browser: Any, labextension_built: Path, tmp_path: Path, artifacts: Path) -> None:
+    lab = start_lab(labextension_built, {"JUPYTER_VGPU_SOURCE": "none"}, tmp_path)
+    try:
+        page = open_lab(browser, lab)
+        status = page.locator(".jp-vgpu-status")
+        wait_until(lambda: status.inner_text() == "vGPU: none", what="the status bar to say none")
+        page.evaluate("() => window.jupyterapp.commands.execute('vgpu:open-panel')")
+        panel = page.locator(PANEL)
+        page.wait_for_selector(f"{PANEL}[data-vgpu-state='none']")
+        assert "No vGPU" in panel.locator(".jp-vgpu-state").inner_text()
+        assert panel.locator(".jp-vgpu-card").count() == 0
+        assert panel.locator(".jp-vgpu-topo-gpu").count() == 0
+        assert panel.get_by_role("button", name="Release GPU").is_disabled()
+        # the palette lists the command
+        page.keyboard.press("Control+Shift+C")
+        page.keyboard.type("vGPU panel")
+        page.wait_for_selector(".lm-CommandPalette-item:has-text('Show vGPU Panel')")
+        page.keyboard.press("Escape")
+        panel.screenshot(path=str(artifacts / "lab-panel-none.png"))
+        page.context.close()
+    finally:
+        stop_lab(lab)
+
+
+def _luminance(css_color: str) -> float:
+    r, g, b = (int(v) for v in re.findall(r"\d+", css_color)[:3])
+    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
