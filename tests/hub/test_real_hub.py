@@ -7,95 +7,19 @@ Hub gives them, so the test can act with exactly the permissions a real server h
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
 import sys
-import textwrap
-import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 
 import pytest
+from hub_process import HUBFILES, running_hub
 
 from jupyter_vgpu.core import contract
-
-HUBFILES = Path(__file__).parent / "hubfiles"
-ADMIN_TOKEN = "vgpu-test-admin-" + "0" * 32
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Hub:
-    def __init__(self, root: Path, port: int) -> None:
-        self.root, self.api = root, f"http://127.0.0.1:{port}/hub/api"
-
-    def call(self, method: str, path: str, token: str = ADMIN_TOKEN, body=None) -> tuple[int, object]:
-        request = urllib.request.Request(
-            self.api + path, method=method, data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                text = response.read()
-                return response.status, json.loads(text) if text.strip() else None
-        except urllib.error.HTTPError as error:
-            text = error.read()
-            try:
-                return error.code, json.loads(text)
-            except ValueError:
-                return error.code, text.decode(errors="replace")
-
-    def server(self, user: str, name: str = "") -> dict | None:
-        status, model = self.call("GET", f"/users/{user}")
-        assert status == 200, model
-        return model["servers"].get(name)
-
-    def wait(self, condition, what: str, timeout: float = 90.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = condition()
-            if value:
-                return value
-            time.sleep(0.2)
-        raise AssertionError(f"timed out waiting for {what}; hub log:\n{(self.root / 'hub.log').read_text()[-3000:]}")
-
-    def token_of(self, user: str) -> str:
-        return (self.root / f"{user}.token").read_text()
-
-    def start(self, user: str, options: dict | None = None) -> str:
-        (self.root / f"{user}.token").unlink(missing_ok=True)
-        status, body = self.call("POST", f"/users/{user}/server", body=options or {})
-        assert status in (201, 202), body
-        self.wait(lambda: (self.server(user) or {}).get("ready"), f"{user}'s server")
-        return self.token_of(user)
 
 
 @pytest.fixture
 def hub(tmp_path):
-    port = free_port()
-    config = tmp_path / "jupyterhub_config.py"
-    config.write_text(textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {str(HUBFILES)!r})
+    config = f"""
         from jupyter_vgpu.hub import VGPUHub
 
-        c.JupyterHub.proxy_class = "null_proxy.MemoryProxy"
-        c.JupyterHub.hub_ip = "127.0.0.1"
-        c.JupyterHub.hub_port = {port}
-        c.JupyterHub.authenticator_class = "dummy"
-        c.Authenticator.allow_all = True
-        c.JupyterHub.db_url = "sqlite:///{tmp_path}/hub.sqlite"
-        c.JupyterHub.cookie_secret_file = "{tmp_path}/cookie_secret"
-        c.JupyterHub.services = [{{"name": "test-admin", "api_token": {ADMIN_TOKEN!r}}}]
-        c.JupyterHub.load_roles = [{{"name": "test-admin", "services": ["test-admin"],
-                                     "scopes": ["admin:users", "admin:servers", "read:users",
-                                                "custom:jupyter-vgpu:restart"]}}]
         c.JupyterHub.allow_named_servers = True
         c.JupyterHub.spawner_class = "simple"
         c.Spawner.cmd = [{sys.executable!r}, {str(HUBFILES / 'standin_server.py')!r}]
@@ -112,32 +36,9 @@ def hub(tmp_path):
         VGPUHub(config=c).configure(c)
         # this Hub spawns local processes; the same hook KubeSpawner would run
         c.Spawner.apply_user_options = c.KubeSpawner.apply_user_options
-    """))
-    log = open(tmp_path / "hub.log", "w")
-    process = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=tmp_path,
-                               stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    hub = Hub(tmp_path, port)
-
-    def up():
-        if process.poll() is not None:
-            raise AssertionError(f"the Hub exited:\n{(tmp_path / 'hub.log').read_text()[-3000:]}")
-        try:
-            return hub.call("GET", "/")[0] == 200
-        except OSError:
-            return False
-
-    try:
-        hub.wait(up, "the Hub to start", timeout=120)
-        for user in ("alice", "bob"):
-            assert hub.call("POST", f"/users/{user}")[0] == 201
-        yield hub
-    finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+    """
+    with running_hub(tmp_path, config) as running:
+        yield running
 
 
 def restart(hub, token, user="alice", **share):
