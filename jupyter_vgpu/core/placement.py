@@ -20,6 +20,7 @@ Every refusal carries a reason a person can act on.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -269,19 +270,9 @@ def _describe_free(card: CardState) -> str:
 
 def _card_sets(state: NodeState, request: Request) -> Iterator[tuple[int, ...]]:
     """Every set of ``request.cards`` free cards whose memory covers a declared amount."""
-    free = state.free_cards()
-    n = request.cards
-    memory = {card.index: card.memory_units for card in state.cards}
-
-    def extend(start: int, chosen: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
-        if len(chosen) == n:
-            if sum(memory[i] for i in chosen) >= request.memory_units:
-                yield chosen
-            return
-        for position in range(start, len(free) - (n - len(chosen)) + 1):
-            yield from extend(position + 1, (*chosen, free[position]))
-
-    yield from extend(0, ())
+    for cards in itertools.combinations(state.free_cards(), request.cards):
+        if sum(state.card(i).memory_units for i in cards) >= request.memory_units:
+            yield cards
 
 
 def _set_rank(state: NodeState, cards: tuple[int, ...], cost: int) -> tuple[int, int, int, tuple[int, ...]]:

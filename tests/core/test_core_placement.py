@@ -211,3 +211,15 @@ def test_scores_prefer_better_connected_sets(p40: Topology) -> None:
     assert best_possible_cost(split, 4) == p40.set_cost([3, 4, 5, 6])
     assert score_node(whole_switch, request) == 10
     assert score_node(whole_switch, request) > score_node(split, request) > 0
+
+
+def test_containers_backtrack_when_the_first_choice_blocks_a_later_one() -> None:
+    # card 0: a whole 16 GiB card; card 1: 40 GiB with a small tenant. Binpack would put the
+    # 60-core share on card 1 (no whole card broken), leaving no room for the 40-core / 22.5 GiB
+    # share anywhere; the search puts it on card 0 instead.
+    state = NodeState((CardState(0, 64), CardState(1, 160, True, 1, 1)))
+    alone = place_pod(state, {0: Request(60, 10)})
+    assert cards_of(alone) == (1,)
+    both = place_pod(state, {0: Request(60, 10), 1: Request(40, 90)})
+    assert isinstance(both, PodPlacement)
+    assert both.containers == {0: ((0, 60, 10),), 1: ((1, 40, 90),)}
