@@ -105,9 +105,12 @@ class ClusterView:
                              on_event=self._on_pod)
         self._stopping = threading.Event()
         self._sweeper: threading.Thread | None = None
+        self._started_at = 0.0
+        self.sync_seconds: float | None = None  # from start() until nodes and pods were both listed
 
     def start(self) -> ClusterView:
         self._stopping.clear()
+        self._started_at, self.sync_seconds = time.monotonic(), None
         self.nodes.start()
         self.pods.start()
         self._sweeper = threading.Thread(target=self._sweep_loop, name="extender-sweep", daemon=True)
@@ -124,7 +127,10 @@ class ClusterView:
 
     @property
     def synced(self) -> bool:
-        return self.nodes.synced and self.pods.synced
+        synced = self.nodes.synced and self.pods.synced
+        if synced and self.sync_seconds is None:
+            self.sync_seconds = time.monotonic() - self._started_at
+        return synced
 
     def wait_synced(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

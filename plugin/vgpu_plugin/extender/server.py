@@ -182,8 +182,11 @@ class MetricsHandler(_Handler):
 class InspectHandler(_Handler):
     def get(self) -> None:
         only = self.get_query_argument("node", None)
-        self.write_json(inspect(self.extender.ledger, self.extender.decisions.policy,
-                                self.extender.view.synced if self.extender.view else True, only))
+        view = self.extender.view
+        report = inspect(self.extender.ledger, self.extender.decisions.policy,
+                         view.synced if view is not None else True, only)
+        report["syncSeconds"] = round(view.sync_seconds, 3) if view is not None and view.sync_seconds else None
+        self.write_json(report)
 
 
 def inspect(ledger: Ledger, policy: str, synced: bool, only: str | None = None) -> dict[str, Any]:
@@ -343,7 +346,7 @@ class Extender:
 
 def _log_request(handler: tornado.web.RequestHandler) -> None:
     status = handler.get_status()
-    if status >= 500:
+    if status >= 500 and status != 503:  # 503: not listed yet, which /healthz reports on purpose
         log.error("%s %s -> %d", handler.request.method, handler.request.uri, status)
     elif status >= 400:
         log.info("%s %s -> %d", handler.request.method, handler.request.uri, status)
