@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -66,6 +67,9 @@ def _run(argv: Sequence[str], parser: _Parser, body: Any) -> int:
         return EXIT_BAD_INPUT
     except SystemExit as exit_:  # --help
         return int(exit_.code or 0) if isinstance(exit_.code, int | None) else EXIT_BAD_INPUT
+    except BrokenPipeError:  # `jupyter-vgpu topo x --json | head`: the reader is gone, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 # --- topo ----------------------------------------------------------------------------------

@@ -310,6 +310,20 @@ def test_new_style_nic_columns_gpu_numa_id_and_nic_legend() -> None:
         assert topo.gpus[3].cpu_affinity == "56-111,168-223"
 
 
+def test_numa_column_titled_numa_and_an_indented_paste() -> None:
+    text = """\
+        GPU0  GPU1  CPU Affinity  NUMA
+GPU0     X    NV18  0-51         0
+GPU1    NV18   X    52-103       1
+Legend:
+  NV#  = Connected via # NVLinks
+"""
+    topo = parse_nvidia_smi_topo(text)
+    assert [(g.numa, g.cpu_affinity) for g in topo.gpus] == [(0, "0-51"), (1, "52-103")]
+    indented = "\n".join("    " + line for line in text_of(DGX).splitlines())
+    assert parse_nvidia_smi_topo(indented) == parse_nvidia_smi_topo(text_of(DGX))
+
+
 def test_header_starting_with_spaces_and_trailing_empty_cells() -> None:
     text = text_of(A100_PCIE)
     assert text.startswith("     GPU0")
