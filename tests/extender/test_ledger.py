@@ -126,3 +126,19 @@ def test_go_style_decoding():
     assert (binding.pod_name, binding.pod_namespace, binding.pod_uid, binding.node) == ("p", "ns", "u", "n")
     with pytest.raises(WireError, match="PodUID must be a string"):
         decode_binding_args(b'{"PodName":"p","PodNamespace":"ns","PodUID":5,"Node":"n"}')
+
+
+def test_assumptions_the_watch_never_confirms_are_settled_from_the_api(cluster):
+    cluster.add_node(node("n", count=1))
+    cluster.start_extender()
+    view, ledger = cluster.extender.view, cluster.extender.ledger
+    share = (contract.ContainerAllocation(0, "c", (contract.CardShare(0, "", 50, 4),)),)
+    # a claim for a pod that is gone, and one for a live pod that carries no annotations
+    live = cluster.add_pod(pod("live", cores=50, memory_units=4))
+    wait_for(lambda: view.pods.get("default", "live"), message="live pod in the cache")
+    ledger.put(Holding("gone-uid", "default", "gone", "n", share, assumed=True, assumed_at=0.0))
+    ledger.put(Holding(live["metadata"]["uid"], "default", "live", "n", share, assumed=True, assumed_at=0.0))
+    fresh = Holding("fresh-uid", "default", "fresh", "n", share, assumed=True, assumed_at=1e12)
+    ledger.put(fresh)
+    assert view.sweep(now=view.assume_ttl + 1.0) == 2
+    assert ledger.claims() == {"n": {"fresh-uid": [(0, 0, 50, 4)]}}  # young assumptions stay
