@@ -223,3 +223,14 @@ def test_containers_backtrack_when_the_first_choice_blocks_a_later_one() -> None
     both = place_pod(state, {0: Request(60, 10), 1: Request(40, 90)})
     assert isinstance(both, PodPlacement)
     assert both.containers == {0: ((0, 60, 10),), 1: ((1, 40, 90),)}
+
+
+def test_binpack_score_ranks_not_breaking_a_whole_card_first(p40: Topology) -> None:
+    share = {0: Request(20, 8)}
+    # nearly empty node, but the share fits beside a tenant on card 0
+    roomy = node(p40, [held(0, 50, 20)])
+    # nearly full node, but the share would break its last free card
+    crowded = node(p40, [held(i, 100) for i in range(6)])
+    assert score_node(roomy, share) >= 6 > 5 >= score_node(crowded, share) >= 1
+    # whole cards go where the fewest free whole cards are left
+    assert score_node(crowded, {0: Request(100)}) > score_node(roomy, {0: Request(100)})
