@@ -479,8 +479,8 @@ class SimKubeAPI:
         # kmock.Server is not used: its DNS interceptor patches aiohttp process-wide and must be
         # unwound LIFO, which several emulators in several threads cannot promise.
         async with emulator:
-            runner = aiohttp.web.ServerRunner(aiohttp.web.Server(emulator), shutdown_timeout=2.0,
-                                              handle_signals=False, access_log=None)
+            runner = aiohttp.web.ServerRunner(aiohttp.web.Server(emulator, access_log=None), shutdown_timeout=2.0,
+                                              handle_signals=False)
             await runner.setup()
             try:
                 site = aiohttp.web.TCPSite(runner, "127.0.0.1", self.port, reuse_address=True)

@@ -1,0 +1,368 @@
+"""The simulated cluster: every real component, wired the way a cluster wires them.
+
+    with SimCluster([NodeSpec("gpu-a", "a100-sxm-4gpu-nv4.txt"),
+                     NodeSpec("gpu-b", "p40-7gpu-pix-phb.txt", model="Tesla P40", memory_mib=24576)]) as cluster:
+        cluster.create_notebook_pod("alice", cores=25, memory="8GiB")
+        pod = cluster.wait_for_pod("default", "alice", phase="Running")
+
+What runs, each talking its real protocol to the next:
+
+- the Kubernetes API (``sim.kube.SimKubeAPI``), with a kubeconfig under ``workdir``;
+- the scheduler extender (``extender.Extender``, HTTP on 127.0.0.1) and the kube-scheduler
+  stand-in (``sim.scheduler.SimScheduler``) configured from ``deploy/scheduler/config.yaml``
+  with the extender's address swapped in;
+- per node: simulated GPUs from a topology fixture (``jupyter_vgpu.gpu.simulated``), the
+  kubelet stand-in (``sim.kubelet.SimKubelet``, which registers the Node) and the node
+  daemon (``deviceplugin.daemon.NodeDaemon``: device plugin gRPC servers on unix sockets,
+  node annotation, health, and the metrics server on an ephemeral port).
+
+Components can be stopped and restarted one at a time (``restart_daemon``,
+``restart_kubelet``, ``restart_extender``, ``restart_api``) for failure tests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jupyter_vgpu.core import contract as c
+
+from .kube import SimKubeAPI
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "NVIDIA A100-SXM4-40GB"
+DEFAULT_MEMORY_MIB = 40960
+
+
+def default_fixtures_dir() -> Path:
+    """The topology captures beside the repository (``<repo>/../shared/fixtures/topology``)."""
+    return Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "topology"
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One GPU node: its name, an ``nvidia-smi topo -m`` capture, and the cards' model and memory."""
+
+    name: str
+    topology: str  # a file in the fixtures dir, or a path
+    model: str = DEFAULT_MODEL
+    memory_mib: int = DEFAULT_MEMORY_MIB
+    labels: Mapping[str, str] = field(default_factory=dict)
+    seed: int = 0
+
+
+@dataclass
+class SimNode:
+    spec: NodeSpec
+    gpus: Any  # jupyter_vgpu.gpu.simulated.SimulatedGPUs
+    kubelet: Any  # sim.kubelet.SimKubelet
+    daemon: Any  # deviceplugin.daemon.NodeDaemon
+    plugin_dir: str
+    state_dir: str
+    proc_root: str
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def metrics_url(self) -> str | None:
+        server = self.daemon.metrics_server if self.daemon is not None else None
+        return f"http://127.0.0.1:{server.port}" if server is not None else None
+
+
+class ClusterError(RuntimeError):
+    """A component did not come up; the message says which and what it was waiting for."""
+
+
+class SimCluster:
+    def __init__(self, nodes: Sequence[NodeSpec], *, workdir: str | None = None,
+                 fixtures_dir: str | os.PathLike[str] | None = None, policy: str = "binpack",
+                 enforcement: str = "hami-core", run_processes: bool = False, metrics_period: float = 1.0,
+                 scheduler_config: str | os.PathLike[str] | None = None, names: c.Names = c.DEFAULT_NAMES,
+                 kube_port: int = 0, ready_timeout: float = 60.0) -> None:
+        if not nodes:
+            raise ValueError("a simulated cluster needs at least one node")
+        duplicates = {spec.name for spec in nodes if sum(s.name == spec.name for s in nodes) > 1}
+        if duplicates:
+            raise ValueError(f"node names must be unique: {', '.join(sorted(duplicates))}")
+        self.specs = tuple(nodes)
+        self.fixtures_dir = Path(fixtures_dir) if fixtures_dir else default_fixtures_dir()
+        self.policy = policy
+        self.enforcement = enforcement
+        self.run_processes = run_processes
+        self.metrics_period = metrics_period
+        self.scheduler_config = scheduler_config
+        self.names = names
+        self.ready_timeout = ready_timeout
+        # Unix socket paths must stay under ~100 characters: keep the work dir short.
+        self._own_workdir = workdir is None
+        self.workdir = workdir or tempfile.mkdtemp(prefix="vgsim-", dir="/tmp")
+        self.kube = SimKubeAPI(port=kube_port)
+        self.kubeconfig = os.path.join(self.workdir, "kubeconfig")
+        self.extender: Any = None
+        self.scheduler: Any = None
+        self.nodes: dict[str, SimNode] = {}
+        self._started = False
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> SimCluster:
+        if self._started:
+            raise RuntimeError("the simulated cluster is already running")
+        self._started = True
+        try:
+            self.kube.start()
+            self.kube.write_kubeconfig(self.kubeconfig)
+            self._start_extender()
+            for index, spec in enumerate(self.specs):
+                self._start_node(index, spec)
+            for node in self.nodes.values():
+                self._wait_node_ready(node)
+            self._start_scheduler()
+        except BaseException:
+            self.stop()
+            raise
+        log.info("simulated cluster up: API %s, extender %s, nodes %s", self.kube.url, self.extender.url,
+                 ", ".join(self.nodes))
+        return self
+
+    def stop(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.stop()
+            self.scheduler = None
+        for node in reversed(list(self.nodes.values())):
+            if node.daemon is not None:
+                node.daemon.stop()
+            if node.kubelet is not None:
+                node.kubelet.stop()
+            node.gpus.close()
+        self.nodes.clear()
+        if self.extender is not None:
+            self.extender.stop()
+            self.extender = None
+        self.kube.stop()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        self._started = False
+
+    def __enter__(self) -> SimCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- clients ---------------------------------------------------------------------------------
+
+    def api_client(self) -> Any:
+        return self.kube.api_client()
+
+    @property
+    def core_v1(self) -> Any:
+        import kubernetes.client
+
+        return kubernetes.client.CoreV1Api(self.api_client())
+
+    def node(self, name: str) -> SimNode:
+        try:
+            return self.nodes[name]
+        except KeyError:
+            raise KeyError(f"no node {name!r}; nodes: {', '.join(self.nodes)}") from None
+
+    # --- components ------------------------------------------------------------------------------
+
+    def _start_extender(self, port: int = 0) -> None:
+        from ..extender.server import Extender
+
+        self.extender = Extender(port=port, address="127.0.0.1", policy=self.policy, names=self.names,
+                                 api_client=self.api_client()).start()
+        if self.extender.view is not None and not self.extender.view.wait_synced(self.ready_timeout):
+            raise ClusterError("the extender did not sync its node and pod caches")
+
+    def _start_scheduler(self) -> None:
+        from .scheduler import SimScheduler
+
+        self.scheduler = SimScheduler(self.api_client(), self.scheduler_config,
+                                      extender_url=self.extender.base_url).start()
+        if not (self.scheduler.nodes.wait_synced(self.ready_timeout)
+                and self.scheduler.pods.wait_synced(self.ready_timeout)):
+            raise ClusterError("the scheduler did not sync its node and pod caches")
+
+    def _node_dirs(self, index: int) -> tuple[str, str, str]:
+        base = os.path.join(self.workdir, f"n{index}")
+        dirs = (os.path.join(base, "dp"), os.path.join(base, "state"), os.path.join(base, "proc"))
+        for path in dirs:
+            os.makedirs(path, exist_ok=True)
+        return dirs
+
+    def _topology_path(self, spec: NodeSpec) -> Path:
+        path = Path(spec.topology)
+        if not path.is_absolute() and not path.exists():
+            path = self.fixtures_dir / spec.topology
+        if not path.exists():
+            raise FileNotFoundError(f"node {spec.name}: no topology capture {spec.topology!r} "
+                                    f"(looked in {self.fixtures_dir})")
+        return path
+
+    def _start_node(self, index: int, spec: NodeSpec) -> None:
+        from jupyter_vgpu.gpu.simulated import SimulatedGPUs
+
+        plugin_dir, state_dir, proc_root = self._node_dirs(index)
+        gpus = SimulatedGPUs.from_fixture(self._topology_path(spec), model=spec.model, memory_mib=spec.memory_mib,
+                                          seed=spec.seed, host=spec.name)
+        node = SimNode(spec, gpus, None, None, plugin_dir, state_dir, proc_root)
+        self.nodes[spec.name] = node
+        node.kubelet = self._new_kubelet(node).start()
+        if spec.labels:
+            self.core_v1.patch_node(spec.name, {"metadata": {"labels": dict(spec.labels)}})
+        node.daemon = self._new_daemon(node).start()
+
+    def _new_kubelet(self, node: SimNode) -> Any:
+        from .kubelet import SimKubelet
+
+        return SimKubelet(node.name, node.plugin_dir, self.api_client(), gpus=node.gpus, proc_root=node.proc_root,
+                          run_processes=self.run_processes,
+                          process_log_dir=os.path.join(os.path.dirname(node.plugin_dir), "logs"),
+                          seed=node.spec.seed)
+
+    def _new_daemon(self, node: SimNode) -> Any:
+        from ..deviceplugin.daemon import DaemonConfig, NodeDaemon
+        from ..deviceplugin.enforcement import EnforcementConfig
+
+        config = DaemonConfig(
+            node=node.name, plugin_dir=node.plugin_dir, names=self.names, state_dir=node.state_dir,
+            enforcement=EnforcementConfig(mode=self.enforcement,
+                                          hami_root=os.path.join(node.state_dir, "hami")),
+            metrics={"address": "127.0.0.1", "port": 0, "proc_root": node.proc_root,
+                     "period": self.metrics_period})
+        return NodeDaemon(config, node.gpus, self.api_client())
+
+    def _wait_node_ready(self, node: SimNode) -> None:
+        """Registered with kubelet, capacity published, inventory annotated: schedulable."""
+        if not node.daemon.wait_ready(self.ready_timeout):
+            raise ClusterError(f"node {node.name}: the device plugin did not register with the kubelet")
+        cards = len(node.gpus.inventory())
+        expected = str(cards * 100)
+        seen: dict[str, Any] = {}
+
+        def published() -> bool:
+            raw = json.loads(self.core_v1.read_node(node.name, _preload_content=False).data)
+            allocatable = (raw.get("status") or {}).get("allocatable") or {}
+            annotations = (raw.get("metadata") or {}).get("annotations") or {}
+            seen.update(allocatable=allocatable.get(self.names.core_resource),
+                        inventory=self.names.node_inventory in annotations)
+            return seen["allocatable"] == expected and seen["inventory"]
+
+        try:
+            self.wait_for(published, what=f"node {node.name} to publish {expected} {self.names.core_resource} "
+                                          "and its GPU inventory")
+        except ClusterError as error:
+            held = sum(h == "Healthy" for h in node.kubelet.devices(self.names.core_resource).values())
+            raise ClusterError(
+                f"{error} (last seen: allocatable {seen.get('allocatable')}, inventory annotation "
+                f"{'present' if seen.get('inventory') else 'missing'}; the kubelet stand-in holds {held} healthy "
+                f"{self.names.core_resource} devices)") from None
+
+    # --- failure injection -------------------------------------------------------------------------
+
+    def stop_daemon(self, name: str) -> None:
+        node = self.node(name)
+        if node.daemon is not None:
+            node.daemon.stop()
+            node.daemon = None
+
+    def start_daemon(self, name: str) -> None:
+        node = self.node(name)
+        if node.daemon is not None:
+            raise RuntimeError(f"the node daemon on {name} is already running")
+        node.daemon = self._new_daemon(node).start()
+        self._wait_node_ready(node)
+
+    def restart_daemon(self, name: str) -> None:
+        """The DaemonSet pod restarting: a new daemon process over the same dirs and checkpoint."""
+        self.stop_daemon(name)
+        self.start_daemon(name)
+
+    def restart_kubelet(self, name: str) -> None:
+        """kubelet restarting: sockets wiped, the device plugin must register again."""
+        node = self.node(name)
+        node.kubelet.restart()
+        self._wait_node_ready(node)
+
+    def restart_extender(self) -> None:
+        """The extender's Deployment pod restarting on the same address (its state is rebuilt)."""
+        port = self.extender.port
+        self.extender.stop()
+        self.extender = None
+        self._start_extender(port)
+
+    def restart_api(self) -> None:
+        """The API server restarting: same objects, same port; watches must resume."""
+        self.kube.restart()
+
+    # --- workloads ---------------------------------------------------------------------------------
+
+    def notebook_pod(self, name: str, *, cores: int, memory: str | int | None = None,
+                     namespace: str = "default",
+                     command: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
+                     labels: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None,
+                     scheduler_name: str = c.SCHEDULER_NAME) -> dict[str, Any]:
+        """A pod asking for a vGPU share the way the Hub's profiles do (limits + vgpu-scheduler)."""
+        request = c.Request(cores, 0 if memory is None else c.parse_memory_size(memory))  # RequestError if invalid
+        container: dict[str, Any] = {"name": "notebook", "image": "jupyter/base-notebook",
+                                     "resources": {"limits": c.request_limits(request, self.names)}}
+        if command:
+            container["command"] = list(command)
+        if env:
+            container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {}),
+                             "annotations": dict(annotations or {})},
+                "spec": {"schedulerName": scheduler_name, "containers": [container]}}
+
+    def create_notebook_pod(self, name: str, **kwargs: Any) -> dict[str, Any]:
+        body = self.notebook_pod(name, **kwargs)
+        response = self.core_v1.create_namespaced_pod(body["metadata"]["namespace"], body, _preload_content=False)
+        return json.loads(response.data)
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return json.loads(self.core_v1.read_namespaced_pod(name, namespace, _preload_content=False).data)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def wait_for_pod(self, namespace: str, name: str, *, phase: str = "Running",
+                     timeout: float | None = None) -> dict[str, Any]:
+        """The pod once it reaches ``phase``; a pod that Failed instead raises with its message."""
+        def reached() -> dict[str, Any] | None:
+            pod = self.read_pod(namespace, name)
+            current = ((pod or {}).get("status") or {}).get("phase")
+            if current == "Failed" and phase != "Failed":
+                raise ClusterError(f"pod {namespace}/{name} failed: {pod['status'].get('message', '')}")
+            return pod if current == phase else None
+
+        return self.wait_for(reached, timeout=timeout, what=f"pod {namespace}/{name} to be {phase}")
+
+    def wait_for(self, condition: Callable[[], Any], *, timeout: float | None = None, interval: float = 0.05,
+                 what: str = "a condition") -> Any:
+        deadline = time.monotonic() + (timeout if timeout is not None else self.ready_timeout)
+        while True:
+            value = condition()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise ClusterError(f"timed out waiting for {what}")
+            time.sleep(interval)
