@@ -234,7 +234,8 @@ class Decisions:
             known = cache.values
             unseen: dict[str, str] = {}
             nodes = self.ledger.nodes
-            for name in [n for n in names if n not in known]:
+            wanted = set(names)
+            for name in wanted.difference(known):
                 entry = nodes.get(name)
                 if entry is None or not entry.known:
                     unseen[name] = "the extender has not seen this node yet"
@@ -242,8 +243,8 @@ class Decisions:
                     cache.set(name, fit(entry, ask))
             passing, failing, never = cache.passing, cache.failed, cache.unresolvable
             passed = [n for n in names if n in passing]
-            failed = {n: failing[n] for n in names if n in failing}
-            unresolvable = {n: never[n] for n in names if n in never}
+            failed = {n: failing[n] for n in wanted.intersection(failing)}
+            unresolvable = {n: never[n] for n in wanted.intersection(never)}
         failed.update(unseen)
         return passed, failed, unresolvable
 
