@@ -6,6 +6,7 @@ import base64
 import json
 import subprocess
 import threading
+import time
 import urllib.request
 
 import kubernetes.client
@@ -173,27 +174,29 @@ def test_watch_applies_selectors_and_turns_transitions_into_added_and_deleted(co
         ("ADDED", "p"), ("ADDED", "q"), ("MODIFIED", "p"), ("MODIFIED", "q"), ("DELETED", "p")]
 
 
-def test_live_watch_sees_changes_as_they_happen(core_v1):
+def test_live_watch_sees_changes_as_they_happen(kube, core_v1):
     seen: list[tuple[str, str]] = []
-    ready = threading.Event()
     stream_watch = watch.Watch()
+    start = core_v1.list_namespaced_pod("default").metadata.resource_version
 
     def consume() -> None:
-        ready.set()
-        for event in stream_watch.stream(core_v1.list_namespaced_pod, "default", timeout_seconds=30):
+        for event in stream_watch.stream(core_v1.list_namespaced_pod, "default", resource_version=start,
+                                         timeout_seconds=30):
             seen.append((event["type"], event["raw_object"]["metadata"]["name"]))
             if event["type"] == "DELETED":
                 stream_watch.stop()
 
     consumer = threading.Thread(target=consume)
     consumer.start()
-    ready.wait(5)
+    deadline = time.monotonic() + 30
+    while not kube.call(lambda: len(kube.store.listeners)):  # the watch is open on the server
+        assert time.monotonic() < deadline, "the watch never connected"
+        time.sleep(0.01)
     core_v1.create_namespaced_pod("default", pod("live"))
     core_v1.patch_namespaced_pod("live", "default", {"metadata": {"annotations": {"a": "b"}}})
     core_v1.delete_namespaced_pod("live", "default", grace_period_seconds=0)
     consumer.join(30)
     assert not consumer.is_alive()
-    # The pod may already exist when the watch starts: then its creation shows as the initial ADDED.
     assert seen == [("ADDED", "live"), ("MODIFIED", "live"), ("DELETED", "live")]
 
 
