@@ -353,11 +353,14 @@ def parse_nvidia_smi_topo(text: str) -> Topology:
                 f"line {number}: row {cells[0]!r} where the header's column order expects {expected!r}: "
                 f"{_excerpt(lines[number - 1])}"
             )
-    if len(rows) > len(header) or any(_DEVICE_NAME.fullmatch(title) for title in extras):
-        missing = [title for title in extras if _DEVICE_NAME.fullmatch(title)]
+    if len(rows) > len(header):
+        number, cells = rows[len(header)]
+        raise TopologyError(f"line {number}: row {cells[0]!r} has no column in the header: {_excerpt(lines[number - 1])}")
+    missing = [title for title in extras if _DEVICE_NAME.fullmatch(title)]
+    if missing:
         raise TopologyError(
             f"line {rows[-1][0] + 1}: the table ends after row {row_names[-1]} but the header also names "
-            f"{', '.join(missing) or 'no more columns'}; is the table cut off?"
+            f"{', '.join(missing)}; is the table cut off?"
         )
     gpu_positions = [p for p, name in enumerate(devices) if _GPU_NAME.fullmatch(name)]
     for order, position in enumerate(gpu_positions):
@@ -413,8 +416,6 @@ def parse_nvidia_smi_topo(text: str) -> Topology:
                     f"line {number}: GPU{gpu_number}-GPU{other} is {mine} but line "
                     f"{rows[other_position][0]} says GPU{other}-GPU{gpu_number} is {theirs}"
                 )
-    if not gpus:
-        raise TopologyError(f"line {header_at + 1}: no GPU columns")
     return Topology(tuple(gpus), tuple(matrix))
 
 

@@ -383,6 +383,14 @@ def no_header() -> str:
     return join(p40_lines()[1:])
 
 
+def row_without_column() -> str:
+    return "\tGPU0\tGPU1\nGPU0\t X \tPIX\nGPU1\tPIX\t X \nGPU2\tPIX\tPIX\t X \n"
+
+
+def prompt_right_after_rows() -> str:
+    return join(p40_lines()[:9] + ["user@gpu-node:~$ "])
+
+
 def gpu_out_of_order() -> str:
     return text_of(A100_SXM).replace("GPU2", "GPU7")
 
@@ -398,9 +406,11 @@ def gpu_out_of_order() -> str:
     (asymmetric, r"^line 5: GPU3-GPU1 is PHB but line 3 says GPU1-GPU3 is PIX"),
     (x_off_diagonal, r"^line 4: GPU2 column GPU0 is 'X'; 'X' belongs on the diagonal"),
     (no_header, r"^line 1: GPU0's row comes first, but the header row"),
+    (row_without_column, r"^line 4: row 'GPU2' has no column in the header"),
+    (prompt_right_after_rows, r"^line 10: row 'user@gpu-node:~\$' where the header's column order expects 'CPU Affinity'"),
     (gpu_out_of_order, r"^line 1: GPU columns must be GPU0, GPU1, \.\.\. in order; found GPU7 where GPU2 belongs"),
 ], ids=["empty", "prose", "json", "cut-row", "cut-table", "extra-cell", "unknown-link", "asymmetric",
-        "x-off-diagonal", "no-header", "gpu-out-of-order"])
+        "x-off-diagonal", "no-header", "row-without-column", "prompt-after-rows", "gpu-out-of-order"])
 def test_garbage_is_refused_with_the_offending_line(make, pattern: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(TopologyError, match=pattern):
         parse_nvidia_smi_topo(make())
