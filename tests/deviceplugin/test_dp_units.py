@@ -148,3 +148,25 @@ def test_restart_rebuilds_from_annotations_without_a_checkpoint(daemons, peer, g
     wait_for(lambda: second.allocator.usage() == {})
     _, answer = peer.admit(CORE, 40, all_ids("core"))
     assert answer.envs["VGPU_POD_NAME"] == "b"
+
+
+def test_the_same_daemon_object_can_be_stopped_and_started_again(daemons, peer, gpus, core_v1):
+    from dp_helpers import all_ids, wait_registered
+
+    make_node(core_v1)
+    daemon = daemons(gpus)
+    wait_registered(peer)
+    place_pod(core_v1, gpus, "a", [(Request(30, 10), (2,))])
+    peer.admit(CORE, 30, all_ids("core"))
+    peer.admit(MEMORY, 10, all_ids("memory"))
+    wait_for(lambda: annotations(core_v1, "a").get(NAMES.gpu_assigned) == "true")
+    daemon.stop()
+    assert not os.path.exists(os.path.join(peer.plugin_dir, "vgpu-core.sock"))
+    daemon.start()
+    wait_registered(peer, 4)
+    assert daemon.wait_ready(10)
+    wait_for(lambda: daemon.allocator.usage() == {2: (30, 10)})
+    place_pod(core_v1, gpus, "b", [(Request(30, 10), (2,))])
+    ids, answer = peer.admit(CORE, 30, [i for i in all_ids("core") if not i.startswith("gpu2-core-0")
+                                        and not i.startswith("gpu2-core-1") and not i.startswith("gpu2-core-2")])
+    assert answer.envs["VGPU_POD_NAME"] == "b" and {i[:4] for i in ids} == {"gpu2"}

@@ -101,6 +101,7 @@ class Served:
     allocation: ContainerAllocation
     devices: dict[str, tuple[str, ...]] = field(default_factory=dict)  # kind -> device IDs
     identity_uid: str = ""  # whose identity the container's env carries (normally its own pod)
+    since: float = field(default_factory=time.monotonic)
 
 
 class Allocator:
@@ -115,8 +116,12 @@ class Allocator:
         enforcement: EnforcementConfig | None = None,
         metrics_url: Callable[[], str] | str = "",
         on_pod_changed: Callable[[str, str], None] | None = None,
+        fresh_pods: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
+        """``fresh_pods`` lists this node's pods straight from the API: kubelet's watch and ours
+        are independent, so kubelet may admit a pod our cache has not seen bound yet."""
         self.node = node
+        self._fresh_pods = fresh_pods
         self.names = names
         self._pods = pods
         self._cards = cards
@@ -129,6 +134,7 @@ class Allocator:
         self._overrides: dict[Key, ContainerAllocation] = {}
         self._given: dict[tuple[str, ...], tuple[ContainerAllocation, Key]] = {}  # core IDs -> response basis
         self._views: dict[str, tuple[str, PodView | None]] = {}  # uid -> (resourceVersion, view)
+        self._gone: set[str] = set()  # pods deleted or finished since the last reconcile
 
     # --- reading pods -------------------------------------------------------------------
 
@@ -199,10 +205,10 @@ class Allocator:
             ))
         return view
 
-    def _all_views(self) -> list[PodView]:
+    def _all_views(self, pods: list[dict[str, Any]] | None = None) -> list[PodView]:
         views = []
         seen = set()
-        for pod in self._pods.items():
+        for pod in self._pods.items() if pods is None else pods:
             view = self._view(pod)
             uid = (pod.get("metadata") or {}).get("uid") or ""
             seen.add(uid)
@@ -341,7 +347,15 @@ class Allocator:
         with self._lock:
             views = self._all_views()
             wanted = self._choose(kind, len(ids), ids, views)
-            if wanted is None:
+        if wanted is None:
+            pods = self._fetch_fresh()
+            with self._lock:
+                views = self._all_views(pods)
+                wanted = self._choose(kind, len(ids), ids, views)
+                if wanted is None:
+                    raise self._no_match(kind, len(ids), views)
+        with self._lock:
+            if self._served_kind((wanted.uid, wanted.index), kind):  # a concurrent call got there first
                 raise self._no_match(kind, len(ids), views)
             cards = self._cards.by_index()
             key = (wanted.uid, wanted.index)
@@ -372,6 +386,12 @@ class Allocator:
         with self._lock:
             views = self._all_views()
             wanted = self._choose(kind, size, None, views)
+        if wanted is None:
+            pods = self._fetch_fresh()
+        with self._lock:
+            if wanted is None:
+                views = self._all_views(pods)
+                wanted = self._choose(kind, size, None, views)
             quota: dict[int, int] = {}
             if wanted is not None:
                 try:
@@ -397,6 +417,16 @@ class Allocator:
             if device not in chosen:
                 chosen.append(device)
         return chosen
+
+    def _fetch_fresh(self) -> list[dict[str, Any]] | None:
+        """The node's pods straight from the API (None: use the cache), for a cache that lags kubelet."""
+        if self._fresh_pods is None:
+            return None
+        try:
+            return self._fresh_pods()
+        except Exception as error:
+            log.warning("listing this node's pods for a cache miss failed: %s", error)
+            return None
 
     # --- completion, annotations ----------------------------------------------------------------
 
@@ -505,14 +535,21 @@ class Allocator:
         with self._lock:
             views = self._all_views()
             by_uid = {v.uid: v for v in views}
-            live = {v.uid for v in views if not v.problem}
-            for key in [k for k in self._served if k[0] not in live]:
+            present = {(p.get("metadata") or {}).get("uid") for p in self._pods.items() if _holds_devices(p)}
+            now = time.monotonic()
+            # a pod our cache has not seen yet (served from a direct list) is not gone: only a
+            # DELETED/terminal event, or a long absence, releases what it holds
+            gone = {k[0] for k, served in self._served.items() if k[0] in self._gone
+                    or (k[0] not in present and now - served.since > _ABSENCE_GRACE)}
+            gone |= self._gone
+            self._gone.clear()
+            for key in [k for k in self._served if k[0] in gone]:
                 served = self._served.pop(key)
                 log.info("released %s/%s container %r (pod gone or finished)", served.namespace, served.pod,
                          served.container)
-            for key in [k for k in self._overrides if k[0] not in live]:
+            for key in [k for k in self._overrides if k[0] in gone or k[0] not in by_uid]:
                 del self._overrides[key]
-            for ids in [i for i, (_, k) in self._given.items() if k[0] not in live]:
+            for ids in [i for i, (_, k) in self._given.items() if k[0] in gone]:
                 del self._given[ids]
             cards = self._cards.by_index()
             located: list[tuple[Wanted, str, tuple[str, ...]]] = []
@@ -541,6 +578,11 @@ class Allocator:
         for namespace, name in dirty:
             self._on_pod_changed(namespace, name)
         return dirty
+
+    def pod_gone(self, uid: str) -> None:
+        """The pod was deleted or finished: what it holds is released at the next reconcile."""
+        with self._lock:
+            self._gone.add(uid)
 
     def _holder(self, kind: str, ids: tuple[str, ...]) -> Key | None:
         """The container the ledger says received these device IDs."""
@@ -614,6 +656,14 @@ class Allocator:
                     cores, units = used.get(share.index, (0, 0))
                     used[share.index] = (cores + share.cores, units + share.memory_units)
             return used
+
+
+_ABSENCE_GRACE = 60.0  # seconds a served pod may be missing from the cache before it counts as gone
+
+
+def _holds_devices(pod: dict[str, Any]) -> bool:
+    """Until it is deleted or finished a pod keeps its devices (a terminating pod still runs)."""
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
 def _id_order(device: str) -> tuple[int, str]:

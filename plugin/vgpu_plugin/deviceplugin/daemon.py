@@ -100,7 +100,8 @@ class NodeDaemon:
                                  on_event=self._on_pod_event)
         self.allocator = Allocator(cfg.node, self.informer, self.cards, self._minter, names=cfg.names,
                                    enforcement=cfg.enforcement, metrics_url=self._metrics_url,
-                                   on_pod_changed=lambda ns, name: self._annotate.put((ns, name)))
+                                   on_pod_changed=lambda ns, name: self._annotate.put((ns, name)),
+                                   fresh_pods=self._list_pods)
         self.publisher = NodePublisher(core_api, cfg.node, self.backend, self.cards, cfg.names)
         for kind in (CORE, MEMORY):
             resource = cfg.names.core_resource if kind == CORE else cfg.names.memory_resource
@@ -215,6 +216,11 @@ class NodeDaemon:
                     log.exception("reconciliation failed")
             self._reconcile_now.wait(cfg.watch_period)
 
+    def _list_pods(self) -> list[dict[str, Any]]:
+        response = self._core_api.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={self.config.node}", _preload_content=False, _request_timeout=10)
+        return list(json.loads(response.data).get("items") or [])
+
     def _checkpoint_entries(self) -> list:
         try:
             return read_checkpoint(self.checkpoint_path)
@@ -223,7 +229,12 @@ class NodeDaemon:
             return []
 
     def _on_pod_event(self, kind: str, pod: dict[str, Any] | None) -> None:
-        if kind == "DELETED" or (pod and (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")):
+        if pod is None or self.allocator is None:
+            return
+        meta = pod.get("metadata") or {}
+        # a terminating pod (deletionTimestamp) still runs and holds its share until it is gone
+        if kind == "DELETED" or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            self.allocator.pod_gone(meta.get("uid") or "")
             self._reconcile_now.set()
 
     # --- health ----------------------------------------------------------------------------------------
@@ -290,7 +301,10 @@ class NodeDaemon:
                 if full:
                     last_full = now
             except Exception as error:
-                log.warning("publishing node %s's GPU inventory failed: %s; retrying", self.config.node, error)
+                status = getattr(error, "status", None)
+                reason = "the Node does not exist (yet)" if status == 404 else (
+                    f"{status} {getattr(error, 'reason', '')}" if status else str(error))
+                log.warning("publishing node %s's GPU inventory failed: %s; retrying", self.config.node, reason)
                 self._publish_now.wait(2.0)
                 continue
             self._publish_now.wait(min(self.config.publish_period, 5.0))
