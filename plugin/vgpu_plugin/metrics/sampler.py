@@ -13,7 +13,7 @@ import logging
 import math
 import threading
 import time
-from collections import deque
+from array import array
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -121,6 +121,37 @@ class Snapshot:
         return False, None
 
 
+class UsageRing:
+    """The last ``size`` (t, memory, utilisation) points of one container, in three float
+    arrays: 24 bytes a point instead of ~150 for tuples (64 containers x 15 min = 1.4 MB)."""
+
+    __slots__ = ("_t", "_memory", "_utilization", "_next", "_count")
+
+    def __init__(self, size: int) -> None:
+        self._t = array("d", bytes(8 * size))
+        self._memory = array("d", bytes(8 * size))
+        self._utilization = array("d", bytes(8 * size))
+        self._next = 0
+        self._count = 0
+
+    def append(self, t: float, memory: float, utilization: float) -> None:
+        i = self._next
+        self._t[i], self._memory[i], self._utilization[i] = t, memory, utilization
+        self._next = (i + 1) % len(self._t)
+        self._count = min(self._count + 1, len(self._t))
+
+    def since(self, since: float) -> list[HistoryPoint]:
+        """Points with t >= since, oldest first."""
+        size = len(self._t)
+        start = (self._next - self._count) % size
+        points = []
+        for offset in range(self._count):
+            i = (start + offset) % size
+            if self._t[i] >= since:
+                points.append(HistoryPoint(self._t[i], self._memory[i], self._utilization[i]))
+        return points
+
+
 class Sampler:
     def __init__(
         self,
@@ -149,7 +180,7 @@ class Sampler:
         self._inventory_refresh = inventory_refresh
         self._clock = clock
         self._history_len = math.ceil(history_seconds / period) + 1
-        self._history: dict[ContainerKey, deque[HistoryPoint]] = {}
+        self._history: dict[ContainerKey, UsageRing] = {}
         self._history_lock = threading.Lock()
         self._sampling = threading.Lock()
         self._identities: dict[int, tuple[CgroupIdentity | None, bool]] = {}
@@ -206,8 +237,7 @@ class Sampler:
         since = (self._clock() if now is None else now) - seconds
         with self._history_lock:
             ring = self._history.get(key)
-            points = list(ring) if ring else []
-        return [p for p in points if p.t >= since]
+            return ring.since(since) if ring else []
 
     def find_pod(self, uid: str) -> PodEntry | None:
         """A pod on this node by UID; falls back to the live cache for pods newer than the snapshot."""
@@ -371,10 +401,9 @@ class Sampler:
             for key in keys:
                 ring = self._history.get(key)
                 if ring is None:
-                    ring = self._history[key] = deque(maxlen=self._history_len)
+                    ring = self._history[key] = UsageRing(self._history_len)
                 used = usage.get(key)
-                ring.append(HistoryPoint(t, used.memory_used_mib if used else 0.0,
-                                         used.utilization_percent if used else 0.0))
+                ring.append(t, used.memory_used_mib if used else 0.0, used.utilization_percent if used else 0.0)
             for gone in self._history.keys() - keys:  # the pod ended or gave its share back
                 del self._history[gone]
 
