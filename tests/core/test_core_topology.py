@@ -473,3 +473,29 @@ def test_render_matrix_lists_links_and_numa() -> None:
     lines = topo.render_matrix().splitlines()
     assert re.split(r"\s+", lines[0].strip()) == ["GPU0", "GPU1", "GPU2", "GPU3", "NUMA"]
     assert lines[3].split() == ["GPU2", "SYS", "SYS", "X", "NODE", "1"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(FIXTURES.glob("*.txt"))), st.data())
+def test_mangled_captures_parse_or_are_refused_cleanly(path: Path, data: st.DataObject) -> None:
+    # a paste damaged anywhere either still parses (and then is a valid topology) or is
+    # refused with a TopologyError naming a line -- never any other exception
+    tokens = re.split(r"(\s+)", path.read_text())
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(tokens) - 1))
+        tokens[at] = data.draw(st.sampled_from(["", " ", "\n", "X", "PIX", "NV4", "GPU9", "0-3", "N/A", "\t\t", "??"]))
+    try:
+        topo = parse_nvidia_smi_topo("".join(tokens))
+    except TopologyError as error:
+        assert str(error).startswith(("line ", "empty input")), error
+    else:
+        assert_tree_is_a_proper_hierarchy(topo)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_arbitrary_text_is_refused_cleanly(text: str) -> None:
+    try:
+        parse_nvidia_smi_topo(text)
+    except TopologyError as error:
+        assert str(error).startswith(("line ", "empty input"))
