@@ -35,7 +35,7 @@ class KubeRecreateRequester:
 
     def __init__(self, kubeconfig: str, namespace: str, pod: str, container: str | None = None, *,
                  names: contract.Names = contract.DEFAULT_NAMES, timeout: float = 300.0,
-                 poll_interval: float = 0.5, retire_delay: float = 3.0) -> None:
+                 poll_interval: float = 0.5, retire_delay: float = 3.0, unschedulable_grace: float = 5.0) -> None:
         self.kubeconfig = kubeconfig
         self.namespace = namespace
         self.pod = pod
@@ -44,6 +44,7 @@ class KubeRecreateRequester:
         self._timeout = timeout
         self._poll = poll_interval
         self._retire_delay = retire_delay
+        self._unschedulable_grace = unschedulable_grace
 
     @classmethod
     def from_environ(cls, kubeconfig: str, environ: Mapping[str, str], **kwargs: Any) -> KubeRecreateRequester | None:
@@ -118,6 +119,7 @@ class KubeRecreateRequester:
                 return outcome
             # the caller records the outcome first; the old pod (this one) goes a little later
             threading.Timer(self._retire_delay, self._retire, args=(self.pod,)).start()
+            self.pod = new_name
             return outcome
         except ApiException as error:
             return Outcome("failed", f"the Kubernetes API refused: {error.status} {error.reason}: "
@@ -130,12 +132,14 @@ class KubeRecreateRequester:
             pass
 
     def _watch(self, api: Any, name: str, index: int, wants_gpu: bool, progress: Progress) -> Outcome:
+        """Until the device plugin has served the new pod, or the scheduler keeps refusing it."""
         names = self.names
         deadline = time.monotonic() + self._timeout
+        refused_since: float | None = None
         said = ""
         while time.monotonic() < deadline:
             pod = api.api_client.sanitize_for_serialization(api.read_namespaced_pod(name, self.namespace))
-            metadata, status = pod.get("metadata") or {}, pod.get("status") or {}
+            metadata = pod.get("metadata") or {}
             annotations = metadata.get("annotations") or {}
             node = (pod.get("spec") or {}).get("nodeName")
             if wants_gpu and annotations.get(names.gpu_assigned) == "true" and names.allocation in annotations:
@@ -143,16 +147,36 @@ class KubeRecreateRequester:
             if not wants_gpu and node:
                 return Outcome("scheduled", f"pod {name} runs on {node} without a GPU; the share is released",
                                node=node)
-            for condition in status.get("conditions") or []:
-                if condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
-                        and condition.get("reason") == "Unschedulable":
-                    return Outcome("failed", f"no node can take the share: {condition.get('message') or 'unschedulable'}")
-            now = f"pod {name}: " + ("waiting for the scheduler" if not node else f"bound to {node}, waiting for the device plugin")
+            refusal = None if node else self._refusal(api, pod)
+            if refusal is None:
+                refused_since = None
+                now = f"pod {name}: " + (f"bound to {node}, waiting for the device plugin" if node
+                                         else "waiting for the scheduler")
+            else:
+                refused_since = refused_since or time.monotonic()
+                if time.monotonic() - refused_since >= self._unschedulable_grace:
+                    return Outcome("failed", f"no node can take {name}'s share: {refusal}")
+                now = f"pod {name}: the scheduler cannot place it yet: {refusal}"
             if now != said:
                 progress(now)
                 said = now
             time.sleep(self._poll)
         return Outcome("failed", f"pod {name} was not scheduled within {self._timeout:.0f} s")
+
+    def _refusal(self, api: Any, pod: dict[str, Any]) -> str | None:
+        """Why the scheduler could not place the pod: its PodScheduled condition or latest FailedScheduling event."""
+        for condition in (pod.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
+                    and condition.get("reason") == "Unschedulable":
+                return str(condition.get("message") or "unschedulable")
+        uid = (pod.get("metadata") or {}).get("uid")
+        events = api.api_client.sanitize_for_serialization(api.list_namespaced_event(self.namespace)).get("items") or []
+        failures = [e for e in events if (e.get("involvedObject") or {}).get("uid") == uid
+                    and e.get("reason") == "FailedScheduling"]
+        if not failures:
+            return None
+        latest = max(failures, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        return str(latest.get("message") or "FailedScheduling")
 
     def _scheduled(self, name: str, index: int, record: str) -> Outcome:
         allocation = contract.PodAllocation.from_json(record)
