@@ -456,11 +456,12 @@ def main() -> int:
     if args.quick:
         args.nodes, args.pods, args.cycles, args.binds, args.api_binds = 50, 1000, 40, 50, 20
     results: dict[str, Any] = {"nodes": args.nodes, "gpus_per_node": args.gpus, "running_pods": args.pods,
-                               "cpus": os.cpu_count()}
+                               "cpus": os.cpu_count(), "load_average_at_start": round(os.getloadavg()[0], 2)}
     results.update(ledger_cost(args))
     results.update(latency(args))
     if not args.skip_api:
         results.update(end_to_end(args))
+    results["load_average_at_end"] = round(os.getloadavg()[0], 2)
     width = max(len(k) for k in results)
     for key, value in results.items():
         print(f"{key.ljust(width)}  {value}")
