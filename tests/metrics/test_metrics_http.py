@@ -224,3 +224,20 @@ def test_scrape_does_not_call_the_backend(server: MetricsServer, fake_node: Fake
         scrape(server, "/metrics")
         scrape(server, "/metric")
     assert calls == []
+
+
+def test_lost_card_is_unhealthy_in_the_next_scrape(server: MetricsServer, fake_node: FakeNode) -> None:
+    pod = fake_node.pod("jupyter-alice", {"notebook": (25, 16, (6,))})
+    fake_node.run(pod, "notebook", 6, memory_mib=1000, utilization=10)
+    wait_for_samples(server.sampler, 2)
+    healthy = scrape(server, "/metrics")[c.METRIC_CARD_HEALTHY]
+    assert set(healthy.values()) == {1.0}
+    fake_node.gpus.lose_card(6)
+    wait_for_samples(server.sampler, 2)
+    metrics = scrape(server, "/metrics")
+    card6 = labels(node=NODE, gpu="6", uuid=fake_node.card_uuid(6), model="NVIDIA A100-SXM4-40GB")
+    assert metrics[c.METRIC_CARD_HEALTHY][card6] == 0.0
+    assert sum(v == 0.0 for v in metrics[c.METRIC_CARD_HEALTHY].values()) == 1
+    assert c.METRIC_PROCESS_MEMORY_USED not in metrics  # NVML cannot reach the card's processes
+    # the share is still held: the pod has not given it back
+    assert metrics[c.METRIC_CARD_ALLOCATED_CORES][card6] == 25

@@ -149,12 +149,16 @@ def test_node_without_driver_is_stale_with_the_reason(tmp_path) -> None:
     assert snapshot.staleness(time.time()) == (True, "no NVIDIA driver: libnvidia-ml.so.1 not found")
 
 
-def test_lost_card_shows_unhealthy_after_inventory_refresh(fake_node: FakeNode) -> None:
-    sampler = make_sampler(fake_node, inventory_refresh=0.0)
-    sampler.sample_once()
+def test_lost_card_shows_unhealthy_in_the_next_sample(fake_node: FakeNode) -> None:
+    sampler = make_sampler(fake_node)  # the inventory is not re-read for 30 s
+    assert all(view.healthy for view in sampler.sample_once().cards)
     fake_node.gpus.lose_card(5)
-    card = sampler.sample_once().card(5)
-    assert card is not None and card.card.healthy is False
+    snapshot = sampler.sample_once()
+    assert [view.card.index for view in snapshot.cards if not view.healthy] == [5]
+    assert snapshot.card(5).card.healthy is False  # the inventory was re-read at once
+    fake_node.gpus.restore_card(5)
+    snapshot = sampler.sample_once()
+    assert all(view.healthy for view in snapshot.cards) and snapshot.card(5).card.healthy is True
 
 
 def test_thread_samples_on_its_period_and_stops(fake_node: FakeNode) -> None:

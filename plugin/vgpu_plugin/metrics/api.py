@@ -204,7 +204,7 @@ def topology_view(snapshot: Snapshot, caller: Caller, now: float) -> dict[str, A
             "model": card.model,
             "memoryMib": card.memory_mib,
             "numa": card.numa if getattr(card, "numa", None) is not None else numa.get(card.index),
-            "healthy": bool(card.healthy),
+            "healthy": view.healthy,
             "mine": share is not None,
             "myCores": share.cores if share else 0,
             "myMemoryMib": held_memory_mib(share, card) if share else 0,

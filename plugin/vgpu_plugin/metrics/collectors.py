@@ -61,7 +61,7 @@ class NodeCollector(Collector):
                 used.add_metric(labels, view.memory_used_mib * MIB)
             if view.utilization_percent is not None:
                 util.add_metric(labels, view.utilization_percent)
-            healthy.add_metric(labels, 1.0 if card.healthy else 0.0)
+            healthy.add_metric(labels, 1.0 if view.healthy else 0.0)
             cores.add_metric(labels, view.allocated_cores)
             memory.add_metric(labels, view.allocated_memory_mib * MIB)
         yield from (total, used, util, healthy, cores, memory)

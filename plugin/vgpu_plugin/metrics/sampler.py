@@ -78,6 +78,8 @@ class CardView:
     allocated_cores: int
     allocated_memory_mib: int
     holders: tuple[ContainerKey, ...]
+    healthy: bool = True
+    """The inventory's health, and the latest sample's (which sees a lost card at once)."""
 
 
 @dataclass(frozen=True)
@@ -325,8 +327,8 @@ class Sampler:
             except Exception as error:
                 failure = f"GPU sampling failed: {error}"
                 self.failures += 1
-        if sample is not None and {c.uuid for c in sample.cards} != {c.uuid for c in self._inventory}:
-            self._refresh_inventory(now, force=True)  # a card came or went
+        if sample is not None and _inventory_disagrees(sample, self._inventory):
+            self._refresh_inventory(now, force=True)  # a card came, went, failed or recovered
         pods = self._current_pods()
         previous = self._snapshot
         if sample is None:
@@ -384,15 +386,18 @@ class Sampler:
             holders.setdefault(index, []).append(ContainerKey(holding.pod.uid, holding.container_index))
         views = []
         for card in self._inventory:
+            healthy = bool(card.healthy)
             if card.index in measured:
                 used: float | None = float(measured[card.index].memory_used_mib)
                 util: float | None = float(measured[card.index].utilization_percent)
+                healthy = healthy and bool(getattr(measured[card.index], "healthy", True))
             elif card.index in previous:
                 used, util = previous[card.index].memory_used_mib, previous[card.index].utilization_percent
+                healthy = healthy and previous[card.index].healthy
             else:
                 used, util = None, None
             views.append(CardView(card, used, util, cores.get(card.index, 0), memory.get(card.index, 0),
-                                  tuple(holders.get(card.index, ()))))
+                                  tuple(holders.get(card.index, ())), healthy))
         return tuple(views)
 
     def _record_history(self, pods: PodIndex, usage: Mapping[ContainerKey, ContainerUsage], t: float) -> None:
@@ -406,6 +411,13 @@ class Sampler:
                 ring.append(t, used.memory_used_mib if used else 0.0, used.utilization_percent if used else 0.0)
             for gone in self._history.keys() - keys:  # the pod ended or gave its share back
                 del self._history[gone]
+
+
+def _inventory_disagrees(sample: Any, inventory: list[Any]) -> bool:
+    health = {card.uuid: bool(card.healthy) for card in inventory}
+    if {card.uuid for card in sample.cards} != health.keys():
+        return True
+    return any(bool(getattr(card, "healthy", True)) != health[card.uuid] for card in sample.cards)
 
 
 def _usage_by_container(processes: tuple[ProcessView, ...]) -> dict[ContainerKey, ContainerUsage]:
