@@ -18,6 +18,7 @@ from jupyter_vgpu.core.contract import (
     Request,
     request_limits,
 )
+from jupyter_vgpu.gpu.base import GPUError
 from jupyter_vgpu.gpu.simulated import SimulatedGPUs
 
 TOPOLOGY_FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "topology"
@@ -122,3 +123,14 @@ def wait_for_samples(sampler: Any, count: int, timeout: float = 60.0, since: int
         if time.monotonic() > deadline:
             raise AssertionError(f"the sampler took {sampler.samples_taken} samples, expected {target}")
         time.sleep(0.01)
+
+
+class FlakyGPUs(SimulatedGPUs):
+    """The simulated backend whose driver can be made to fail samples (``failing = "reason"``)."""
+
+    failing: str | None = None
+
+    def sample(self):  # type: ignore[no-untyped-def]
+        if self.failing:
+            raise GPUError(self.failing)
+        return super().sample()

@@ -9,14 +9,12 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from metrics_support import NODE, TOPOLOGY_FIXTURES, FakeNode, wait_for_samples
+from metrics_support import NODE, TOPOLOGY_FIXTURES, FakeNode, FlakyGPUs, wait_for_samples
 from prometheus_client.parser import text_string_to_metric_families
 from vgpu_plugin.metrics import MetricsServer
 from vgpu_plugin.tokens import TokenMinter
 
 from jupyter_vgpu.core import contract as c
-from jupyter_vgpu.gpu.base import GPUError
-from jupyter_vgpu.gpu.simulated import SimulatedGPUs
 
 MIB = 1024 * 1024
 
@@ -148,14 +146,6 @@ def test_usage_changes_show_up_in_the_next_scrape(server: MetricsServer, fake_no
     assert scrape(server, "/metric")[c.METRIC_GM_CONTAINER_UTILIZATION][key] == 0
 
 
-class FlakyGPUs(SimulatedGPUs):
-    failing = False
-
-    def sample(self):
-        if self.failing:
-            raise GPUError("NVML_ERROR_GPU_IS_LOST")
-        return super().sample()
-
 
 def test_failing_driver_marks_data_stale_and_keeps_serving(tmp_path, minter: TokenMinter) -> None:
     gpus = FlakyGPUs.from_fixture(TOPOLOGY_FIXTURES / "dgx-a100.txt")
@@ -167,7 +157,7 @@ def test_failing_driver_marks_data_stale_and_keeps_serving(tmp_path, minter: Tok
     server.start()
     try:
         wait_for_samples(server.sampler, 2)
-        gpus.failing = True
+        gpus.failing = "NVML_ERROR_GPU_IS_LOST"
         wait_for_samples(server.sampler, 2)
         metrics = scrape(server, "/metrics")
         assert metrics[c.METRIC_SAMPLE_STALE] == {labels(node=NODE): 1.0}
@@ -178,7 +168,7 @@ def test_failing_driver_marks_data_stale_and_keeps_serving(tmp_path, minter: Tok
         with urllib.request.urlopen(server.url + "/healthz", timeout=30) as response:
             body = response.read().decode()
         assert '"stale":true' in body and "NVML_ERROR_GPU_IS_LOST" in body
-        gpus.failing = False
+        gpus.failing = None
         wait_for_samples(server.sampler, 2)
         assert scrape(server, "/metrics")[c.METRIC_SAMPLE_STALE] == {labels(node=NODE): 0.0}
     finally:

@@ -6,12 +6,11 @@ import threading
 import time
 
 import pytest
-from metrics_support import NODE, TOPOLOGY_FIXTURES, FakeNode
+from metrics_support import NODE, TOPOLOGY_FIXTURES, FakeNode, FlakyGPUs
 from vgpu_plugin.metrics.podmap import PodIndex
 from vgpu_plugin.metrics.sampler import ContainerKey, Sampler
 
 from jupyter_vgpu.core.contract import DEFAULT_NAMES
-from jupyter_vgpu.gpu.base import GPUError
 from jupyter_vgpu.gpu.simulated import SimulatedGPUs
 
 
@@ -99,16 +98,6 @@ def test_idle_container_records_zero_usage(fake_node: FakeNode) -> None:
     assert (point.memory_used_mib, point.utilization_percent) == (0.0, 0.0)
 
 
-class FlakyGPUs(SimulatedGPUs):
-    """The simulated backend whose driver can be made to fail a sample."""
-
-    failing = False
-
-    def sample(self):
-        if self.failing:
-            raise GPUError("NVML_ERROR_UNKNOWN on card 3")
-        return super().sample()
-
 
 def test_failed_sample_keeps_last_numbers_and_says_stale(tmp_path) -> None:
     gpus = FlakyGPUs.from_fixture(TOPOLOGY_FIXTURES / "dgx-a100.txt")
@@ -118,7 +107,7 @@ def test_failed_sample_keeps_last_numbers_and_says_stale(tmp_path) -> None:
     sampler = make_sampler(node)
     good = sampler.sample_once()
     assert good.staleness(good.taken_at) == (False, None)
-    gpus.failing = True
+    gpus.failing = "NVML_ERROR_UNKNOWN on card 3"
     node.pod("b", {"nb": (25, 16, (0,))})  # pod changes still show while GPU data is stale
     bad = sampler.sample_once()
     stale, message = bad.staleness(time.time())
@@ -127,7 +116,7 @@ def test_failed_sample_keeps_last_numbers_and_says_stale(tmp_path) -> None:
     assert bad.usage == good.usage
     card = bad.card(0)
     assert card is not None and card.memory_used_mib == 1234 and card.allocated_cores == 50
-    gpus.failing = False
+    gpus.failing = None
     assert sampler.sample_once().staleness(time.time()) == (False, None)
 
 
