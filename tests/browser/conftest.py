@@ -1,9 +1,11 @@
 """Browser-test fixtures: the built lab extension, Debian's headless Chromium through
-Playwright, a real node metrics server over simulated GPUs, and a real `jupyter lab`.
+Playwright, the simulated cluster, and a real `jupyter lab`.
 
 The lab runs under a JupyterHub-style base URL (`/user/ada/`) so the panel's URLs are
-proven to come from the server settings, and reads its vGPU facts from the node metrics
-server exactly as in a pod: through VGPU_METRICS_URL and the pod's read token.
+proven to come from the server settings. It gets the environment the simulated kubelet
+gave Ada's notebook pod (the device plugin's VGPU_* variables: the node's metrics URL and
+the pod's read token), so it reads its facts as in a real pod, and it re-creates that pod
+through the simulated Kubernetes API when the user asks for a different share.
 """
 
 from __future__ import annotations
@@ -16,27 +18,18 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jupyter_vgpu.core import contract
-from jupyter_vgpu.core.contract import (
-    DEFAULT_NAMES,
-    CardShare,
-    ContainerAllocation,
-    PodAllocation,
-    Request,
-    request_limits,
-)
+from jupyter_vgpu.core.contract import DEFAULT_NAMES, PodAllocation
 
 REPO = Path(__file__).resolve().parents[2]
 LABEXTENSION_SRC = REPO / "labextension"
@@ -109,109 +102,50 @@ def artifacts() -> Path:
     return ARTIFACTS
 
 
-# --- a node: simulated GPUs, pods as the API server sends them, the metrics server ----------
+# --- the simulated cluster -------------------------------------------------------------------
 
 
 @dataclass
-class Node:
-    """One simulated GPU node with its metrics server; `pods` is the metrics server's pod source."""
+class Cluster:
+    """A running SimCluster (real API emulator, extender, scheduler stand-in, kubelet stand-in,
+    node daemon with its metrics server) and the notebook pod Ada's lab stands for."""
 
-    gpus: Any
-    proc_root: Path
-    pods: list[dict[str, Any]] = field(default_factory=list)
-    server: Any = None
-    minter: Any = None
-    _next_pid: int = 4000
+    sim: Any
+    namespace: str
+    notebook: str
 
-    def items(self) -> list[dict[str, Any]]:  # the PodSource protocol
-        return list(self.pods)
-
-    def add_pod(self, name: str, cores: int, memory_units: int, cards: tuple[int, ...]) -> dict[str, Any]:
-        """A running pod holding a share, annotated as the extender does at bind."""
-        uid = str(uuid.uuid4())
-        container_id = secrets.token_hex(32)
-        inventory = self.gpus.inventory()
-        per_card = memory_units // len(cards)
-        allocation = PodAllocation(NODE, (ContainerAllocation(0, "notebook", tuple(
-            CardShare(card, inventory[card].uuid, min(cores, contract.CORES_PER_CARD), per_card)
-            for card in cards)),))
-        pod = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "jhub", "uid": uid,
-                         "annotations": {DEFAULT_NAMES.allocation: allocation.to_json()}},
-            "spec": {"nodeName": NODE, "schedulerName": contract.SCHEDULER_NAME, "containers": [
-                {"name": "notebook", "image": "quay.io/jupyter/base-notebook",
-                 "resources": {"limits": request_limits(Request(cores, memory_units))}}]},
-            "status": {"phase": "Running", "containerStatuses": [
-                {"name": "notebook", "ready": True, "restartCount": 0, "containerID": f"containerd://{container_id}"}]},
-        }
-        self.pods.append(pod)
+    def pod(self, name: str) -> dict[str, Any]:
+        pod = self.sim.read_pod(self.namespace, name)
+        assert pod is not None, f"pod {self.namespace}/{name} is gone"
         return pod
 
-    def run_process(self, pod: dict[str, Any], card: int, memory_limit_mib: int, cores_limit: int) -> int:
-        """A GPU process in the pod's container: a cgroup file kubelet's layout would give it,
-        and a simulated process whose usage moves within its limits."""
-        pid = self._next_pid
-        self._next_pid += 1
-        uid = pod["metadata"]["uid"].replace("-", "_")
-        container_id = pod["status"]["containerStatuses"][0]["containerID"].partition("://")[2]
-        (self.proc_root / str(pid)).mkdir(parents=True)
-        (self.proc_root / str(pid) / "cgroup").write_text(
-            f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid}.slice/"
-            f"cri-containerd-{container_id}.scope\n")
-        self.gpus.start_process(pid, card, memory_limit_mib=memory_limit_mib, cores_limit=cores_limit)
-        return pid
+    def cards_of(self, name: str) -> dict[int, int]:
+        """Card index -> cores that pod holds, from the allocation record written at bind."""
+        record = PodAllocation.from_json(self.pod(name)["metadata"]["annotations"][DEFAULT_NAMES.allocation])
+        return {share.index: share.cores for container in record.containers for share in container.cards}
 
-    def notebook_env(self, pod: dict[str, Any]) -> dict[str, str]:
-        """The VGPU_* variables the device plugin's Allocate gives this pod's container."""
-        allocation = PodAllocation.from_json(pod["metadata"]["annotations"][DEFAULT_NAMES.allocation])
-        container = allocation.containers[0]
-        inventory = self.gpus.inventory()
-        return {
-            contract.ENV_CORES: str(container.cores),
-            contract.ENV_MEMORY_MIB: str(container.memory_units * contract.MEMORY_UNIT_MIB),
-            contract.ENV_DEVICE_UUIDS: ",".join(s.uuid for s in container.cards),
-            contract.ENV_DEVICE_INDICES: contract.card_ids_env([s.index for s in container.cards]),
-            contract.ENV_DEVICE_MODEL: inventory[container.cards[0].index].model,
-            contract.ENV_NODE: NODE,
-            contract.ENV_POD_NAME: pod["metadata"]["name"],
-            contract.ENV_POD_NAMESPACE: pod["metadata"]["namespace"],
-            contract.ENV_POD_UID: pod["metadata"]["uid"],
-            contract.ENV_CONTAINER: "notebook",
-            contract.ENV_METRICS_URL: self.server.url,
-            contract.ENV_TOKEN: self.minter.mint(pod["metadata"]["uid"], 0),
-            contract.ENV_ENFORCEMENT: "hami-core",
-        }
+    def notebook_env(self) -> dict[str, str]:
+        """What the kubelet gave the notebook container (Allocate's env: VGPU_*, limits), plus
+        the kubeconfig the server extension uses to re-create its pod for a share request."""
+        env = self.sim.node(NODE).kubelet.env(self.namespace, self.notebook, "notebook")
+        assert env and contract.ENV_TOKEN in env, f"the kubelet gave the notebook no vGPU env: {env}"
+        return {**env, contract.ENV_NOTEBOOK_KUBECONFIG: self.sim.kubeconfig}
 
 
 @pytest.fixture
-def node() -> Iterator[Node]:
-    """A 4-card A100 PCIe node (two NUMA nodes): Ada holds 25 % + 4 GiB of card 1, two other
-    people share cards 1 and 2. The metrics server samples every 0.5 s."""
-    from vgpu_plugin.metrics.server import MetricsServer
-    from vgpu_plugin.tokens import TokenMinter
+def cluster() -> Iterator[Cluster]:
+    """One 4-card A100 PCIe node (two NUMA nodes). Bob (50 %) and Ada (25 % + 4 GiB) are
+    placed by the real extender; Carol's 30 % no longer fits beside them and lands on
+    another card. Samples every 0.5 s."""
+    from vgpu_plugin.sim.cluster import NodeSpec, SimCluster
 
-    from jupyter_vgpu.gpu.simulated import SimulatedGPUs
-
-    fixture = TOPOLOGY_FIXTURES / "a100-pcie-4gpu-2numa.txt"
-    gpus = SimulatedGPUs.from_fixture(fixture, model="NVIDIA A100-PCIE-40GB", memory_mib=40960, seed=7)
-    with tempfile.TemporaryDirectory(prefix="vgpu-proc-") as proc_root:
-        node = Node(gpus=gpus, proc_root=Path(proc_root))
-        ada = node.add_pod("jupyter-ada", 25, 16, (1,))
-        bob = node.add_pod("jupyter-bob", 50, 40, (1,))
-        carol = node.add_pod("jupyter-carol", 30, 24, (2,))
-        node.run_process(ada, 1, memory_limit_mib=4096, cores_limit=25)
-        node.run_process(bob, 1, memory_limit_mib=10240, cores_limit=50)
-        node.run_process(carol, 2, memory_limit_mib=6144, cores_limit=30)
-        node.minter = TokenMinter(secrets.token_bytes(32))
-        node.server = MetricsServer(NODE, gpus, node, node.minter, address="127.0.0.1", port=0, period=0.5,
-                                    proc_root=proc_root, enforcement="hami-core")
-        node.server.start()
-        try:
-            yield node
-        finally:
-            node.server.stop()
-            gpus.close()
+    spec = NodeSpec(NODE, "a100-pcie-4gpu-2numa.txt", model="NVIDIA A100-PCIE-40GB", memory_mib=40960, seed=7)
+    with SimCluster([spec], fixtures_dir=TOPOLOGY_FIXTURES, metrics_period=0.5) as sim:
+        for name, cores, memory in (("jupyter-bob", 50, "10GiB"), ("jupyter-ada", 25, "4GiB"),
+                                    ("jupyter-carol", 30, "6GiB")):
+            sim.create_notebook_pod(name, cores=cores, memory=memory, namespace="default")
+            sim.wait_for_pod("default", name, phase="Running")
+        yield Cluster(sim=sim, namespace="default", notebook="jupyter-ada")
 
 
 # --- jupyter lab ---------------------------------------------------------------------------
@@ -239,7 +173,8 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_lab(labextension: Path, env_extra: dict[str, str], workdir: Path) -> Lab:
+def start_lab(labextension: Path, env_extra: dict[str, str], workdir: Path,
+              vgpu_settings: dict[str, Any] | None = None) -> Lab:
     """`jupyter lab` on an ephemeral port under BASE_URL, with its own config, data, runtime,
     settings and workspace dirs (nothing from this machine's user leaks in)."""
     port = _free_port()
@@ -253,6 +188,9 @@ def start_lab(labextension: Path, env_extra: dict[str, str], workdir: Path) -> L
     news = workdir / "settings" / "@jupyterlab" / "apputils-extension"
     news.mkdir(parents=True)
     (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
+    if vgpu_settings:  # the user's settings for the panel, as the Settings Editor saves them
+        (workdir / "settings" / "jupyter-vgpu").mkdir()
+        (workdir / "settings" / "jupyter-vgpu" / "plugin.jupyterlab-settings").write_text(json.dumps(vgpu_settings))
     # enabled here too: an editable install does not put the wheel's etc/jupyter file in place
     (workdir / "config" / "jupyter_server_config.json").write_text(
         json.dumps({"ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}}}))

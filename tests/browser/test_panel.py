@@ -1,8 +1,10 @@
 """The vGPU sidebar panel in a real JupyterLab, in Debian's headless Chromium.
 
-The lab reads its facts from a real node metrics server (simulated GPUs, pods as the API
-server sends them, the pod's read token) through the jupyter_vgpu server extension, under
-a JupyterHub-style base URL. Screenshots land in tests/artifacts/.
+The lab stands for Ada's notebook pod in the simulated cluster: it reads its facts from
+the node's metrics server with the pod's read token (through the jupyter_vgpu server
+extension), under a JupyterHub-style base URL, and a share request re-creates the pod
+through the simulated Kubernetes API, scheduled by the real extender. Screenshots land in
+tests/artifacts/.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-from conftest import Lab, Node, start_lab, stop_lab
+from conftest import Cluster, Lab, start_lab, stop_lab
 
 PANEL = "#jp-vgpu-panel"
 
@@ -32,10 +34,9 @@ def wait_until(condition: Callable[[], Any], timeout: float = 60.0, what: str = 
 
 
 @pytest.fixture
-def lab(labextension_built: Path, node: Node, tmp_path: Path) -> Iterator[Lab]:
-    ada = node.pods[0]
-    env = {**node.notebook_env(ada), "JUPYTER_VGPU_SOURCE": "node-api"}
-    lab = start_lab(labextension_built, env, tmp_path)
+def lab(labextension_built: Path, cluster: Cluster, tmp_path: Path) -> Iterator[Lab]:
+    env = {**cluster.notebook_env(), "JUPYTER_VGPU_SOURCE": "node-api"}
+    lab = start_lab(labextension_built, env, tmp_path, vgpu_settings={"chartWindowSeconds": 60})
     try:
         yield lab
     finally:
@@ -53,8 +54,11 @@ def open_lab(browser: Any, lab: Lab) -> Any:
     return page
 
 
-def test_panel_shows_allocation_topology_live_usage_and_request(browser: Any, lab: Lab, node: Node,
+def test_panel_shows_allocation_topology_live_usage_and_request(browser: Any, lab: Lab, cluster: Cluster,
                                                                 artifacts: Path) -> None:
+    (card,) = cluster.cards_of("jupyter-ada")
+    bob, carol = cluster.cards_of("jupyter-bob"), cluster.cards_of("jupyter-carol")
+    assert card in bob and card not in carol  # binpack: Ada beside Bob, Carol elsewhere
     page = open_lab(browser, lab)
     posts: list[str] = []
     page.on("request", lambda r: posts.append(r.url) if r.method == "POST" and "/vgpu/api/" in r.url else None)
@@ -76,26 +80,29 @@ def test_panel_shows_allocation_topology_live_usage_and_request(browser: Any, la
         "() => performance.getEntriesByType('resource').map(e => e.name).filter(n => n.includes('vgpu/api')).join(' ')")
 
     # allocation card
-    card = panel.locator(".jp-vgpu-card")
-    assert card.locator(".jp-vgpu-card-model").inner_text() == "NVIDIA A100-PCIE-40GB"
-    assert card.locator(".jp-vgpu-card-node").inner_text() == "gpu-node-a"
-    assert "card 1 on node" in card.locator(".jp-vgpu-card-where").inner_text()
-    compute = card.locator(".jp-vgpu-bar-compute [role=progressbar]")
+    card_box = panel.locator(".jp-vgpu-card")
+    assert card_box.locator(".jp-vgpu-card-model").inner_text() == "NVIDIA A100-PCIE-40GB"
+    assert card_box.locator(".jp-vgpu-card-node").inner_text() == "gpu-node-a"
+    assert f"card {card} on node" in card_box.locator(".jp-vgpu-card-where").inner_text()
+    compute = card_box.locator(".jp-vgpu-bar-compute [role=progressbar]")
     assert compute.get_attribute("aria-valuenow") == "25"
-    memory = card.locator(".jp-vgpu-bar-memory [role=progressbar]")
+    memory = card_box.locator(".jp-vgpu-bar-memory [role=progressbar]")
     assert memory.get_attribute("aria-valuenow") == "10"  # 4 GiB of 40 GiB
     assert "4 GiB of 40 GiB" in memory.get_attribute("aria-label")
 
-    # topology: four cards, card 1 highlighted, other people only as counts
+    # topology: four cards, Ada's highlighted, other people only as counts
     gpus = panel.locator(".jp-vgpu-topo-gpu")
     assert gpus.count() == 4
     mine = panel.locator(".jp-vgpu-topo-gpu.jp-vgpu-mine")
-    assert mine.count() == 1 and mine.get_attribute("data-gpu") == "1"
-    assert panel.locator(".jp-vgpu-topo-edge.jp-vgpu-mine").count() == 2  # root -> NODE group -> card 1
-    legend = {li.get_attribute("data-gpu"): li.inner_text() for li in panel.locator(".jp-vgpu-topo-legend li").all()}
-    assert legend["1"].startswith("GPU 1 yours + 1 other · 75 %")
-    assert legend["2"].startswith("GPU 2 1 tenant · 30 %")
-    assert legend["0"].startswith("GPU 0 free")
+    assert mine.count() == 1 and mine.get_attribute("data-gpu") == str(card)
+    assert panel.locator(".jp-vgpu-topo-edge.jp-vgpu-mine").count() == 2  # root -> NUMA group -> the card
+    legend = {int(li.get_attribute("data-gpu")): li.inner_text()
+              for li in panel.locator(".jp-vgpu-topo-legend li").all()}
+    assert legend[card].startswith(f"GPU {card} yours + 1 other · 75 %")
+    (carol_card,) = carol
+    assert legend[carol_card].startswith(f"GPU {carol_card} 1 tenant · 30 %")
+    for free in set(range(4)) - {card, carol_card}:
+        assert legend[free].startswith(f"GPU {free} free")
     text = panel.inner_text()
     assert "bob" not in text and "carol" not in text
 
@@ -106,6 +113,8 @@ def test_panel_shows_allocation_topology_live_usage_and_request(browser: Any, la
     first = line.get_attribute("d")
     wait_until(lambda: line.get_attribute("d") != first, timeout=30, what="the memory chart to change")
     assert panel.locator(".jp-vgpu-chart-memory .jp-vgpu-chart-limit").count() == 1
+    # the chart window comes from the user's settings (60 s, not the default 2 min)
+    assert panel.locator(".jp-vgpu-chart-memory .jp-vgpu-chart-axis span").first.inner_text() == "−1 min"
     now_text = panel.locator(".jp-vgpu-chart-memory .jp-vgpu-chart-now").inner_text()
     assert re.fullmatch(r"[0-9.]+/4 GiB", now_text), now_text
     panel.screenshot(path=str(artifacts / "lab-panel-light.png"))
@@ -132,20 +141,34 @@ def test_panel_shows_allocation_topology_live_usage_and_request(browser: Any, la
     assert memory_input.get_attribute("aria-invalid") == "true"
     assert posts == []
 
-    # a valid request goes to the server and its outcome is shown
+    # a request no node can take: the extender refuses it and the panel says why
+    memory_input.fill("")
+    cores.fill("400")
+    cores.press("Enter")
+    outcome = panel.locator(".jp-vgpu-request-progress")
+    wait_until(lambda: "jp-vgpu-request-pending" in (outcome.get_attribute("class") or ""), timeout=30,
+               what="the request to show as pending")
+    wait_until(lambda: "jp-vgpu-request-failed" in (outcome.get_attribute("class") or ""), timeout=120,
+               what="the refusal")
+    refused = lab.api("vgpu/api/requests")
+    assert (refused["state"], refused["cores"]) == ("failed", 400)
+    assert "4 whole cards" in outcome.inner_text() and refused["message"] in outcome.inner_text()
+    outcome.scroll_into_view_if_needed()
+    panel.locator(".jp-vgpu-request").screenshot(path=str(artifacts / "lab-panel-request-failed.png"))
+
+    # a request that fits: the pod is re-created on the new share and the panel shows where
     memory_input.fill("8GiB")
     cores.fill("50")
     cores.press("Enter")
-    outcome = panel.locator(".jp-vgpu-request-progress")
-    wait_until(lambda: "jp-vgpu-request-failed" in (outcome.get_attribute("class") or "")
-               or "jp-vgpu-request-scheduled" in (outcome.get_attribute("class") or ""),
-               what="the request's outcome")
-    assert len(posts) == 1 and urlparse(posts[0]).path == "/user/ada/vgpu/api/requests"
+    wait_until(lambda: "jp-vgpu-request-scheduled" in (outcome.get_attribute("class") or ""), timeout=120,
+               what="the request to be scheduled")
+    assert [urlparse(url).path for url in posts] == ["/user/ada/vgpu/api/requests"] * 2
     request = lab.api("vgpu/api/requests")
-    assert (request["cores"], request["memoryUnits"]) == (50, 32)
-    outcome_text = outcome.inner_text()
-    assert "50 % of one card with 8 GiB" in outcome_text
-    assert request["message"] in outcome_text
+    assert (request["state"], request["cores"], request["memoryUnits"]) == ("scheduled", 50, 32)
+    new_card = request["cards"][0]["index"]
+    assert cluster.cards_of("jupyter-ada-v2") == {new_card: 50}
+    outcome_text = " ".join(outcome.inner_text().split())
+    assert f"Scheduled: 50 % of one card with 8 GiB on node gpu-node-a, card {new_card}." in outcome_text
     outcome.scroll_into_view_if_needed()
     panel.locator(".jp-vgpu-request").screenshot(path=str(artifacts / "lab-panel-request.png"))
 
@@ -158,8 +181,10 @@ def test_panel_shows_allocation_topology_live_usage_and_request(browser: Any, la
     panel.locator(".jp-vgpu-topology").scroll_into_view_if_needed()
     panel.screenshot(path=str(artifacts / "lab-panel-dark.png"))
 
-    # the node's metrics server goes away: the panel says so instead of freezing
-    node.server.stop()
+    # this server's pod is retired once its successor runs: its read token stops working and
+    # the panel says the metrics are unreachable (with the server's reason) instead of freezing
+    cluster.sim.wait_for(lambda: cluster.sim.read_pod("default", "jupyter-ada") is None, timeout=60,
+                         what="the old pod to be deleted")
     page.wait_for_selector(f"{PANEL} .jp-vgpu-usage-unreachable", timeout=60_000)
     assert "Metrics unreachable" in panel.locator(".jp-vgpu-usage-status").inner_text()
     panel.locator(".jp-vgpu-usage").screenshot(path=str(artifacts / "lab-panel-unreachable.png"))
