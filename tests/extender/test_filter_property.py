@@ -17,7 +17,7 @@ NAMES = contract.DEFAULT_NAMES
 
 requests = st.one_of(
     st.builds(lambda c, m: [(c, m)], st.integers(1, 99), st.integers(1, 64)),
-    st.builds(lambda n: [(100 * n, 0)], st.integers(1, 3)),
+    st.builds(lambda n, m: [(100 * n, m)], st.integers(1, 3), st.sampled_from([0, 0, 64, 100, 160, 300])),
     st.lists(st.tuples(st.integers(1, 99), st.integers(1, 32)), min_size=2, max_size=3),
 )
 cards = st.lists(st.sampled_from([16, 24, 40]), min_size=1, max_size=5)  # GiB per card
@@ -33,7 +33,7 @@ def pod_for(asks):
     return {"metadata": {"name": "p", "namespace": "ns"}, "spec": {"containers": containers}}
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(data=st.data(), layout=st.lists(cards, min_size=1, max_size=3),
        unhealthy=st.sets(st.integers(0, 4), max_size=2))
 def test_cached_filter_matches_placement_from_scratch(data, layout, unhealthy):

@@ -119,18 +119,28 @@ def node_state(entry: NodeEntry) -> NodeState:
     return state
 
 
-def _share_fits(entry: NodeEntry, request: Request) -> bool:
-    """A single share fits iff some healthy card has the cores and the memory free (exact)."""
-    cores, memory = request.cores, request.memory_units
-    return any(f.free_cores >= cores and f.free_memory_units >= memory for f in entry.free)
+def _fits_alone(entry: NodeEntry, request: Request) -> bool:
+    """Whether one container's request fits, from the free-capacity summary (exact).
+
+    A share needs one healthy card with the cores and the memory free; n whole cards need
+    n healthy untouched cards whose memory covers any declared amount (the n largest do
+    if any n do). This is the placement policy's own rule, without its ranking work.
+    """
+    if request.is_share:
+        cores, memory = request.cores, request.memory_units
+        return any(f.free_cores >= cores and f.free_memory_units >= memory for f in entry.free)
+    intact = [f.free_memory_units for f in entry.free if f.whole]
+    if len(intact) < request.cards:
+        return False
+    return not request.memory_units or sum(sorted(intact)[-request.cards:]) >= request.memory_units
 
 
 def fit(entry: NodeEntry, ask: PodAsk) -> tuple[str | None, bool]:
     """(reason it does not fit or None, whether no preemption could ever help). Memoised.
 
-    A pod with one share is decided from the free-capacity summary; anything else
-    (whole cards, several containers) by the placement policy itself. The reason for a
-    refusal always comes from the placement policy, so it reads the same everywhere.
+    A pod with one container is decided from the free-capacity summary; several
+    containers by the placement policy itself. The reason for a refusal always comes
+    from the placement policy, so it reads the same everywhere.
     """
     key = ("fit", ask.key)
     verdict = entry.memo.get(key)
@@ -143,7 +153,7 @@ def fit(entry: NodeEntry, ask: PodAsk) -> tuple[str | None, bool]:
     else:
         requests = ask.requests
         only = next(iter(requests.values())) if len(requests) == 1 else None
-        if only is not None and only.is_share and _share_fits(entry, only):
+        if only is not None and _fits_alone(entry, only):
             verdict = (None, False)
         else:
             result = placement.place_pod(node_state(entry), requests, ask.policy)
