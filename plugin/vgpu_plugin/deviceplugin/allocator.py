@@ -478,31 +478,24 @@ class Allocator:
     # --- restarts and reconciliation ---------------------------------------------------------------
 
     def restore(self, entries: Iterable[PodDeviceEntry]) -> int:
-        """Rebuild the ledger after a restart from pod annotations and kubelet's checkpoint."""
+        """Rebuild the ledger after a restart from kubelet's checkpoint and the pod annotations."""
         with self._lock:
             self._served.clear()
             self._overrides.clear()
             self._given.clear()
-            views = self._all_views()
+            dirty: set[tuple[str, str]] = set()
+            self._reconcile_locked(list(entries), dirty)
             cards = self._cards.by_index()
-            by_uid = {v.uid: v for v in views}
-            for entry in entries:
-                kind = self._kind(entry.resource)
-                view = by_uid.get(entry.pod_uid)
-                if kind is None or view is None:
-                    continue
-                wanted = next((w for w in view.containers if w.container == entry.container_name), None)
-                if wanted is None:
-                    continue
-                self._mark(wanted, kind, entry.device_ids, cards)
-            for view in views:
-                if view.assigned and not view.problem:
+            for view in self._all_views():
+                if view.assigned and not view.problem:  # served before, whatever kubelet recorded
                     for wanted in view.containers:
                         for kind in (CORE, MEMORY) if wanted.request.memory_units else (CORE,):
                             if not self._served_kind((wanted.uid, wanted.index), kind):
                                 self._mark(wanted, kind, (), cards)
             restored = len(self._served)
-        log.info("restored %d served container(s) from pod annotations and kubelet's checkpoint", restored)
+        log.info("restored %d served container(s) from kubelet's checkpoint and pod annotations", restored)
+        for namespace, name in dirty:
+            self._on_pod_changed(namespace, name)
         return restored
 
     def _kind(self, resource: str) -> str | None:
@@ -526,7 +519,7 @@ class Allocator:
             self._served[key] = served
         served.devices[kind] = ids
         if kind == CORE and ids:
-            self._given.setdefault(ids, (served.allocation, key))
+            self._given[ids] = (served.allocation, key)
         return served
 
     def reconcile(self, entries: Sequence[PodDeviceEntry]) -> set[tuple[str, str]]:
@@ -551,27 +544,7 @@ class Allocator:
                 del self._overrides[key]
             for ids in [i for i, (_, k) in self._given.items() if k[0] in gone]:
                 del self._given[ids]
-            cards = self._cards.by_index()
-            located: list[tuple[Wanted, str, tuple[str, ...]]] = []
-            for entry in entries:
-                kind = self._kind(entry.resource)
-                view = by_uid.get(entry.pod_uid)
-                if kind is None or view is None or view.problem:
-                    continue
-                wanted = next((w for w in view.containers if w.container == entry.container_name), None)
-                if wanted is not None:
-                    located.append((wanted, kind, entry.device_ids))
-            in_checkpoint = {((w.uid, w.index), kind) for w, kind, _ in located}
-            for wanted, kind, ids in located:
-                key = (wanted.uid, wanted.index)
-                holder = self._holder(kind, ids)
-                if holder is not None and holder != key:
-                    self._move(wanted, kind, ids, holder, in_checkpoint, cards, dirty)
-                elif not self._served_kind(key, kind):
-                    if self._mark(wanted, kind, ids, cards) is not None:
-                        dirty.add((wanted.namespace, wanted.pod))
-                elif self._served[key].devices[kind] != ids:
-                    self._served[key].devices[kind] = ids
+            self._reconcile_locked(entries, dirty)
             for view in views:
                 if not view.problem and view.containers and not view.assigned and self._pod_complete(view.uid, views):
                     dirty.add((view.namespace, view.name))
@@ -579,65 +552,122 @@ class Allocator:
             self._on_pod_changed(namespace, name)
         return dirty
 
+    def _reconcile_locked(self, entries: Sequence[PodDeviceEntry], dirty: set[tuple[str, str]]) -> None:
+        """kubelet's checkpoint is the truth: which container holds which device IDs, and (in
+        AllocResp) the answer that container was given."""
+        views = self._all_views()
+        by_uid = {v.uid: v for v in views}
+        cards = self._cards.by_index()
+        located: list[tuple[Wanted, str, PodDeviceEntry]] = []
+        for entry in entries:
+            kind = self._kind(entry.resource)
+            view = by_uid.get(entry.pod_uid)
+            if kind is None or view is None or view.problem:
+                continue
+            wanted = next((w for w in view.containers if w.container == entry.container_name), None)
+            if wanted is not None and entry.device_ids:
+                located.append((wanted, kind, entry))
+        in_checkpoint = {((w.uid, w.index), kind) for w, kind, _ in located}
+        for wanted, kind, entry in sorted(located, key=lambda item: item[1] != CORE):  # cores first
+            key = (wanted.uid, wanted.index)
+            ids = entry.device_ids
+            if kind == MEMORY:
+                self._take_devices(wanted, MEMORY, ids, in_checkpoint, cards, dirty)
+                continue
+            received = self._received(entry, cards, by_uid)
+            served = self._served.get(key)
+            if received is None:  # not an answer we can read: keep what the ledger says
+                self._take_devices(wanted, CORE, ids, in_checkpoint, cards, dirty)
+                continue
+            allocation, partner = received
+            allocation = replace(allocation, index=wanted.index, name=wanted.container)
+            if served is not None and served.devices.get(CORE) == ids and _same_cards(served.allocation, allocation):
+                self._given[ids] = (allocation, key)
+                continue
+            try:
+                previous = served.allocation if served is not None and CORE in served.devices else self._plan(wanted, cards)
+            except AllocationError:
+                previous = None
+            self._take_devices(wanted, CORE, ids, in_checkpoint, cards, dirty)
+            served = self._served[key]
+            served.allocation = allocation
+            served.identity_uid = partner[0]
+            self._given[ids] = (allocation, key)
+            if previous is None or _same_cards(previous, allocation):
+                continue
+            dirty.add((wanted.namespace, wanted.pod))
+            log.warning("kubelet gave %s the answer prepared for pod UID %s container %d (identical requests "
+                        "admitted out of placement order): its records now show card(s) %s; its env names "
+                        "the other pod", wanted.describe(), partner[0], partner[1],
+                        [s.index for s in allocation.cards])
+            if partner != key and (partner, CORE) not in in_checkpoint and partner[0] in by_uid:
+                # the other container is not admitted yet: it takes the placement this one left free
+                other = self._served.get(partner)
+                if other is not None and other.devices.get(CORE) == ids:
+                    del other.devices[CORE]
+                    if not other.devices:
+                        del self._served[partner]
+                partner_view = by_uid[partner[0]]
+                name = next((w.container for w in partner_view.containers if w.index == partner[1]), "")
+                self._overrides[partner] = replace(previous, index=partner[1], name=name)
+                dirty.add((partner_view.namespace, partner_view.name))
+
+    def _take_devices(self, wanted: Wanted, kind: str, ids: tuple[str, ...], in_checkpoint: set[tuple[Key, str]],
+                      cards: dict[int, Card], dirty: set[tuple[str, str]]) -> None:
+        """Record that kubelet gave ``wanted``'s container these IDs; whoever the ledger thought had them
+        (and kubelet says has not) loses them."""
+        key = (wanted.uid, wanted.index)
+        for other_key, other in list(self._served.items()):
+            if other_key != key and other.devices.get(kind) == ids and (other_key, kind) not in in_checkpoint:
+                del other.devices[kind]
+                if not other.devices:
+                    del self._served[other_key]
+                dirty.add((other.namespace, other.pod))
+        served = self._served.get(key)
+        if served is None or served.devices.get(kind) != ids:
+            if self._mark(wanted, kind, ids, cards) is not None and served is None:
+                dirty.add((wanted.namespace, wanted.pod))
+
+    def _received(self, entry: PodDeviceEntry, cards: dict[int, Card],
+                  by_uid: dict[str, PodView]) -> tuple[ContainerAllocation, Key] | None:
+        """The allocation in the answer kubelet recorded for these IDs, and whose it was."""
+        env: dict[str, str] = {}
+        if entry.alloc_response:
+            try:
+                env = dict(api_pb2.ContainerAllocateResponse.FromString(entry.alloc_response).envs)
+            except Exception:  # noqa: BLE001 - a foreign or corrupt record: fall back to our own memory
+                env = {}
+        if c.ENV_DEVICE_INDICES in env and c.ENV_POD_UID in env:
+            try:
+                indices = [int(i) for i in env[c.ENV_DEVICE_INDICES].split(",") if i]
+                uuids = env.get(c.ENV_DEVICE_UUIDS, "").split(",")
+                cores = int(env[c.ENV_CORES])
+                mib = int(env[c.ENV_MEMORY_MIB])
+            except (KeyError, ValueError):
+                return None
+            if not indices:
+                return None
+            if len(indices) == 1 and cores < c.CORES_PER_CARD:
+                shares = (CardShare(indices[0], uuids[0] if uuids else "", cores, mib // c.MEMORY_UNIT_MIB),)
+            else:
+                shares = tuple(
+                    CardShare(i, uuids[n] if n < len(uuids) else "", c.CORES_PER_CARD,
+                              cards[i].memory_units if i in cards else mib // len(indices) // c.MEMORY_UNIT_MIB)
+                    for n, i in enumerate(indices))
+            partner_uid = env[c.ENV_POD_UID]
+            view = by_uid.get(partner_uid)
+            index = next((w.index for w in view.containers if w.container == env.get(c.ENV_CONTAINER)), -1) \
+                if view is not None else -1
+            return ContainerAllocation(index=index, name=env.get(c.ENV_CONTAINER, ""), cards=shares), (partner_uid, index)
+        given = self._given.get(entry.device_ids)
+        if given is not None:
+            return given[0], given[1]
+        return None
+
     def pod_gone(self, uid: str) -> None:
         """The pod was deleted or finished: what it holds is released at the next reconcile."""
         with self._lock:
             self._gone.add(uid)
-
-    def _holder(self, kind: str, ids: tuple[str, ...]) -> Key | None:
-        """The container the ledger says received these device IDs."""
-        if kind == CORE and ids in self._given:
-            return self._given[ids][1]
-        for key, served in self._served.items():
-            if served.devices.get(kind) == ids:
-                return key
-        return None
-
-    def _move(self, wanted: Wanted, kind: str, ids: tuple[str, ...], holder: Key,
-              in_checkpoint: set[tuple[Key, str]], cards: dict[int, Card], dirty: set[tuple[str, str]]) -> None:
-        """kubelet gave ``wanted``'s container the IDs (and, for cores, the answer) we meant for ``holder``."""
-        key = (wanted.uid, wanted.index)
-        previous = self._served.get(key)
-        other = self._served.get(holder)
-        if kind == CORE:
-            received, _ = self._given[ids]
-            try:
-                own_plan = previous.allocation if previous else self._plan(wanted, cards)
-            except AllocationError:
-                own_plan = None
-            served = previous or Served(key=key, namespace=wanted.namespace, pod=wanted.pod,
-                                        container=wanted.container, allocation=received)
-            served.allocation = replace(received, index=wanted.index, name=wanted.container)
-            served.identity_uid = holder[0]
-            served.devices[CORE] = ids
-            self._served[key] = served
-            self._given[ids] = (received, key)
-            log.warning(
-                "kubelet admitted %s with the answer prepared for pod UID %s (identical requests, admitted "
-                "out of placement order): its records now show card(s) %s; its env names the other pod",
-                wanted.describe(), holder[0], [s.index for s in received.cards])
-            if other is not None and other.devices.get(CORE) == ids and (holder, CORE) not in in_checkpoint:
-                # the other container has not been admitted yet: it takes the plan this one left free
-                del other.devices[CORE]
-                if (holder, MEMORY) not in in_checkpoint:
-                    other.devices.pop(MEMORY, None)
-                if not other.devices:
-                    del self._served[holder]
-                if own_plan is not None:
-                    self._overrides[holder] = replace(own_plan, index=holder[1], name=other.container)
-        else:
-            served = previous
-            if served is None:
-                served = self._mark(wanted, MEMORY, ids, cards)
-            else:
-                served.devices[MEMORY] = ids
-            if other is not None and other.devices.get(MEMORY) == ids and (holder, MEMORY) not in in_checkpoint:
-                del other.devices[MEMORY]
-                if not other.devices:
-                    del self._served[holder]
-        dirty.add((wanted.namespace, wanted.pod))
-        if other is not None:
-            dirty.add((other.namespace, other.pod))
 
     # --- views for others ---------------------------------------------------------------------
 
@@ -659,6 +689,11 @@ class Allocator:
 
 
 _ABSENCE_GRACE = 60.0  # seconds a served pod may be missing from the cache before it counts as gone
+
+
+def _same_cards(a: ContainerAllocation, b: ContainerAllocation) -> bool:
+    return sorted((s.index, s.cores, s.memory_units) for s in a.cards) == \
+        sorted((s.index, s.cores, s.memory_units) for s in b.cards)
 
 
 def _holds_devices(pod: dict[str, Any]) -> bool:
