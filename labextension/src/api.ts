@@ -15,18 +15,11 @@ import {
   UsageReply,
   UsageStreamMessage
 } from './types';
+import { ApiError } from './errors';
+
+export { ApiError };
 
 export const API_PATH = 'vgpu/api';
-
-/** A failed call, with the server's message when it sent one. */
-export class ApiError extends Error {
-  constructor(
-    message: string,
-    readonly status: number | null
-  ) {
-    super(message);
-  }
-}
 
 export class VgpuClient {
   constructor(readonly settings: ServerConnection.ISettings = ServerConnection.makeSettings()) {}

@@ -8,7 +8,8 @@
 
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { ApiError, VgpuClient } from './api';
+import type { VgpuClient } from './api';
+import { ApiError } from './errors';
 import { UsageSeries } from './series';
 import {
   AllocationReply,
@@ -20,6 +21,12 @@ import {
   UsageReply,
   UsageState
 } from './types';
+
+/** The calls the model makes (VgpuClient's surface). */
+export type VgpuClientLike = Pick<
+  VgpuClient,
+  'getAllocation' | 'getTopology' | 'getUsage' | 'submitRequest' | 'getRequest' | 'latestRequest' | 'openUsageStream'
+>;
 
 export interface VgpuSettings {
   /** Seconds between samples while the panel is visible (polling; the stream sets its own pace). */
@@ -74,7 +81,8 @@ export class VgpuModel {
   private _generation = 0;
   private _disposed = false;
 
-  constructor(readonly client: VgpuClient = new VgpuClient()) {
+  /** `client` is a VgpuClient; only its methods are used, so tests can pass a fake server. */
+  constructor(readonly client: VgpuClientLike) {
     this.series = new UsageSeries(this._settings.chartWindowSeconds);
     if (typeof document !== 'undefined') {
       document.addEventListener('visibilitychange', this._onVisibility);
@@ -177,7 +185,8 @@ export class VgpuModel {
         if (this._settings.useStream && !this._streamFailed) {
           this._openStream(generation);
         } else {
-          this._schedulePoll(generation, 0);
+          // the seed was this round's sample
+          this._schedulePoll(generation, this._settings.refreshSeconds);
         }
       });
     } else {
