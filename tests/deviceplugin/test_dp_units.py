@@ -170,3 +170,60 @@ def test_the_same_daemon_object_can_be_stopped_and_started_again(daemons, peer, 
     ids, answer = peer.admit(CORE, 30, [i for i in all_ids("core") if not i.startswith("gpu2-core-0")
                                         and not i.startswith("gpu2-core-1") and not i.startswith("gpu2-core-2")])
     assert answer.envs["VGPU_POD_NAME"] == "b" and {i[:4] for i in ids} == {"gpu2"}
+
+
+def test_daemon_killed_with_sigkill_comes_back_with_the_same_assignments(kube, plugin_dir, tmp_path, core_v1):
+    from dp_helpers import read_pod, sim_gpus
+
+    from jupyter_vgpu.core.contract import PodAllocation
+
+    kubelet = SimKubelet("node-1", plugin_dir, kube.api_client()).start()
+    env = {**os.environ, "NODE_NAME": "node-1", "VGPU_GPUS": "sim:a100-sxm-4gpu-nv4", "VGPU_PLUGIN_DIR": plugin_dir,
+           "KUBECONFIG": kube.kubeconfig, "VGPU_STATE_DIR": str(tmp_path / "s"), "VGPU_NO_METRICS": "true"}
+    gpus = sim_gpus()  # same fixture and host name as the daemon's, so the same UUIDs
+    command = [sys.executable, "-m", "vgpu_plugin.deviceplugin.main"]
+    daemon = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        kubelet.wait_for(lambda: kubelet.registered(CORE) and kubelet.registered(MEMORY), 60)
+        for i, card in enumerate((0, 1, 1, 3)):
+            place_pod(core_v1, gpus, f"nb-{i}", [(Request(25, 16), (card,))])
+        for i in range(4):
+            wait_for(lambda i=i: annotations(core_v1, f"nb-{i}").get(NAMES.gpu_assigned) == "true", 60)
+        before = {i: annotations(core_v1, f"nb-{i}") for i in range(4)}
+        daemon.kill()  # no clean-up at all: stale sockets stay behind
+        daemon.wait(10)
+        kubelet.wait_for(lambda: not kubelet.registered(CORE), 30)
+        daemon = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        kubelet.wait_for(lambda: kubelet.registered(CORE) and kubelet.registered(MEMORY), 60)
+        place_pod(core_v1, gpus, "after", [(Request(50, 16), (1,))])  # card 1 has exactly 50 cores left
+        wait_for(lambda: annotations(core_v1, "after").get(NAMES.gpu_assigned) == "true", 60)
+        assert {i: annotations(core_v1, f"nb-{i}") for i in range(4)} == before
+        assert PodAllocation.from_json(annotations(core_v1, "after")[NAMES.allocation]).containers[0].cards[0].index == 1
+        place_pod(core_v1, gpus, "too-much", [(Request(10, 4), (1,))])  # a broken placement: card 1 is full
+        failed = wait_for(lambda: (lambda p: p if p["status"].get("phase") == "Failed" else None)(
+            read_pod(core_v1, "too-much")), 60)
+        assert "card 1 cannot take 10 cores" in failed["status"]["message"]
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(30)
+        kubelet.stop()
+
+
+@pytest.mark.skipif(__import__("ctypes.util").util.find_library("nvidia-ml") is not None,
+                    reason="this machine has an NVIDIA driver")
+def test_nvml_node_without_driver_registers_nothing_and_says_why(daemons, peer, core_v1):
+    from dp_helpers import wait_registered
+
+    from jupyter_vgpu.core.inventory import NodeInventory
+    from jupyter_vgpu.gpu.nvml import NVMLBackend
+
+    make_node(core_v1)
+    daemons(NVMLBackend())  # the real NVML backend on this GPU-less machine
+    wait_registered(peer)
+    assert peer.list_devices(CORE) == []
+    text = wait_for(lambda: (json.loads(core_v1.read_node("node-1", _preload_content=False).data)["metadata"]
+                             .get("annotations") or {}).get(NAMES.node_inventory))
+    inventory = NodeInventory.from_json(text)
+    assert inventory.problem.startswith("no NVIDIA driver") and inventory.cards == ()
+    labels = json.loads(core_v1.read_node("node-1", _preload_content=False).data)["metadata"].get("labels") or {}
+    assert NAMES.node_label_gpu not in labels

@@ -75,11 +75,3 @@ def device_list(kind: str, cards: Sequence[Card]) -> list[api_pb2.Device]:
         for device in card_device_ids(kind, card):
             devices.append(api_pb2.Device(ID=device, health=health, topology=topology))
     return devices
-
-
-def resource_kind(resource: str, core_resource: str, memory_resource: str) -> str:
-    if resource == core_resource:
-        return CORE
-    if resource == memory_resource:
-        return MEMORY
-    raise ValueError(f"resource {resource!r} is neither {core_resource} nor {memory_resource}")

@@ -403,9 +403,27 @@ class SimKubelet:
             self._first_seen.setdefault(uid, time.monotonic())
             self._queue.put((uid, meta.get("namespace") or "", meta.get("name") or ""))
 
+    def _prune_recovered(self) -> None:
+        """Like kubelet after a restart: forget checkpointed pods that no longer exist."""
+        known = {(p.get("metadata") or {}).get("uid"): p for p in self._informer.items()}
+        with self._lock:
+            stale = [uid for uid in self._pods if uid not in known]
+            for uid in stale:
+                del self._pods[uid]
+            for uid, pod in self._pods.items():
+                meta = known[uid].get("metadata") or {}
+                pod.namespace, pod.name = meta.get("namespace") or pod.namespace, meta.get("name") or pod.name
+        if stale:
+            log.info("kubelet %s: dropped %d checkpointed pod(s) that no longer exist", self.node, len(stale))
+            self._write_checkpoint()
+
     def _admit_loop(self) -> None:
         waiting: dict[str, tuple[str, str]] = {}
+        pruned = False
         while not self._stopping.is_set():
+            if not pruned and self._informer is not None and self._informer.synced:
+                self._prune_recovered()
+                pruned = True
             try:
                 item = self._queue.get(timeout=0.5)
             except queue.Empty:
