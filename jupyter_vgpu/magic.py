@@ -184,17 +184,19 @@ class VGPUMagics(Magics):
 
     def _submit(self, cores: int, units: int, wait: bool) -> Any:
         request = self.tracker.submit(cores, units)
-        print(f"request {request.id}: {request.message}")
+        print(f"request {request.id}: {request.progress[0]}")
         if not wait:
             print("check on it with `%vgpu status`")
             return request
-        said = request.message
+        shown = 1
         try:
-            while request.state == "pending":
+            while True:
                 request = self.tracker.wait(request.id, timeout=0.5) or request
-                if request.message != said and request.state == "pending":
-                    print(f"  … {request.message}")
-                    said = request.message
+                for message in request.progress[shown:]:
+                    print(f"  … {message}")
+                shown = len(request.progress)
+                if request.state != "pending":
+                    break
         except KeyboardInterrupt:
             print("stopped waiting; the request goes on — check with `%vgpu status`")
             return request

@@ -11,6 +11,7 @@ kernel cell blocks, and keeps every request's state for the REST API and ``%vgpu
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import threading
@@ -95,6 +96,7 @@ class ShareRequest:
     message: str = ""
     node: str | None = None
     cards: list[dict[str, Any]] = field(default_factory=list)
+    progress: list[str] = field(default_factory=list)  # every message while pending, in order
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
 
@@ -118,9 +120,9 @@ class RequestTracker:
             for request in self._requests.values():
                 if request.state == "pending":
                     raise RequestError(f"request {request.id} is still pending; wait for its outcome first")
+            first = f"asking for {describe_share(cores, memory_units)}"
             request = ShareRequest(id=f"r{next(self._counter)}-{uuid.uuid4().hex[:8]}", cores=cores,
-                                   memoryUnits=memory_units,
-                                   message=f"asking for {describe_share(cores, memory_units)}")
+                                   memoryUnits=memory_units, message=first, progress=[first])
             self._requests[request.id] = request
             self._order.append(request.id)
             self._done[request.id] = threading.Event()
@@ -144,8 +146,9 @@ class RequestTracker:
     def _progress(self, request_id: str, message: str) -> None:
         with self._lock:
             request = self._requests[request_id]
-            if request.state == "pending":
+            if request.state == "pending" and message != request.message:
                 request.message, request.updated = message, time.time()
+                request.progress.append(message)
 
     def _finish(self, request_id: str, outcome: Outcome) -> None:
         with self._lock:
@@ -157,7 +160,7 @@ class RequestTracker:
     def get(self, request_id: str) -> ShareRequest | None:
         with self._lock:
             request = self._requests.get(request_id)
-            return ShareRequest(**asdict(request)) if request else None
+            return ShareRequest(**copy.deepcopy(asdict(request))) if request else None
 
     def latest(self) -> ShareRequest | None:
         with self._lock:

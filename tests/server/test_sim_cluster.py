@@ -138,6 +138,8 @@ class TestShareRequests:
                                 body=json.dumps({"cores": 50, "memory": "8GiB"})))
         assert accepted.code == 202
         final, _ = wait_request(run, jp_fetch, as_json(accepted)["id"])
+        assert final["progress"][:3] == ["asking for 50 % of one card with 8 GiB", "reading pod default/bob",
+                                         "creating pod bob-v2 with 50 % of one card with 8 GiB"]
         assert final["state"] == "scheduled", final
         new = cluster.read_pod("default", "bob-v2")
         record = contract.PodAllocation.from_json(new["metadata"]["annotations"][contract.DEFAULT_NAMES.allocation])
@@ -157,5 +159,6 @@ class TestShareRequests:
         unload(ip)
         assert "✘ failed: no node can take carol-v2's share:" in out, out
         assert "Insufficient tencent.com/vcuda-core" in out.splitlines()[-1]  # the scheduler's own reason
+        assert "  … creating pod carol-v2 with 4 whole cards" in out
         assert cluster.read_pod("default", "carol")["status"]["phase"] == "Running"
         cluster.wait_for(lambda: cluster.read_pod("default", "carol-v2") is None, what="the refused pod to go")
