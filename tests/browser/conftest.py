@@ -1,5 +1,5 @@
 """Browser-test fixtures: the built lab extension, Debian's headless Chromium through
-Playwright, the simulated cluster, and a real `jupyter lab`.
+Playwright, and the simulated cluster (helpers in lab_support.py).
 
 The lab runs under a JupyterHub-style base URL (`/user/ada/`) so the panel's URLs are
 proven to come from the server settings. It gets the environment the simulated kubelet
@@ -10,37 +10,27 @@ through the simulated Kubernetes API when the user asks for a different share.
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from lab_support import (
+    ARTIFACTS,
+    LABEXTENSION_OUT,
+    LABEXTENSION_SRC,
+    NODE,
+    TOPOLOGY_FIXTURES,
+    Cluster,
+)
 
-from jupyter_vgpu.core import contract
-from jupyter_vgpu.core.contract import DEFAULT_NAMES, PodAllocation
-
-REPO = Path(__file__).resolve().parents[2]
-LABEXTENSION_SRC = REPO / "labextension"
-LABEXTENSION_OUT = REPO / "jupyter_vgpu" / "labextension"
-TOPOLOGY_FIXTURES = REPO / ".." / "shared" / "fixtures" / "topology"
-ARTIFACTS = REPO / "tests" / "artifacts"
 CHROMIUM = os.environ.get("VGPU_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
-BASE_URL = "/user/ada/"
-NODE = "gpu-node-a"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -105,33 +95,6 @@ def artifacts() -> Path:
 # --- the simulated cluster -------------------------------------------------------------------
 
 
-@dataclass
-class Cluster:
-    """A running SimCluster (real API emulator, extender, scheduler stand-in, kubelet stand-in,
-    node daemon with its metrics server) and the notebook pod Ada's lab stands for."""
-
-    sim: Any
-    namespace: str
-    notebook: str
-
-    def pod(self, name: str) -> dict[str, Any]:
-        pod = self.sim.read_pod(self.namespace, name)
-        assert pod is not None, f"pod {self.namespace}/{name} is gone"
-        return pod
-
-    def cards_of(self, name: str) -> dict[int, int]:
-        """Card index -> cores that pod holds, from the allocation record written at bind."""
-        record = PodAllocation.from_json(self.pod(name)["metadata"]["annotations"][DEFAULT_NAMES.allocation])
-        return {share.index: share.cores for container in record.containers for share in container.cards}
-
-    def notebook_env(self) -> dict[str, str]:
-        """What the kubelet gave the notebook container (Allocate's env: VGPU_*, limits), plus
-        the kubeconfig the server extension uses to re-create its pod for a share request."""
-        env = self.sim.node(NODE).kubelet.env(self.namespace, self.notebook, "notebook")
-        assert env and contract.ENV_TOKEN in env, f"the kubelet gave the notebook no vGPU env: {env}"
-        return {**env, contract.ENV_NOTEBOOK_KUBECONFIG: self.sim.kubeconfig}
-
-
 @pytest.fixture
 def cluster() -> Iterator[Cluster]:
     """One 4-card A100 PCIe node (two NUMA nodes). Bob (50 %) and Ada (25 % + 4 GiB) are
@@ -146,98 +109,3 @@ def cluster() -> Iterator[Cluster]:
             sim.create_notebook_pod(name, cores=cores, memory=memory, namespace="default")
             sim.wait_for_pod("default", name, phase="Running")
         yield Cluster(sim=sim, namespace="default", notebook="jupyter-ada")
-
-
-# --- jupyter lab ---------------------------------------------------------------------------
-
-
-@dataclass
-class Lab:
-    url: str          # http://127.0.0.1:<port>/user/ada/
-    token: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def api(self, path: str) -> Any:
-        request = urllib.request.Request(self.url + path, headers={"Authorization": f"token {self.token}"})
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read())
-
-    def log_tail(self, lines: int = 60) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_lab(labextension: Path, env_extra: dict[str, str], workdir: Path,
-              vgpu_settings: dict[str, Any] | None = None) -> Lab:
-    """`jupyter lab` on an ephemeral port under BASE_URL, with its own config, data, runtime,
-    settings and workspace dirs (nothing from this machine's user leaks in)."""
-    port = _free_port()
-    token = secrets.token_hex(16)
-    extensions = workdir / "labextensions"
-    extensions.mkdir()
-    (extensions / "jupyter-vgpu").symlink_to(labextension, target_is_directory=True)
-    for name in ("config", "data", "runtime", "settings", "workspaces", "root"):
-        (workdir / name).mkdir()
-    # no "receive Jupyter news?" toast over the panel
-    news = workdir / "settings" / "@jupyterlab" / "apputils-extension"
-    news.mkdir(parents=True)
-    (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
-    if vgpu_settings:  # the user's settings for the panel, as the Settings Editor saves them
-        (workdir / "settings" / "jupyter-vgpu").mkdir()
-        (workdir / "settings" / "jupyter-vgpu" / "plugin.jupyterlab-settings").write_text(json.dumps(vgpu_settings))
-    # enabled here too: an editable install does not put the wheel's etc/jupyter file in place
-    (workdir / "config" / "jupyter_server_config.json").write_text(
-        json.dumps({"ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}}}))
-    env = {key: value for key, value in os.environ.items()
-           if key not in contract.VGPU_ENV_NAMES and not key.startswith(("JUPYTERHUB_", "JUPYTER_VGPU_"))}
-    env.update({
-        "JUPYTER_CONFIG_DIR": str(workdir / "config"),
-        "JUPYTER_DATA_DIR": str(workdir / "data"),
-        "JUPYTER_RUNTIME_DIR": str(workdir / "runtime"),
-        "JUPYTERLAB_SETTINGS_DIR": str(workdir / "settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(workdir / "workspaces"),
-        **env_extra,
-    })
-    log = workdir / "lab.log"
-    command = [
-        sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-        f"--ServerApp.base_url={BASE_URL}", f"--IdentityProvider.token={token}",
-        f"--ServerApp.root_dir={workdir / 'root'}", "--ServerApp.port_retries=0",
-        f"--LabApp.extra_labextensions_path={workdir / 'labextensions'}",
-        "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-    ]
-    if os.geteuid() == 0:  # CI containers run as root
-        command.append("--allow-root")
-    with open(log, "wb") as handle:
-        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env,
-                                   cwd=workdir / "root", start_new_session=True)
-    lab = Lab(url=f"http://127.0.0.1:{port}{BASE_URL}", token=token, process=process, log=log)
-    deadline = time.monotonic() + 120
-    while True:
-        if process.poll() is not None:
-            raise AssertionError(f"jupyter lab exited with {process.returncode}:\n{lab.log_tail()}")
-        try:
-            lab.api("api/status")
-            return lab
-        except (urllib.error.URLError, OSError):
-            if time.monotonic() > deadline:
-                stop_lab(lab)
-                raise AssertionError(f"jupyter lab did not answer within 120 s:\n{lab.log_tail()}") from None
-            time.sleep(0.25)
-
-
-def stop_lab(lab: Lab) -> None:
-    if lab.process.poll() is None:
-        os.killpg(lab.process.pid, signal.SIGTERM)
-        try:
-            lab.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(lab.process.pid, signal.SIGKILL)
-            lab.process.wait(timeout=10)

@@ -11,26 +11,15 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-from conftest import Cluster, Lab, start_lab, stop_lab
+from lab_support import Cluster, Lab, start_lab, stop_lab, wait_until
 
 PANEL = "#jp-vgpu-panel"
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
 
 
 @pytest.fixture
