@@ -27,14 +27,13 @@ from jupyter_vgpu.core.contract import (
     ContainerAllocation,
     Names,
     PodAllocation,
-    Request,
-    RequestError,
 )
 
 from . import api_pb2
 from .checkpoint import PodDeviceEntry
 from .devices import CORE, MEMORY, card_of, cards_in
 from .enforcement import EnforcementConfig, Identity, container_response
+from .pods import PodView, Wanted, parse_pod
 from .state import CardsState
 
 if TYPE_CHECKING:
@@ -55,41 +54,6 @@ class PodSource(Protocol):
 
 class TokenSource(Protocol):
     def mint(self, pod_uid: str, container_index: int) -> str: ...
-
-
-@dataclass(frozen=True)
-class Wanted:
-    """One container of a pod placed on this node by the extender."""
-
-    uid: str
-    namespace: str
-    pod: str
-    index: int
-    container: str
-    request: Request
-    cards: tuple[int, ...]  # from predicate-gpu-idx-<index>
-    predicate_time: int
-    record: ContainerAllocation | None  # our allocation annotation, when it agrees with the cards
-
-    def count(self, kind: str) -> int:
-        return self.request.cores if kind == CORE else self.request.memory_units
-
-    def describe(self) -> str:
-        memory = f", {self.request.memory_units} vcuda-memory" if self.request.memory_units else ""
-        cards = ",".join(map(str, self.cards))
-        return f"{self.namespace}/{self.pod} container {self.container!r} ({self.request.cores} vcuda-core{memory}, card {cards})"
-
-
-@dataclass
-class PodView:
-    uid: str
-    namespace: str
-    name: str
-    assigned: bool  # gpu-assigned == "true"
-    annotations: dict[str, str]
-    containers: list[Wanted] = field(default_factory=list)
-    problem: str | None = None
-    policy: str = "binpack"
 
 
 @dataclass
@@ -145,64 +109,8 @@ class Allocator:
         cached = self._views.get(uid)
         if cached is not None and cached[0] == version and version:
             return cached[1]
-        view = self._parse(pod)
+        view = parse_pod(pod, self.node, self.names)
         self._views[uid] = (version, view)
-        return view
-
-    def _parse(self, pod: dict[str, Any]) -> PodView | None:
-        """The pod as the extender placed it, or None when it is not a vGPU pod of this node."""
-        meta = pod.get("metadata") or {}
-        spec = pod.get("spec") or {}
-        annotations = dict(meta.get("annotations") or {})
-        if spec.get("nodeName") != self.node or meta.get("deletionTimestamp"):
-            return None
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            return None
-        names = self.names
-        view = PodView(uid=meta.get("uid") or "", namespace=meta.get("namespace") or "default",
-                       name=meta.get("name") or "", assigned=annotations.get(names.gpu_assigned) == "true",
-                       annotations=annotations)
-        try:
-            requests = c.pod_requests(pod, names)
-        except RequestError as error:
-            view.problem = str(error)
-            return view
-        if not requests:
-            return None
-        if annotations.get(names.predicate_node) != self.node:
-            placed = annotations.get(names.predicate_node)
-            view.problem = (f"not placed by the vGPU scheduler extender for this node "
-                            f"({names.predicate_node}={placed!r})")
-            return view
-        try:
-            indices = c.parse_predicate_indices(annotations, names)
-            predicate_time = int(annotations.get(names.predicate_time) or 0)
-        except ValueError as error:
-            view.problem = str(error)
-            return view
-        record = None
-        if names.allocation in annotations:
-            try:
-                record = PodAllocation.from_json(annotations[names.allocation])
-                view.policy = record.policy
-            except ValueError as error:
-                log.warning("pod %s/%s: ignoring its %s annotation: %s", view.namespace, view.name,
-                            names.allocation, error)
-        containers = spec.get("containers") or []
-        for index, request in sorted(requests.items()):
-            cards = indices.get(index)
-            if not cards:
-                view.problem = f"no {names.predicate_gpu_idx(index)} annotation for container {index}"
-                view.containers = []
-                return view
-            mine = record.container(index) if record else None
-            if mine is not None and sorted(s.index for s in mine.cards) != sorted(cards):
-                mine = None  # the gpu-admission keys win: they are what kubelet-side tools read
-            view.containers.append(Wanted(
-                uid=view.uid, namespace=view.namespace, pod=view.name, index=index,
-                container=str(containers[index].get("name", index)), request=request, cards=tuple(cards),
-                predicate_time=predicate_time, record=mine,
-            ))
         return view
 
     def _all_views(self, pods: list[dict[str, Any]] | None = None) -> list[PodView]:
