@@ -299,13 +299,14 @@ def test_metrics_server_runs_in_the_daemon(daemons, peer, core_v1):
 def test_a_record_that_disagrees_with_the_request_is_not_believed(daemons, peer, gpus, core_v1):
     from jupyter_vgpu.core.contract import CardShare, ContainerAllocation
 
-    ready(daemons, peer, gpus, core_v1)
+    daemon = ready(daemons, peer, gpus, core_v1)
     place_pod(core_v1, gpus, "greedy", [(Request(25, 16), (1,))])
     inflated = PodAllocation(node="node-1", assigned_at_ns=1, containers=(
         ContainerAllocation(0, "c0", (CardShare(1, gpus.inventory()[1].uuid, 90, 150),)),))
     core_v1.patch_namespaced_pod("greedy", "default", {"metadata": {"annotations": {
         NAMES.allocation: inflated.to_json()}}})
-    wait_for(lambda: PodAllocation.from_json(annotations(core_v1, "greedy")[NAMES.allocation]).containers[0].cores == 90)
+    wait_for(lambda: PodAllocation.from_json(  # the daemon's own cache has the inflated record
+        daemon.informer.get("default", "greedy")["metadata"]["annotations"][NAMES.allocation]).containers[0].cores == 90)
     _, core = peer.admit(CORE, 25, all_ids("core"))
     assert core.envs[c.ENV_CORES] == "25" and core.envs[c.ENV_MEMORY_MIB] == str(16 * 256)
     assert core.envs[c.ENV_HAMI_SM_LIMIT] == "25"
