@@ -63,7 +63,7 @@ def labextension_built() -> Path:
             pytest.fail("the lab extension is not built and npm is not on PATH (install Node.js 20+)")
         env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
         if not (LABEXTENSION_SRC / "node_modules").exists():
-            subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=LABEXTENSION_SRC, env=env, check=True)
+            subprocess.run([npm, "install", "--no-audit", "--no-fund"], cwd=LABEXTENSION_SRC, env=env, check=True)
         subprocess.run([npm, "run", "build:prod"], cwd=LABEXTENSION_SRC, env=env, check=True)
     assert marker.exists(), "the lab extension build produced no static/style.js"
     return LABEXTENSION_OUT
