@@ -16,7 +16,7 @@ from jupyter_vgpu.core.inventory import Card
 NAMES = contract.DEFAULT_NAMES
 
 requests = st.one_of(
-    st.builds(lambda c, m: [(c, m)], st.integers(1, 99), st.integers(1, 64)),
+    st.builds(lambda c, m: [(c, m)], st.integers(1, 99), st.integers(1, 200)),
     st.builds(lambda n, m: [(100 * n, m)], st.integers(1, 3), st.sampled_from([0, 0, 64, 100, 160, 300])),
     st.lists(st.tuples(st.integers(1, 99), st.integers(1, 32)), min_size=2, max_size=3),
 )

@@ -135,12 +135,46 @@ def _fits_alone(entry: NodeEntry, request: Request) -> bool:
     return not request.memory_units or sum(sorted(intact)[-request.cards:]) >= request.memory_units
 
 
+def _fits_empty(entry: NodeEntry, request: Request) -> bool:
+    """Whether one container's request would fit with every card free (cards and health only)."""
+    sizes = sorted(card.memory_units for card in entry.cards if card.healthy)
+    if request.is_share:
+        return bool(sizes) and sizes[-1] >= request.memory_units
+    return len(sizes) >= request.cards and sum(sizes[-request.cards:]) >= request.memory_units
+
+
+def _refusal_alone(entry: NodeEntry, request: Request) -> str:
+    """Why one container's request does not fit now, from the free-capacity summary."""
+    free = entry.free
+    if request.is_share:
+        cores, memory = request.cores, request.memory_units
+        best = max(free, key=lambda f: (min(f.free_cores, cores) * memory + min(f.free_memory_units, memory) * cores,
+                                        f.free_cores, f.free_memory_units))
+        return (f"needs {cores} cores and {_mib(memory)} on one card; largest free share is "
+                f"{best.free_cores} cores / {_mib(best.free_memory_units)} on card {best.index}")
+    n = request.cards
+    asked = f"asked for {n} whole card{'s' if n > 1 else ''}"
+    intact = [f for f in free if f.whole]
+    if not intact:
+        return f"no whole card free on this node; {asked}"
+    if len(intact) < n:
+        return (f"only {len(intact)} whole card{'s' if len(intact) > 1 else ''} free "
+                f"({', '.join(str(f.index) for f in intact)}); {asked}")
+    largest = sum(sorted(f.free_memory_units for f in intact)[-n:])
+    return f"{asked} with {_mib(request.memory_units)} in total, but the {n} largest free cards have {_mib(largest)}"
+
+
+def _mib(units: int) -> str:
+    return contract.format_mib(units * contract.MEMORY_UNIT_MIB)
+
+
 def fit(entry: NodeEntry, ask: PodAsk) -> tuple[str | None, bool]:
     """(reason it does not fit or None, whether no preemption could ever help). Memoised.
 
-    A pod with one container is decided from the free-capacity summary; several
-    containers by the placement policy itself. The reason for a refusal always comes
-    from the placement policy, so it reads the same everywhere.
+    A pod with one container is decided, and a refusal explained, from the free-capacity
+    summary; several containers by the placement policy itself. Whether a node could
+    ever take the pod (with every card free) is asked of the placement policy once per
+    set of cards.
     """
     key = ("fit", ask.key)
     verdict = entry.memo.get(key)
@@ -155,25 +189,29 @@ def fit(entry: NodeEntry, ask: PodAsk) -> tuple[str | None, bool]:
         only = next(iter(requests.values())) if len(requests) == 1 else None
         if only is not None and _fits_alone(entry, only):
             verdict = (None, False)
+        elif (never := _never_reason(entry, ask)) is not None:
+            verdict = (never, True)
+        elif only is not None:
+            verdict = (_refusal_alone(entry, only), False)
         else:
             result = placement.place_pod(node_state(entry), requests, ask.policy)
-            if isinstance(result, placement.PodPlacement):
-                verdict = (None, False)
-            elif _could_ever_fit(entry, ask):
-                verdict = (result.reason, False)
-            else:
-                verdict = (f"{result.reason} (even with every card free)", True)
+            verdict = (None, False) if isinstance(result, placement.PodPlacement) else (result.reason, False)
     entry.memo[key] = verdict
     return verdict
 
 
-def _could_ever_fit(entry: NodeEntry, ask: PodAsk) -> bool:
-    """Memoised per set of cards: holdings come and go, this only changes with the cards."""
-    key = ("ever", ask.key)
-    ever = entry.static_memo.get(key)
-    if ever is None:
-        ever = entry.static_memo[key] = placement.could_ever_fit(node_state(entry), ask.requests)
-    return ever
+def _never_reason(entry: NodeEntry, ask: PodAsk) -> str | None:
+    """Why the pod could not fit even on this node emptied, or None. Memoised per set of cards."""
+    key = ("never", ask.key)
+    if key not in entry.static_memo:
+        if len(ask.requests) == 1 and _fits_empty(entry, next(iter(ask.requests.values()))):
+            entry.static_memo[key] = None
+            return None
+        empty = node_state(entry).emptied()
+        result = placement.place_pod(empty, ask.requests, ask.policy)
+        entry.static_memo[key] = (None if isinstance(result, placement.PodPlacement)
+                                  else f"{result.reason} (even with every card free)")
+    return entry.static_memo[key]
 
 
 def score(entry: NodeEntry, ask: PodAsk) -> int:
