@@ -1,0 +1,131 @@
+"""End to end: JupyterHub + KubeSpawner on the simulated cluster.
+
+A user picks "¼ GPU · 20 GiB"; KubeSpawner creates the pod on the simulated API with the
+limits and schedulerName our hooks set; the kube-scheduler stand-in asks the extender, which
+picks the card and binds; the kubelet stand-in calls the device plugin's Allocate and runs
+the real single-user server (with the jupyter_vgpu server extension) as a local process;
+its ``vgpu/api/allocation`` answers the share from the node's metrics API. Then the server
+asks the Hub, with its own token, for half a card, and comes back with it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+
+import pytest
+from hub_process import ADMIN_TOKEN, free_port, running_hub
+
+from jupyter_vgpu.core import contract
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cluster(topology_fixtures):
+    try:
+        from vgpu_plugin.sim.cluster import NodeSpec, SimCluster
+    except ImportError as error:
+        pytest.fail(f"the simulated cluster (vgpu_plugin.sim.cluster) is not there: {error}")
+    node = NodeSpec("gpu-a", "a100-sxm-4gpu-nv4.txt", model="NVIDIA A100-SXM4-80GB", memory_mib=81920)
+    workdir = tempfile.mkdtemp(prefix="vghub-", dir="/tmp")  # short: unix socket paths live here
+    try:
+        with SimCluster([node], workdir=workdir, fixtures_dir=topology_fixtures, run_processes=True,
+                        enforcement="none", metrics_period=0.2) as running:
+            yield running
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def notebook_logs(cluster) -> str:
+    """What the single-user server processes printed (the kubelet stand-in keeps their output)."""
+    logs = sorted(Path(cluster.workdir).glob("**/logs/*.log"))
+    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}" for p in logs) or "(no process logs)"
+
+
+@pytest.fixture
+def hub(tmp_path, cluster):
+    config = f"""
+        from jupyter_vgpu.hub import VGPUHub
+
+        c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
+        c.KubeSpawner.namespace = "default"
+        c.KubeSpawner.image = "jupyter-vgpu/singleuser:test"  # the kubelet stand-in runs cmd locally
+        c.KubeSpawner.cmd = [{sys.executable!r}, "-m", "jupyterhub.singleuser"]
+        c.KubeSpawner.port = {free_port()}
+        c.KubeSpawner.args = ["--allow-root"]  # this machine runs the tests as root
+        c.KubeSpawner.events_enabled = False
+        c.KubeSpawner.start_timeout = 180
+        c.KubeSpawner.http_timeout = 120
+        # what the wheel installs into etc/jupyter: enable the server extension
+        c.KubeSpawner.environment = {{"JUPYTER_CONFIG_PATH": {str(REPO / "jupyter-config")!r}}}
+        c.KubeSpawner.profile_list = [{{"display_name": "CPU only", "slug": "cpu", "default": True}}]
+        c.VGPUHub.default_limit = {{"cores": 50, "memory": "40GiB"}}
+        VGPUHub(config=c).configure(c)
+    """
+    with running_hub(tmp_path, config, env={"KUBECONFIG": cluster.kubeconfig}, users=("alice",)) as running:
+        yield running
+
+
+def server_get(cluster, hub, path: str) -> dict:
+    pod = cluster.read_pod("default", "jupyter-alice")
+    url = f"http://{pod['status']['podIP']}:{pod['spec']['containers'][0]['ports'][0]['containerPort']}/user/alice/{path}"
+    request = urllib.request.Request(url, headers={"Authorization": f"token {ADMIN_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+def start_and_wait(cluster, hub, options: dict) -> None:
+    status, body = hub.call("POST", "/users/alice/server", body=options)
+    assert status in (201, 202), body
+    try:
+        hub.wait(lambda: (hub.server("alice") or {}).get("ready"), "alice's server", timeout=240)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{notebook_logs(cluster)}") from None
+
+
+def test_a_vgpu_profile_runs_a_server_that_reports_its_share(cluster, hub):
+    start_and_wait(cluster, hub, {"profile": "vgpu-quarter"})
+    pod = cluster.read_pod("default", "jupyter-alice")
+    assert pod["spec"]["schedulerName"] == contract.SCHEDULER_NAME
+    assert pod["spec"]["nodeName"] == "gpu-a"
+    assert pod["metadata"]["annotations"][contract.DEFAULT_NAMES.gpu_assigned] == "true"
+
+    answer = hub.wait(lambda: (lambda a: a if a["state"] == "allocated" else None)(
+        server_get(cluster, hub, "vgpu/api/allocation")), "the server's allocation")
+    assert answer["source"] == "node-api"
+    allocation = answer["allocation"]
+    assert (allocation["cores"], allocation["memoryMib"]) == (25, 20 * 1024)
+    assert allocation["pod"] == "jupyter-alice" and allocation["node"] == "gpu-a"
+
+    # the server asks the Hub, with its own token, for half a card (as %vgpu request does)
+    env = cluster.node("gpu-a").kubelet.env("default", "jupyter-alice", "notebook")
+    assert env[contract.ENV_HUB_REQUESTED_CORES] == "25" and env[contract.ENV_HUB_MAX_CORES] == "50"
+    status, record = hub.call("POST", "/vgpu/restart/alice", token=env["JUPYTERHUB_API_TOKEN"],
+                              body={contract.HUB_OPTION_CORES: 50, contract.HUB_OPTION_MEMORY_UNITS: 160})
+    assert status == 202, record
+
+    def finished():
+        status, record = hub.call("GET", "/vgpu/restart/alice")
+        return record if status == 200 and record["state"] != "pending" else None
+
+    record = hub.wait(finished, "the restart", timeout=240)
+    assert record["state"] == "scheduled", record
+    answer = hub.wait(lambda: (lambda a: a if a["state"] == "allocated" else None)(
+        server_get(cluster, hub, "vgpu/api/allocation")), "the restarted server's allocation")
+    assert (answer["allocation"]["cores"], answer["allocation"]["memoryMib"]) == (50, 40 * 1024)
+    assert hub.server("alice")["user_options"]["profile"] == "vgpu-quarter"  # kept
+
+
+def test_a_cpu_profile_stays_off_the_vgpu_scheduler(cluster, hub):
+    status, body = hub.call("POST", "/users/alice/server", body={"profile": "cpu"})
+    assert status in (201, 202), body
+    pod = hub.wait(lambda: cluster.read_pod("default", "jupyter-alice"), "alice's pod")
+    assert pod["spec"].get("schedulerName", "default-scheduler") != contract.SCHEDULER_NAME
+    assert not (pod["spec"]["containers"][0].get("resources", {}).get("limits") or {}).keys() & set(contract.DEFAULT_NAMES.resources)
