@@ -165,9 +165,10 @@ def test_xid_makes_the_cards_devices_unhealthy_in_the_next_list(daemons, peer, g
 
 
 def test_identical_requests_go_oldest_placement_first(daemons, peer, gpus, core_v1):
-    ready(daemons, peer, gpus, core_v1)
+    daemon = ready(daemons, peer, gpus, core_v1)
     place_pod(core_v1, gpus, "newer", [(Request(20, 8), (3,))], predicate_time=2_000)
     place_pod(core_v1, gpus, "older", [(Request(20, 8), (0,))], predicate_time=1_000)
+    wait_for(lambda: (daemon.informer.get("default", "older") or {}).get("spec", {}).get("nodeName"))
     ids, first = peer.admit(CORE, 20, all_ids("core"))
     assert first.envs[c.ENV_POD_NAME] == "older" and {i[:4] for i in ids} == {"gpu0"}
     peer.admit(MEMORY, 8, all_ids("memory"))
