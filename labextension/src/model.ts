@@ -316,7 +316,7 @@ export class VgpuModel {
     }
   }
 
-  private _followRequest(request: ShareRequest): void {
+  private _followRequest(request: ShareRequest, delaySeconds = 1): void {
     if (request.state !== 'pending') {
       this.requestView = { ...this.requestView, request, startedAt: null };
       this._emit();
@@ -337,10 +337,10 @@ export class VgpuModel {
           this._emit();
           return;
         }
-        // a blip: keep following
-        this._followRequest(request);
+        // a blip (or this server restarting onto the new share): keep following, less often
+        this._followRequest(request, Math.min(10, delaySeconds * 2));
       }
-    }, 1000);
+    }, delaySeconds * 1000);
   }
 
   private _stopRequestPoll(): void {

@@ -71,8 +71,13 @@ class FakeServer implements VgpuClientLike {
     return request;
   }
 
+  requestDown = false;
+
   async getRequest(id: string): Promise<ShareRequest> {
     this.calls.push(`request ${id}`);
+    if (this.requestDown) {
+      throw new ApiError('cannot reach the Jupyter server: Failed to fetch', null);
+    }
     this.polls += 1;
     const state = this.polls >= 3 ? 'scheduled' : 'pending';
     return { ...this.requests[0], state, message: state === 'scheduled' ? 'on n1, card 2' : 'waiting', node: 'n1' };
@@ -207,6 +212,19 @@ describe('VgpuModel', () => {
     await jest.advanceTimersByTimeAsync(5_000);
     expect(server.count('request r2')).toBe(3); // no polling after the outcome
     expect(changes).toContain('scheduled');
+  });
+
+  it('keeps following a request through an outage, backing off to 10 s', async () => {
+    await model.start();
+    await model.submit({ cores: 50, memory: 32 });
+    server.requestDown = true;
+    await jest.advanceTimersByTimeAsync(60_000);
+    // after 1, 3, 7, 15, 25, 35, 45, 55 s
+    expect(server.count('request r2')).toBe(8);
+    expect(model.requestView.request?.state).toBe('pending');
+    server.requestDown = false;
+    await jest.advanceTimersByTimeAsync(10_000 + 3_000);
+    expect(model.requestView.request?.state).toBe('scheduled');
   });
 
   it("shows the server's refusal of a submission", async () => {
