@@ -300,10 +300,10 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
     for verb in ("filter", "prioritize", "bind"):
         for kind in ("real", "null"):
             values = samples[kind][verb]
-            result[f"{verb}_{kind}_p50_ms"] = round(percentile(values, 50) * 1000, 2)
-            result[f"{verb}_{kind}_p99_ms"] = round(percentile(values, 99) * 1000, 2)
-        result[f"{verb}_p99_ratio"] = round(result[f"{verb}_real_p99_ms"] / result[f"{verb}_null_p99_ms"], 2)
-        result[f"{verb}_p50_ratio"] = round(result[f"{verb}_real_p50_ms"] / result[f"{verb}_null_p50_ms"], 2)
+            for q in (50, 90, 99):
+                result[f"{verb}_{kind}_p{q}_ms"] = round(percentile(values, q) * 1000, 2)
+        for q in (50, 90, 99):
+            result[f"{verb}_p{q}_ratio"] = round(result[f"{verb}_real_p{q}_ms"] / result[f"{verb}_null_p{q}_ms"], 2)
     return result
 
 

@@ -9,6 +9,7 @@ after ``assume_ttl`` and are settled from the informer's copy of the pod.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import threading
@@ -106,6 +107,7 @@ class ClusterView:
         self._stopping = threading.Event()
         self._sweeper: threading.Thread | None = None
         self._started_at = 0.0
+        self._frozen = False
         self.sync_seconds: float | None = None  # from start() until nodes and pods were both listed
 
     def start(self) -> ClusterView:
@@ -150,6 +152,11 @@ class ClusterView:
 
     def _on_pod(self, kind: str, pod: dict[str, Any] | None) -> None:
         if pod is None:
+            if kind == "RELISTED" and not self._frozen and self.nodes.synced:
+                # The first full list is the bulk of what stays alive for good: take it out of
+                # the cyclic GC's full collections (a pause of ~200 ms at 20,000 pods otherwise).
+                self._frozen = True
+                gc.freeze()
             return
         uid = pod_key(pod)[0]
         with self.ledger.lock:

@@ -14,6 +14,7 @@ thread with its own event loop, binds run on a small thread pool (they call the 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import socket
 import threading
@@ -292,6 +293,8 @@ class Extender:
         self.executor = ThreadPoolExecutor(self._bind_workers, thread_name_prefix="extender-bind")
         if self.view is not None:
             self.view.start()
+        else:
+            gc.freeze()  # a ledger given whole: keep it out of the cyclic GC's full collections
         ready = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(sockets, ready), name="extender-http",
                                         daemon=True)
