@@ -97,6 +97,7 @@ class ShareRequest:
     node: str | None = None
     cards: list[dict[str, Any]] = field(default_factory=list)
     progress: list[str] = field(default_factory=list)  # every message while pending, in order
+    handed_over: bool = False  # pending on a peer that outlives this server (the Hub restarting it)
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
 
@@ -113,13 +114,15 @@ class RequestTracker:
         self._lock = threading.Lock()
         self._done: dict[str, threading.Event] = {}
         self._counter = itertools.count(1)
+        self._recovered = False
 
     def submit(self, cores: int, memory_units: int) -> ShareRequest:
         """Start a request (already validated); RequestError if one is still pending."""
         with self._lock:
             for request in self._requests.values():
-                if request.state == "pending":
+                if request.state == "pending" and not request.handed_over:
                     raise RequestError(f"request {request.id} is still pending; wait for its outcome first")
+            self._recovered = True  # a request from this server supersedes anything from before it
             first = f"asking for {describe_share(cores, memory_units)}"
             request = ShareRequest(id=f"r{next(self._counter)}-{uuid.uuid4().hex[:8]}", cores=cores,
                                    memoryUnits=memory_units, message=first, progress=[first])
@@ -151,21 +154,48 @@ class RequestTracker:
                 request.progress.append(message)
 
     def _finish(self, request_id: str, outcome: Outcome) -> None:
+        """Record the outcome; a "pending" outcome means the request was handed over to a peer
+        that outlives this server (the Hub restarting it), so it stays pending here."""
         with self._lock:
             request = self._requests[request_id]
             request.state, request.message = outcome.state, outcome.message
             request.node, request.cards, request.updated = outcome.node, list(outcome.cards), time.time()
+            if not request.progress or request.progress[-1] != outcome.message:
+                request.progress.append(outcome.message)
+            if outcome.state == "pending":
+                request.handed_over = True
         self._done[request_id].set()
 
     def get(self, request_id: str) -> ShareRequest | None:
+        if request_id.startswith("hub-"):
+            self._recover()
         with self._lock:
             request = self._requests.get(request_id)
             return ShareRequest(**copy.deepcopy(asdict(request))) if request else None
 
     def latest(self) -> ShareRequest | None:
+        self._recover()
         with self._lock:
             last = self._order[-1] if self._order else None
         return self.get(last) if last else None
+
+    def _recover(self) -> None:
+        """The outcome of a request made before this server (re)started, asked once it is final."""
+        if self._recovered or self.requester is None or not hasattr(self.requester, "recover"):
+            return
+        earlier = self.requester.recover()
+        with self._lock:
+            if earlier is None or earlier.state != "pending":
+                self._recovered = True
+            if earlier is None:
+                return
+            earlier.handed_over = True
+            if earlier.id not in self._requests:
+                self._order.insert(0, earlier.id)
+                self._done[earlier.id] = threading.Event()
+            self._requests[earlier.id] = earlier
+            if earlier.state != "pending":
+                self._done[earlier.id].set()
 
     def wait(self, request_id: str, timeout: float | None = None) -> ShareRequest | None:
         done = self._done.get(request_id)
@@ -176,23 +206,26 @@ class RequestTracker:
 
 # --- JupyterHub ----------------------------------------------------------------------------
 
-HUB_SCOPE_HINT = (
-    'c.JupyterHub.load_roles = [{"name": "server", "scopes": '
-    '["users:activity!user", "access:servers!server", "servers!server"]}]'
-)
+HUB_RESTART_SCOPE = "custom:jupyter-vgpu:restart"
+HUB_SETUP_HINT = "VGPUHub(config=c).configure(c) in jupyterhub_config.py (see jupyter-vgpu's admin guide)"
+HANDED_OVER = ("the Hub is restarting your server with the new share; this server stops now — "
+               "the outcome shows here (and in `%vgpu status`) once it is back")
 
 
 class HubRequester:
-    """Restart this user's server through the Hub REST API with the new share as user_options.
+    """Ask the Hub to restart this server with a new share (jupyter_vgpu.hub's restart endpoint).
 
-    The server's own token needs the ``servers`` scope on its own server
-    (``servers!server``); without it the outcome says what the admin must grant.
+    A server cannot restart itself through the plain REST API — stopping it revokes its
+    token and, on Kubernetes, deletes the pod that would send the start — so the Hub does
+    it: ``POST {hub api}/vgpu/restart/<user>[/<server>]``. This server is stopped during the
+    restart; the restarted server reads the outcome with ``recover()``.
     """
 
     name = "jupyterhub"
 
     def __init__(self, api_url: str, token: str, user: str, server_name: str = "", *,
-                 timeout: float = 300.0, poll_interval: float = 0.5, http_timeout: float = 10.0) -> None:
+                 timeout: float = 300.0, poll_interval: float = 0.5, http_timeout: float = 10.0,
+                 environ: Mapping[str, str] | None = None) -> None:
         self.api_url = api_url.rstrip("/")
         self._token = token
         self.user = user
@@ -200,13 +233,19 @@ class HubRequester:
         self._timeout = timeout
         self._poll = poll_interval
         self._http_timeout = http_timeout
+        self._environ = environ if environ is not None else {}
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str], **kwargs: Any) -> HubRequester | None:
         api, token, user = (environ.get(k) for k in ("JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN", "JUPYTERHUB_USER"))
         if not (api and token and user):
             return None
-        return cls(api, token, user, environ.get("JUPYTERHUB_SERVER_NAME", ""), **kwargs)
+        return cls(api, token, user, environ.get("JUPYTERHUB_SERVER_NAME", ""), environ=environ, **kwargs)
+
+    @property
+    def restart_path(self) -> str:
+        path = f"/vgpu/restart/{urllib.parse.quote(self.user, safe='')}"
+        return path + (f"/{urllib.parse.quote(self.server_name, safe='')}" if self.server_name else "")
 
     def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
@@ -224,59 +263,60 @@ class HubRequester:
         except ValueError:
             return status, text
 
-    def _server_path(self) -> str:
-        user = urllib.parse.quote(self.user, safe="")
-        if self.server_name:
-            return f"/users/{user}/servers/{urllib.parse.quote(self.server_name, safe='')}"
-        return f"/users/{user}/server"
-
-    def _may_restart(self, scopes: list[str]) -> bool:
-        own = {f"servers!server={self.user}/{self.server_name}", f"servers!user={self.user}",
-               "servers!user", "servers!server", "servers", "admin:servers", f"admin:servers!user={self.user}"}
-        return any(scope in own for scope in scopes)
-
-    def _server_model(self) -> dict[str, Any] | None:
-        status, body = self._call("GET", f"/users/{urllib.parse.quote(self.user, safe='')}")
-        if status != 200 or not isinstance(body, dict):
-            raise RuntimeError(f"the Hub answered HTTP {status} when asked about user {self.user}: {_hub_message(body)}")
-        return (body.get("servers") or {}).get(self.server_name)
-
-    def _wait(self, done: Callable[[dict[str, Any] | None], bool], what: str) -> dict[str, Any] | None:
-        deadline = time.monotonic() + self._timeout
-        while True:
-            model = self._server_model()
-            if done(model):
-                return model
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the Hub did not {what} within {self._timeout:.0f} s")
-            time.sleep(self._poll)
-
     def request(self, cores: int, memory_units: int, progress: Progress) -> Outcome:
-        progress("checking this server's permissions with the Hub")
-        status, me = self._call("GET", "/user")
-        if status != 200 or not isinstance(me, dict):
-            return Outcome("failed", f"the Hub did not accept this server's token (HTTP {status}: {_hub_message(me)})")
-        if not self._may_restart(list(me.get("scopes") or [])):
-            return Outcome("failed",
-                           "this server's Hub token may not restart the server (it lacks the "
-                           f"'servers!server' scope); ask your admin to grant it: {HUB_SCOPE_HINT}")
-        progress("stopping your server")
-        status, body = self._call("DELETE", self._server_path())
-        if status not in (202, 204):
-            return Outcome("failed", f"the Hub refused to stop the server (HTTP {status}: {_hub_message(body)})")
-        self._wait(lambda m: m is None or (not m.get("ready") and not m.get("pending")), "stop the server")
-        progress(f"starting your server with {describe_share(cores, memory_units)}")
-        options = {contract.HUB_OPTION_CORES: cores, contract.HUB_OPTION_MEMORY_UNITS: memory_units}
-        status, body = self._call("POST", self._server_path(), options)
-        if status not in (201, 202):
-            return Outcome("failed", f"the Hub could not start the server with the new share "
-                                     f"(HTTP {status}: {_hub_message(body)})")
-        model = self._wait(lambda m: m is None or bool(m.get("ready")) or not m.get("pending"), "start the server")
-        if not model or not model.get("ready"):
-            return Outcome("failed", "the Hub could not start the server with the new share; "
-                                     "see the Hub's spawn log for the scheduler's reason")
-        where = (model.get("state") or {}).get("pod_name") or model.get("url", "")
-        return Outcome("scheduled", f"your server restarted with {describe_share(cores, memory_units)} ({where})")
+        progress("asking the Hub to restart your server with the new share")
+        try:
+            status, body = self._call("POST", self.restart_path,
+                                      {contract.HUB_OPTION_CORES: cores, contract.HUB_OPTION_MEMORY_UNITS: memory_units})
+        except OSError as error:
+            return Outcome("failed", f"the Hub at {self.api_url} is unreachable: {getattr(error, 'reason', error)}")
+        if status == 403:
+            return Outcome("failed", f"this server's Hub token may not restart it ({_hub_message(body)}); ask your "
+                                     f"admin to grant the server role {HUB_RESTART_SCOPE}!server — {HUB_SETUP_HINT} does")
+        if status == 404:
+            return Outcome("failed", f"the Hub cannot restart servers with a new share ({_hub_message(body)}); "
+                                     f"ask your admin to enable it: {HUB_SETUP_HINT}")
+        if status != 202 or not isinstance(body, dict):
+            return Outcome("failed", f"the Hub refused the new share (HTTP {status}): {_hub_message(body)}")
+        progress(str(body.get("message") or "the Hub accepted the request"))
+        deadline = time.monotonic() + self._timeout
+        while time.monotonic() < deadline:
+            time.sleep(self._poll)
+            try:
+                status, record = self._call("GET", self.restart_path)
+            except OSError:
+                continue  # the Hub is busy restarting us; ask again
+            if status in (401, 403):  # stopping this server revoked its token: the Hub carries on
+                return Outcome("pending", HANDED_OVER)
+            if status == 200 and isinstance(record, dict):
+                if record.get("state") in ("scheduled", "failed"):
+                    return Outcome(str(record["state"]), str(record.get("message") or ""))
+                progress(str(record.get("message") or "restarting"))
+        return Outcome("failed", f"the Hub did not finish the restart within {self._timeout:.0f} s")
+
+    def recover(self) -> ShareRequest | None:
+        """After a restart: the Hub's record of the latest one, with where the new share landed."""
+        try:
+            status, record = self._call("GET", self.restart_path)
+        except OSError:
+            return None
+        if status != 200 or not isinstance(record, dict) or record.get("state") not in ("pending", "scheduled", "failed"):
+            return None
+        request = ShareRequest(id=f"hub-{record.get('id', 'latest')}", cores=int(record.get("cores") or 0),
+                               memoryUnits=int(record.get("memoryUnits") or 0), state=str(record["state"]),
+                               message=str(record.get("message") or ""), created=float(record.get("startedAt") or time.time()))
+        request.progress = [request.message]
+        if request.state == "scheduled":
+            from jupyter_vgpu.server.facts import env_allocation
+
+            allocation = env_allocation(self._environ)
+            if allocation and allocation.get("cores") == request.cores:
+                request.node = allocation.get("node")
+                request.cards = [{k: c.get(k) for k in ("index", "uuid", "cores", "memoryMib")}
+                                 for c in allocation.get("cards") or []]
+                where = ", ".join(f"card {c['index']} ({c['uuid']})" for c in request.cards)
+                request.message = f"{request.message}: on {request.node}, {where}"
+        return request
 
 
 def _hub_message(body: Any) -> str:

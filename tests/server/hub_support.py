@@ -2,8 +2,9 @@
 
 ``MemoryProxy`` keeps routes in memory (no configurable-http-proxy on this machine);
 ``RecordingSpawner`` serves a tiny HTTP endpoint inside the Hub's own event loop as the
-"single-user server" and appends every spawn's ``user_options`` to a JSON-lines file, so
-the test can see exactly what a share request made the Hub start.
+"single-user server" and appends every spawn's ``user_options`` and API token to a
+JSON-lines file, so the test can see exactly what a share request made the Hub start and
+act with exactly the token a real server would hold.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ class RecordingSpawner(Spawner):
         self._http.add_sockets(sockets)
         if self.record_file:
             with open(self.record_file, "a") as handle:
-                handle.write(json.dumps({"user": self.user.name, "user_options": self.user_options}) + "\n")
+                handle.write(json.dumps({"user": self.user.name, "user_options": self.user_options,
+                                         "token": self.api_token}) + "\n")
         return ("127.0.0.1", sockets[0].getsockname()[1])
 
     async def poll(self):  # type: ignore[no-untyped-def]

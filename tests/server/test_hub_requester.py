@@ -1,8 +1,9 @@
-"""The JupyterHub requester against a real JupyterHub (subprocess, in-memory proxy, recording spawner).
+"""The JupyterHub requester against a real JupyterHub running jupyter_vgpu.hub's restart endpoint.
 
-A share request stops the user's server and starts it again with the share as
-``user_options``; a server token without the ``servers`` scope gets a message saying
-what the admin must grant, and nothing is stopped.
+The Hub runs ``VGPUHub(config=c).configure(c)`` with an in-memory proxy and a recording
+spawner; requests are made with the token the Hub gave the (stand-in) server, exactly as
+a notebook server would. The Hub stops the server (revoking that token), starts it with the
+new share, and the restarted server reads the outcome.
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from pathlib import Path
 import pytest
 
 from jupyter_vgpu.core import contract
-from jupyter_vgpu.server.requests import HubRequester, RequestTracker
+from jupyter_vgpu.server.requests import (
+    HANDED_OVER,
+    HUB_RESTART_SCOPE,
+    HubRequester,
+    RequestTracker,
+)
 
 HERE = Path(__file__).resolve().parent
 ADMIN = secrets.token_hex(16)
@@ -34,15 +40,25 @@ def free_port() -> int:
 
 
 class Hub:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, vgpu: bool = True) -> None:
         self.tmp = tmp
-        self.port, self.hub_port = free_port(), free_port()
+        self.hub_port = free_port()
         self.api = f"http://127.0.0.1:{self.hub_port}/hub/api"
         self.spawn_log = tmp / "spawns.jsonl"
         config = tmp / "jupyterhub_config.py"
+        vgpu_lines = """
+from jupyter_vgpu.hub import VGPUHub
+def refuse_40(spawner):  # stands for a share the cluster cannot place
+    if spawner.user_options.get("vgpu_cores") == 40:
+        raise RuntimeError("no node has 40 % of a card free")
+c.Spawner.pre_spawn_hook = refuse_40
+c.VGPUHub.default_limit = {"cores": 50, "memory": "20GiB"}
+VGPUHub(config=c).configure(c)
+c.Spawner.apply_user_options = c.KubeSpawner.apply_user_options
+""" if vgpu else ""
         config.write_text(f"""
 c.JupyterHub.ip = "127.0.0.1"
-c.JupyterHub.port = {self.port}
+c.JupyterHub.port = {free_port()}
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = {self.hub_port}
 c.JupyterHub.proxy_class = "hub_support.MemoryProxy"
@@ -54,7 +70,7 @@ c.JupyterHub.cookie_secret = bytes.fromhex("{secrets.token_hex(32)}")
 c.JupyterHub.services = [{{"name": "test-admin", "api_token": "{ADMIN}"}}]
 c.JupyterHub.load_roles = [{{"name": "test-admin", "scopes": ["admin:users", "admin:servers", "tokens"],
                              "services": ["test-admin"]}}]
-c.JupyterHub.log_level = "INFO"
+{vgpu_lines}
 """)
         env = dict(os.environ, PYTHONPATH=f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                    VGPU_TEST_SPAWN_LOG=str(self.spawn_log), CONFIGPROXY_AUTH_TOKEN="unused")
@@ -74,23 +90,44 @@ c.JupyterHub.log_level = "INFO"
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode()
 
-    def wait_ready(self, timeout: float = 120) -> None:
+    def wait(self, condition, what: str, timeout: float = 120):  # type: ignore[no-untyped-def]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise AssertionError("JupyterHub exited:\n" + (self.tmp / "hub.log").read_text()[-3000:])
-            try:
-                if self.call("GET", "/")[0] == 200:
-                    return
-            except OSError:
-                pass
+            value = condition()
+            if value:
+                return value
             time.sleep(0.2)
-        raise AssertionError("JupyterHub did not start:\n" + (self.tmp / "hub.log").read_text()[-3000:])
+        raise AssertionError(f"timed out waiting for {what}:\n" + (self.tmp / "hub.log").read_text()[-3000:])
+
+    def ready(self) -> None:
+        def up():  # type: ignore[no-untyped-def]
+            try:
+                return self.call("GET", "/")[0] == 200
+            except OSError:
+                return False
+        self.wait(up, "JupyterHub to start")
+        assert self.call("POST", "/users/alice")[0] in (201, 409)
 
     def spawns(self) -> list[dict]:
         if not self.spawn_log.exists():
             return []
         return [json.loads(line) for line in self.spawn_log.read_text().splitlines()]
+
+    def start_server(self, options: dict | None = None) -> str:
+        """Start alice's server (stopping a running one first); the token the Hub gave it."""
+        self.call("DELETE", "/users/alice/server")
+        self.wait(lambda: not self.server(), "the server to stop")
+        before = len(self.spawns())
+        status, body = self.call("POST", "/users/alice/server", body=options or {})
+        assert status in (201, 202), body
+        self.wait(lambda: (self.server() or {}).get("ready"), "the server to start")
+        return self.spawns()[before]["token"]
+
+    def server(self) -> dict | None:
+        _, user = self.call("GET", "/users/alice")
+        return (user.get("servers") or {}).get("")
 
     def stop(self) -> None:
         self.process.terminate()
@@ -105,70 +142,78 @@ c.JupyterHub.log_level = "INFO"
 def hub(tmp_path_factory):  # type: ignore[no-untyped-def]
     hub = Hub(tmp_path_factory.mktemp("hub"))
     try:
-        hub.wait_ready()
-        assert hub.call("POST", "/users/alice")[0] in (201, 409)
+        hub.ready()
         yield hub
     finally:
         hub.stop()
 
 
-def running_server(hub: Hub) -> dict:
-    status, _ = hub.call("POST", "/users/alice/server")
-    assert status in (201, 202, 400), status  # 400: already running
-    deadline = time.monotonic() + 60
-    while True:
-        _, user = hub.call("GET", "/users/alice")
-        server = (user.get("servers") or {}).get("")
-        if server and server.get("ready"):
-            return server
-        assert time.monotonic() < deadline, user
-        time.sleep(0.2)
+def new_server_env(hub, token):  # type: ignore[no-untyped-def]
+    """What the restarted server sees: its new token, and the share as VGPU_* env."""
+    return {"JUPYTERHUB_API_URL": hub.api, "JUPYTERHUB_API_TOKEN": token, "JUPYTERHUB_USER": "alice",
+            contract.ENV_CORES: "30", contract.ENV_MEMORY_MIB: "8192", contract.ENV_NODE: "gpu-a",
+            contract.ENV_DEVICE_INDICES: "1", contract.ENV_DEVICE_UUIDS: "GPU-1111"}
 
 
-def token(hub: Hub, scopes: list[str]) -> str:
-    status, body = hub.call("POST", "/users/alice/tokens", {"scopes": scopes, "note": "vgpu test"})
+def test_request_restarts_the_server_and_the_new_server_reads_the_outcome(hub):  # type: ignore[no-untyped-def]
+    old_token = hub.start_server({"image": "kept"})
+    before = len(hub.spawns())
+    tracker = RequestTracker(HubRequester.from_environ(
+        {"JUPYTERHUB_API_URL": hub.api, "JUPYTERHUB_API_TOKEN": old_token, "JUPYTERHUB_USER": "alice"},
+        poll_interval=0.2, timeout=120))
+    request = tracker.submit(30, 32)
+    handed = tracker.wait(request.id, timeout=180)
+    # this server was stopped by the Hub (its token revoked): it hands over and says so
+    assert handed.state == "pending" and handed.handed_over and handed.message == HANDED_OVER
+    assert handed.progress[:2] == ["asking for 30 % of one card with 8 GiB",
+                                   "asking the Hub to restart your server with the new share"]
+    hub.wait(lambda: len(hub.spawns()) > before and (hub.server() or {}).get("ready"), "the restarted server")
+    spawn = hub.spawns()[before]
+    assert spawn["user_options"] == {"image": "kept", contract.HUB_OPTION_CORES: 30, contract.HUB_OPTION_MEMORY_UNITS: 32}
+    # the restarted server's own tracker shows the outcome, with where the share landed
+    restarted = RequestTracker(HubRequester.from_environ(new_server_env(hub, spawn["token"])))
+    latest = hub.wait(lambda: (r := restarted.latest()) and r.state != "pending" and r, "the outcome")
+    assert latest.state == "scheduled" and latest.cores == 30 and latest.memoryUnits == 32
+    assert latest.message == "the server restarted with the new share: on gpu-a, card 1 (GPU-1111)"
+    assert latest.cards == [{"index": 1, "uuid": "GPU-1111", "cores": 30, "memoryMib": 8192}]
+    assert restarted.get(latest.id).state == "scheduled"
+
+
+def test_a_share_that_does_not_start_is_reported_after_the_fallback(hub):  # type: ignore[no-untyped-def]
+    hub.start_server({contract.HUB_OPTION_CORES: 25, contract.HUB_OPTION_MEMORY_UNITS: 16})
+    before = len(hub.spawns())
+    token = hub.spawns()[-1]["token"]
+    assert HubRequester(hub.api, token, "alice", poll_interval=0.2).request(40, 16, lambda m: None).state == "pending"
+    hub.wait(lambda: len(hub.spawns()) >= before + 1 and (hub.server() or {}).get("ready"), "the fallback start")
+    restarted = RequestTracker(HubRequester(hub.api, hub.spawns()[-1]["token"], "alice"))
+    latest = hub.wait(lambda: (r := restarted.latest()) and r.state != "pending" and r, "the outcome")
+    assert latest.state == "failed" and "no node has 40 % of a card free" in latest.message
+    assert hub.server()["user_options"][contract.HUB_OPTION_CORES] == 25
+
+
+def test_over_the_limit_is_refused_before_anything_stops(hub):  # type: ignore[no-untyped-def]
+    token = hub.start_server()
+    started = hub.server()["started"]
+    outcome = HubRequester(hub.api, token, "alice").request(100, 0, lambda m: None)
+    assert outcome.state == "failed" and "more than the default limit allows" in outcome.message
+    assert hub.server()["started"] == started
+
+
+def test_a_token_without_the_scope_is_told_what_to_grant(hub):  # type: ignore[no-untyped-def]
+    hub.start_server()
+    status, body = hub.call("POST", "/users/alice/tokens", {"scopes": ["read:users:name!user=alice"]})
     assert status == 201, body
-    return body["token"]
+    outcome = HubRequester(hub.api, body["token"], "alice").request(25, 16, lambda m: None)
+    assert outcome.state == "failed" and f"{HUB_RESTART_SCOPE}!server" in outcome.message
+    assert "VGPUHub(config=c).configure(c)" in outcome.message
 
 
-def test_request_restarts_the_server_with_the_share(hub):  # type: ignore[no-untyped-def]
-    running_server(hub)
-    before = len(hub.spawns())
-    server_token = token(hub, ["servers!user=alice", "read:users:name!user=alice"])
-    tracker = RequestTracker(HubRequester(hub.api, server_token, "alice", poll_interval=0.2, timeout=120))
-    request = tracker.submit(25, 16)
-    current = tracker.wait(request.id, timeout=180)
-    assert current.state == "scheduled", current.message
-    assert "restarted with 25 % of one card with 4 GiB" in current.message
-    spawns = hub.spawns()[before:]
-    assert spawns == [{"user": "alice", "user_options": {contract.HUB_OPTION_CORES: 25,
-                                                         contract.HUB_OPTION_MEMORY_UNITS: 16}}]
-    assert current.progress == ["asking for 25 % of one card with 4 GiB", "checking this server's permissions with the Hub",
-                                "stopping your server", "starting your server with 25 % of one card with 4 GiB"]
-    _, user = hub.call("GET", "/users/alice")
-    assert user["servers"][""]["ready"] and user["servers"][""]["user_options"][contract.HUB_OPTION_CORES] == 25
-
-
-def test_release_restarts_without_a_share(hub):  # type: ignore[no-untyped-def]
-    running_server(hub)
-    before = len(hub.spawns())
-    server_token = token(hub, ["servers!user=alice"])
-    outcome = HubRequester(hub.api, server_token, "alice", poll_interval=0.2).request(0, 0, lambda m: None)
-    assert outcome.state == "scheduled" and "no GPU (release)" in outcome.message
-    assert hub.spawns()[before:][0]["user_options"] == {contract.HUB_OPTION_CORES: 0, contract.HUB_OPTION_MEMORY_UNITS: 0}
-
-
-def test_a_token_without_the_scope_gets_told_what_to_grant(hub):  # type: ignore[no-untyped-def]
-    server = running_server(hub)
-    before = len(hub.spawns())
-    weak = token(hub, ["read:users:name!user=alice", "users:activity!user=alice"])
-    outcome = HubRequester(hub.api, weak, "alice").request(25, 16, lambda m: None)
-    assert outcome.state == "failed"
-    assert "servers!server" in outcome.message and "c.JupyterHub.load_roles" in outcome.message
-    _, user = hub.call("GET", "/users/alice")
-    assert user["servers"][""]["started"] == server["started"] and len(hub.spawns()) == before  # untouched
-
-
-def test_a_bad_token_is_a_clear_failure(hub):  # type: ignore[no-untyped-def]
-    outcome = HubRequester(hub.api, "not-a-token", "alice").request(25, 16, lambda m: None)
-    assert outcome.state == "failed" and "did not accept this server's token (HTTP 403" in outcome.message
+def test_a_hub_without_jupyter_vgpu_is_explained(tmp_path):  # type: ignore[no-untyped-def]
+    plain = Hub(tmp_path, vgpu=False)
+    try:
+        plain.ready()
+        token = plain.start_server()
+        outcome = HubRequester(plain.api, token, "alice").request(25, 16, lambda m: None)
+        assert outcome.state == "failed" and "ask your admin to enable it" in outcome.message
+    finally:
+        plain.stop()
