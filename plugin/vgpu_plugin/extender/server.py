@@ -67,6 +67,20 @@ class ExtenderMetrics:
         for state in ("held", "assumed", "unattributed"):
             pods.labels(state).set_function(lambda state=state: _ledger_count(ledger, state))
         nodes.set_function(lambda: ledger.stats()["nodes"])
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def decided(self, verb: str, outcome: str) -> Any:
+        """The decisions counter for (verb, outcome); children are cached, label lookup is not free."""
+        child = self._children.get((verb, outcome))
+        if child is None:
+            child = self._children[(verb, outcome)] = self.decisions.labels(verb, outcome)
+        return child
+
+    def timer(self, verb: str) -> Any:
+        child = self._children.get((verb,))
+        if child is None:
+            child = self._children[(verb,)] = self.seconds.labels(verb)
+        return child
 
 
 def _ledger_count(ledger: Ledger, state: str) -> int:
@@ -103,25 +117,25 @@ class FilterHandler(_Handler):
         try:
             args = decode_extender_args(self.request.body)
         except WireError as error:
-            metrics.decisions.labels("filter", "bad-request").inc()
+            metrics.decided("filter", "bad-request").inc()
             return self.write_json(filter_result(None, [], {}, {}, str(error)), 400)
         try:
             not_ready = self.check_ready()
             if not_ready:
-                metrics.decisions.labels("filter", "not-ready").inc()
+                metrics.decided("filter", "not-ready").inc()
                 return self.write_json(filter_result(args, [], {}, {}, not_ready))
             try:
                 passed, failed, unresolvable = self.extender.decisions.filter(args)
             except PodProblem as problem:
-                metrics.decisions.labels("filter", "no-vgpu").inc()
+                metrics.decided("filter", "no-vgpu").inc()
                 return self.write_json(filter_result(args, [], {}, {}, str(problem)))
             for outcome, count in (("fits", len(passed)), ("unfit", len(failed)),
                                    ("unresolvable", len(unresolvable))):
                 if count:
-                    metrics.decisions.labels("filter", outcome).inc(count)
+                    metrics.decided("filter", outcome).inc(count)
             self.write_json(filter_result(args, passed, failed, unresolvable))
         finally:
-            metrics.seconds.labels("filter").observe(time.perf_counter() - started)
+            metrics.timer("filter").observe(time.perf_counter() - started)
 
 
 class PrioritizeHandler(_Handler):
@@ -131,15 +145,15 @@ class PrioritizeHandler(_Handler):
             args = decode_extender_args(self.request.body)
             not_ready = self.check_ready()
             if not_ready:
-                metrics.decisions.labels("prioritize", "not-ready").inc()
+                metrics.decided("prioritize", "not-ready").inc()
                 return self.write_json({"Error": not_ready}, 503)
             scores = self.extender.decisions.prioritize(args)
         except (WireError, PodProblem) as error:
-            metrics.decisions.labels("prioritize", "bad-request").inc()
+            metrics.decided("prioritize", "bad-request").inc()
             return self.write_json({"Error": str(error)}, 400)
         finally:
-            metrics.seconds.labels("prioritize").observe(time.perf_counter() - started)
-        metrics.decisions.labels("prioritize", "scored").inc()
+            metrics.timer("prioritize").observe(time.perf_counter() - started)
+        metrics.decided("prioritize", "scored").inc()
         self.write_json(priority_list(scores))
 
 
@@ -150,20 +164,20 @@ class BindHandler(_Handler):
             try:
                 args = decode_binding_args(self.request.body)
             except WireError as error:
-                metrics.decisions.labels("bind", "bad-request").inc()
+                metrics.decided("bind", "bad-request").inc()
                 return self.write_json(binding_result(str(error)), 400)
             not_ready = self.check_ready()
             if not_ready:
-                metrics.decisions.labels("bind", "not-ready").inc()
+                metrics.decided("bind", "not-ready").inc()
                 return self.write_json(binding_result(not_ready))
             loop = asyncio.get_running_loop()
             error = await loop.run_in_executor(self.extender.executor, self.extender.decisions.bind, args)
-            metrics.decisions.labels("bind", "refused" if error else "bound").inc()
+            metrics.decided("bind", "refused" if error else "bound").inc()
             if error:
                 log.info("bind %s/%s -> %s refused: %s", args.pod_namespace, args.pod_name, args.node, error)
             self.write_json(binding_result(error))
         finally:
-            metrics.seconds.labels("bind").observe(time.perf_counter() - started)
+            metrics.timer("bind").observe(time.perf_counter() - started)
 
 
 class HealthHandler(_Handler):
