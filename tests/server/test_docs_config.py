@@ -1,0 +1,27 @@
+"""docs/notebook.md documents every configurable trait, with its real default, and nothing else."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from jupyter_vgpu.magic import USAGE, VGPUMagics
+from jupyter_vgpu.server.app import VGPUExtension
+
+DOC = (Path(__file__).resolve().parents[2] / "docs" / "notebook.md").read_text()
+
+
+@pytest.mark.parametrize("cls", [VGPUExtension, VGPUMagics])
+def test_every_setting_is_documented_with_its_default(cls):  # type: ignore[no-untyped-def]
+    rows = dict(re.findall(rf"^\| `c\.{cls.__name__}\.(\w+)` \| `([^`]*)` \|", DOC, re.MULTILINE))
+    traits = cls.class_own_traits(config=True)
+    assert set(rows) == set(traits)
+    for name, default in rows.items():
+        assert default == repr(traits[name].default_value).replace("'", '"'), name
+
+
+def test_documented_magic_commands_exist():  # type: ignore[no-untyped-def]
+    for command in set(re.findall(r"^%vgpu (\w+)", DOC, re.MULTILINE)):
+        assert f"%vgpu {command}" in USAGE, command
