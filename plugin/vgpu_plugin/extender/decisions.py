@@ -1,12 +1,16 @@
 """Filter, prioritize and bind: the extender's decisions over the ledger.
 
-Filter and prioritize only read: per node, a cached verdict keyed by the node's ledger
-generation and the request's shape, with a cheap necessary-condition check (a card
-with enough free cores and memory, enough entirely free cards) before asking the
-placement policy. Bind is the only writer: under the pod's and the node's locks it
-chooses the card(s), records the claim in the ledger at once (so concurrent filters
-see it), PATCHes the pod's annotations, POSTs the Binding, and undoes what it did
-when a step fails.
+Filter and prioritize only read. Per request shape the ledger keeps each node's verdict
+and score, forgotten node by node when that node's accounting changes, so a filter over
+a thousand names is a few set operations plus deciding the nodes that changed since.
+A pod with one container is decided, and a refusal explained, from the node's
+free-capacity summary (the placement policy's own rule, property-tested against it);
+pods with several containers, scores and bind's choice of cards come from the
+placement policy itself.
+
+Bind is the only writer: under the pod's and the node's locks it chooses the card(s),
+records the claim in the ledger at once (so concurrent filters see it), PATCHes the
+pod's annotations, POSTs the Binding, and undoes what it did when a step fails.
 """
 
 from __future__ import annotations
@@ -173,8 +177,7 @@ def fit(entry: NodeEntry, ask: PodAsk) -> tuple[str | None, bool]:
 
     A pod with one container is decided, and a refusal explained, from the free-capacity
     summary; several containers by the placement policy itself. Whether a node could
-    ever take the pod (with every card free) is asked of the placement policy once per
-    set of cards.
+    ever take the pod (with every card free) is decided once per set of cards.
     """
     key = ("fit", ask.key)
     verdict = entry.memo.get(key)
