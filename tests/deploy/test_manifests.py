@@ -248,3 +248,15 @@ def test_scheduler_config_matches_the_deployment_and_rbac():
     named = [r for r in role["rules"] if r.get("resourceNames")]
     assert lease.get("resourceName") in named[0]["resourceNames"]
     assert lease.get("resourceNamespace") == role["metadata"]["namespace"] == "vgpu-system"
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_priority_classes_and_service_accounts_exist(kustomization):
+    objects = render(kustomization)
+    classes = {o["metadata"]["name"] for o in objects if o["kind"] == "PriorityClass"}
+    accounts = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
+    for obj in objects:
+        if obj["kind"] in ("DaemonSet", "Deployment"):
+            pod = obj["spec"]["template"]["spec"]
+            assert pod["priorityClassName"] in classes
+            assert pod["serviceAccountName"] in accounts
