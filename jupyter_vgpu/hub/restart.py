@@ -76,6 +76,9 @@ def restart_handlers(vgpu: Any) -> list[tuple[str, type, dict[str, Any]]]:
                 raise web.HTTPError(400, f"send {{{contract.HUB_OPTION_CORES!r}: int, "
                                          f"{contract.HUB_OPTION_MEMORY_UNITS!r}: int}} and nothing else")
             spawner = user.spawners[server_name]
+            latest = self.settings.get(STATE_KEY, {}).get((user_name, server_name))
+            if latest is not None and latest["state"] == "pending":
+                raise web.HTTPError(409, "a restart of this server is already under way")
             if spawner.pending:
                 raise web.HTTPError(409, f"the server is busy ({spawner.pending}); try again when it is up")
             previous = dict(spawner.orm_spawner.user_options or {})

@@ -58,6 +58,8 @@ def test_server_restarts_itself_with_a_new_share_keeping_its_options(hub):
     old_token = hub.start("alice", {"image": "kept"})
     status, record = restart(hub, old_token, vgpu_cores=30, vgpu_memory_units=32)
     assert status == 202 and record["state"] == "pending", record
+    status, _ = hub.call("POST", "/vgpu/restart/alice", body={"vgpu_cores": 10, "vgpu_memory_units": 4})
+    assert status == 409  # one restart at a time
     record = wait_restart(hub)
     assert record["state"] == "scheduled", record
     server = hub.server("alice")
