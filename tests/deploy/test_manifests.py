@@ -216,6 +216,10 @@ def test_grafana_dashboard_uses_real_metric_names():
     used = {m for e in exprs for m in re.findall(r"\bvgpu_[a-z_]+\b", e)}
     ours = {v for k, v in vars(contract).items() if k.startswith("METRIC_") and isinstance(v, str)}
     assert used and used <= ours, f"not metric names: {used - ours}"
+    labels = set(contract.CARD_LABELS) | set(contract.CONTAINER_LABELS)
+    legends = {m for p in dashboard["panels"] for t in p["targets"] for m in re.findall(r"\{\{(\w+)\}\}", t.get("legendFormat", ""))}
+    joins = {label.strip() for e in exprs for group in re.findall(r"on\(([^)]*)\)", e) for label in group.split(",")}
+    assert legends | joins <= labels, f"not metric labels: {(legends | joins) - labels}"
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
 
 
