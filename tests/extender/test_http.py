@@ -163,3 +163,27 @@ def test_not_ready_until_pods_and_nodes_are_listed(cluster):
         assert "still listing" in reply["Error"] and not cluster.read_pod("nb")["spec"].get("nodeName")
     finally:
         extender.stop()
+
+
+def test_multi_card_pods_prefer_the_better_linked_node_and_cards(cluster, topology_fixtures):
+    text = (topology_fixtures / "a100-pcie-4gpu-2numa.txt").read_text()  # 0-1 and 2-3 share a NUMA node
+    cluster.add_node(node("near", topology_text=text))
+    cluster.add_node(node("far", topology_text=text))
+    cluster.start_extender()
+    ledger = cluster.extender.ledger
+    from vgpu_plugin.extender.ledger import Holding
+
+    def hold(node_name, card):
+        share = (contract.ContainerAllocation(0, "c", (contract.CardShare(card, "", 10, 4),)),)
+        ledger.put(Holding(f"{node_name}-{card}", "default", f"{node_name}-{card}", node_name, share))
+
+    hold("near", 2), hold("near", 3)   # free: 0 and 1, linked through their NUMA node
+    hold("far", 1), hold("far", 3)     # free: 0 and 2, across the NUMA interconnect
+    pair = cluster.add_pod(pod("pair", cores=200, memory_units=None))
+    status, scores = post(f"{cluster.url}/prioritize", filter_args(pair, ["near", "far"]))
+    by_host = {p["Host"]: p["Score"] for p in scores}
+    assert by_host["near"] > by_host["far"] > 0
+    assert post(f"{cluster.url}/bind", binding_args(pair, "near"))[1] == {"Error": ""}
+    allocation = contract.PodAllocation.from_json(cluster.read_pod("pair")["metadata"]["annotations"][NAMES.allocation])
+    assert [s.index for s in allocation.containers[0].cards] == [0, 1]
+    assert all(s.cores == 100 and s.memory_units == 16 * GIB_UNITS for s in allocation.containers[0].cards)

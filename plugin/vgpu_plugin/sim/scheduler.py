@@ -12,6 +12,10 @@ Events with kube-scheduler's message ("0/3 nodes are available: 1 Insufficient c
 
 The configuration is the real file, ``deploy/scheduler/config.yaml``, checked against
 the kubescheduler.config.k8s.io/v1 schema by ``load_config`` (unknown fields fail).
+
+Not modelled: preemption, affinity beyond nodeSelector, volume and port checks, the
+default plugins' own scores (the extender's scores decide), and percentageOfNodesToScore
+(every feasible node goes to the extender).
 """
 
 from __future__ import annotations
