@@ -227,3 +227,28 @@ def test_nvml_node_without_driver_registers_nothing_and_says_why(daemons, peer, 
     assert inventory.problem.startswith("no NVIDIA driver") and inventory.cards == ()
     labels = json.loads(core_v1.read_node("node-1", _preload_content=False).data)["metadata"].get("labels") or {}
     assert NAMES.node_label_gpu not in labels
+
+
+def test_committed_stubs_match_the_proto(tmp_path):
+    from pathlib import Path
+
+    plugin_root = Path(__file__).resolve().parents[2] / "plugin"
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", str(plugin_root), f"--python_out={tmp_path}",
+                    f"--grpc_python_out={tmp_path}", str(plugin_root / "vgpu_plugin/deviceplugin/api.proto")],
+                   check=True)
+    for name in ("api_pb2.py", "api_pb2_grpc.py"):
+        fresh = (tmp_path / "vgpu_plugin/deviceplugin" / name).read_text()
+        assert fresh == (plugin_root / "vgpu_plugin/deviceplugin" / name).read_text(), f"run gen_stubs.sh ({name})"
+
+
+def test_wire_names_are_kubelets():
+    from vgpu_plugin.deviceplugin import api_pb2
+
+    service = api_pb2.DESCRIPTOR.services_by_name
+    assert service["Registration"].full_name == "v1beta1.Registration"
+    assert [m.name for m in service["DevicePlugin"].methods] == [
+        "GetDevicePluginOptions", "ListAndWatch", "GetPreferredAllocation", "Allocate", "PreStartContainer"]
+    fields = {f.name: f.number for f in api_pb2.ContainerAllocateResponse.DESCRIPTOR.fields}
+    assert fields == {"envs": 1, "mounts": 2, "devices": 3, "annotations": 4, "cdi_devices": 5}
+    request = {f.name: f.number for f in api_pb2.ContainerPreferredAllocationRequest.DESCRIPTOR.fields}
+    assert request == {"available_deviceIDs": 1, "must_include_deviceIDs": 2, "allocation_size": 3}
