@@ -104,5 +104,6 @@ def test_manifests_use_the_node_image_at_the_package_version():
     assert instructions[-2:] == [("ENTRYPOINT", '["jupyter-vgpu"]'), ("CMD", '["--help"]')]
     for kustomization in KUSTOMIZATIONS:
         images = {c["image"] for o in render(kustomization) if o["kind"] in ("DaemonSet", "Deployment")
-                  for c in o["spec"]["template"]["spec"]["containers"] if c["name"] != "kube-scheduler"}
+                  for c in o["spec"]["template"]["spec"]["containers"] + o["spec"]["template"]["spec"].get("initContainers", [])
+                  if c["name"] != "kube-scheduler"}
         assert images == {f"ghcr.io/jupyter-vgpu/jupyter-vgpu-node:{version}"}
