@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 SIM_PATTERN_ANNOTATION = f"{c.PROJECT_DOMAIN}/sim-usage-pattern"
 """Pod annotation choosing the simulated GPU usage pattern ("notebook", "training", "idle")."""
 
+STATUS_PERIOD = 10.0
+"""Seconds between node status updates even when nothing changed (kubelet's default)."""
+
 
 class AdmissionError(Exception):
     pass
@@ -149,6 +152,8 @@ class SimKubelet:
         self.node_address = node_address
         self.pod_ip_prefix = pod_ip_prefix
         self._lock = threading.RLock()
+        self._status_lock = threading.Lock()  # one node-status PATCH at a time, counts read inside it
+        self._status_published = 0.0
         self._plugins: dict[str, _Plugin] = {}
         self._pods: dict[str, AdmittedPod] = {}  # uid -> admitted pod
         self._failed: dict[str, str] = {}  # uid -> admission failure message
@@ -311,16 +316,20 @@ class SimKubelet:
             plugin.thread.join(5)
 
     def _publish_capacity(self) -> None:
-        with self._lock:
-            capacity = {r: str(len(p.devices)) for r, p in self._plugins.items()}
-            allocatable = {r: str(sum(h == HEALTHY for h in p.devices.values())) for r, p in self._plugins.items()}
-        if not capacity:
-            return
-        try:
-            self._core.patch_node_status(self.node, {"status": {"capacity": capacity, "allocatable": allocatable}},
-                                         _request_timeout=30)
-        except Exception as error:
-            log.warning("kubelet %s: updating node status failed: %s", self.node, error)
+        # Counts are read and sent under one lock: otherwise two ListAndWatch updates arriving
+        # together could PATCH out of order and leave the node with the older counts.
+        with self._status_lock:
+            self._status_published = time.monotonic()
+            with self._lock:
+                capacity = {r: str(len(p.devices)) for r, p in self._plugins.items()}
+                allocatable = {r: str(sum(h == HEALTHY for h in p.devices.values())) for r, p in self._plugins.items()}
+            if not capacity:
+                return
+            try:
+                self._core.patch_node_status(self.node, {"status": {"capacity": capacity, "allocatable": allocatable}},
+                                             _request_timeout=30)
+            except Exception as error:
+                log.warning("kubelet %s: updating node status failed: %s", self.node, error)
 
     def _ensure_node(self) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -424,6 +433,8 @@ class SimKubelet:
             if not pruned and self._informer is not None and self._informer.synced:
                 self._prune_recovered()
                 pruned = True
+            if time.monotonic() - self._status_published >= STATUS_PERIOD:
+                self._publish_capacity()  # as kubelet's periodic node status update
             try:
                 item = self._queue.get(timeout=0.5)
             except queue.Empty:
