@@ -14,6 +14,7 @@ from jupyter_vgpu.core import contract
 from jupyter_vgpu.server.facts import (
     SOURCES,
     FactSource,
+    NoVGPUSource,
     SourceSettings,
     backend_factory,
     make_source,
@@ -86,7 +87,11 @@ class VGPUExtension(ExtensionApp):
         from jupyter_vgpu.server.request_setup import make_tracker
 
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="vgpu-facts")
-        self.facts: FactSource = make_source(self.source_settings())
+        try:
+            self.facts: FactSource = make_source(self.source_settings())
+        except ValueError as error:  # a bad setting: say so where the user looks, keep serving
+            self.log.error("jupyter-vgpu: %s", error)
+            self.facts = NoVGPUSource(f"jupyter-vgpu is misconfigured: {error}.")
         if self.source != "auto":
             # kernels started by this server read the same adapter (%vgpu, widgets)
             os.environ[contract.ENV_NOTEBOOK_SOURCE] = self.source

@@ -128,3 +128,15 @@ def test_recreated_pod_spec():  # type: ignore[no-untyped-def]
     assert new["spec"]["containers"][0] == {"name": "sidecar"}
     released = requester.new_pod(old, 0, 0)
     assert released["spec"]["containers"][1]["resources"] == {"limits": {"cpu": "1"}, "requests": {"cpu": "1"}}
+
+
+def test_auto_on_a_machine_without_a_driver_degrades_cleanly(tmp_path):  # type: ignore[no-untyped-def]
+    """NVML is real here (nvidia-ml-py, no driver): detection must not raise, and says none."""
+    from jupyter_vgpu.gpu.nvml import NVMLBackend
+
+    nvml = NVMLBackend()
+    expected = "local-nvml" if nvml.available() else "none"
+    source = make_source(SourceSettings(environ={}, vcuda_config_dir=str(tmp_path)))
+    assert source.name == expected
+    if expected == "none":
+        assert "%vgpu request" in source.allocation()["message"] and nvml.problem()

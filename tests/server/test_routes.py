@@ -283,3 +283,13 @@ def test_requests_validate_and_explain(run, jp_fetch):  # type: ignore[no-untype
     with pytest.raises(tornado.httpclient.HTTPClientError) as unknown:
         run(jp_fetch("vgpu", "api", "requests", "r99-nothing"))
     assert unknown.value.code == 404
+
+
+class TestMisconfigured:
+    @pytest.fixture
+    def vgpu_config(self):  # type: ignore[no-untyped-def]
+        return {"source": "local-nvml", "local_backend": "cuda-magic"}
+
+    def test_a_bad_setting_is_shown_not_fatal(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+        answer = get(run, jp_fetch, "allocation")
+        assert answer["state"] == "none" and "jupyter-vgpu is misconfigured: local backend 'cuda-magic'" in answer["message"]

@@ -151,6 +151,17 @@ class TestShareRequests:
         # make before break: the old pod goes only after the new one holds its share
         cluster.wait_for(lambda: cluster.read_pod("default", "bob") is None, what="the old pod to be deleted")
 
+    def test_release_recreates_the_pod_without_a_gpu(self, cluster, in_pod, monkeypatch):  # type: ignore[no-untyped-def]
+        env, _ = start_notebook(cluster, "dave", 10, "2GiB")
+        in_pod(env)
+        monkeypatch.setenv(contract.ENV_NOTEBOOK_KUBECONFIG, cluster.kubeconfig)
+        out, ip = shell_run("release")
+        unload(ip)
+        assert out.splitlines()[-1].startswith("✔ scheduled: pod dave-v2 runs on gpu-a without a GPU"), out
+        limits = cluster.read_pod("default", "dave-v2")["spec"]["containers"][0]["resources"].get("limits") or {}
+        assert not set(limits) & set(contract.DEFAULT_NAMES.resources)
+        cluster.wait_for(lambda: cluster.read_pod("default", "dave") is None, what="the old pod to be deleted")
+
     def test_an_impossible_request_says_why_and_keeps_the_old_pod(self, cluster, in_pod, monkeypatch):  # type: ignore[no-untyped-def]
         env, _ = start_notebook(cluster, "carol", 10, "2GiB")
         in_pod(env)
