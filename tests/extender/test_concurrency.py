@@ -175,3 +175,33 @@ def test_a_pod_annotated_but_not_bound_keeps_its_cards_across_a_restart(cluster)
     assert done["spec"]["nodeName"] == "n0"
     assert done["metadata"]["annotations"][NAMES.allocation] == allocation.to_json()
     assert cluster.extender.ledger.claims() == {"n0": {uid: [(0, 0, 60, 4 * GIB_UNITS)]}}
+
+
+def test_api_server_restart_loses_nothing(cluster):
+    for name, count in NODES.items():
+        cluster.add_node(node(name, count=count, memory_gib=16))
+    cluster.start_extender()
+    first = cluster.add_pod(pod("first", cores=40, memory_units=4 * GIB_UNITS))
+    second = cluster.add_pod(pod("second", cores=40, memory_units=4 * GIB_UNITS))
+    assert post(f"{cluster.url}/bind", binding_args(first, "n0"))[1] == {"Error": ""}
+    settle(cluster)
+    claims = cluster.extender.ledger.claims()
+    cluster.kube.stop()
+    # the API is gone: filter still answers from the ledger, bind refuses and changes nothing
+    status, reply = post(f"{cluster.url}/filter", {"Pod": second, "NodeNames": list(NODES)})
+    assert status == 200 and reply["NodeNames"] == list(NODES)
+    status, reply = post(f"{cluster.url}/bind", binding_args(second, "n0"))
+    assert status == 200 and "cannot read pod default/second" in reply["Error"]
+    assert cluster.extender.ledger.claims() == claims
+    # while it is down, the first pod goes away
+    from vgpu_plugin.sim.kube_store import resource_type
+
+    cluster.kube.call(cluster.kube.store.delete, resource_type("", "v1", "pods"), "default", "first")
+    cluster.kube.start()
+    # the watch resumes from where it was: the deletion is seen, and binds work again
+    cluster.wait_ledger(lambda ledger: ledger.claims() == {}, "the deletion to release the card")
+    status, reply = post(f"{cluster.url}/bind", binding_args(second, "n0"))
+    assert reply == {"Error": ""}
+    settle(cluster)
+    assert cluster.extender.ledger.claims() == {"n0": {second["metadata"]["uid"]: [(0, 0, 40, 4 * GIB_UNITS)]}}
+    assert cluster.extender.ledger.overcommitted() == [] and api_overcommit(cluster) == []
