@@ -73,3 +73,33 @@ def test_every_vgpu_endpoint_requires_authentication(run, jp_fetch, jp_serverapp
             assert response.code != 405 or method not in ("GET",), (path, method)
         authed = run(probe(path, "GET", dict(jp_auth_header)))
         assert authed.code not in (401, 403), (path, authed.code)
+
+
+class TestAuthorisation:
+    """The routes ask jupyter-server's Authorizer about resource 'vgpu': read for views, write for requests."""
+
+    @pytest.fixture
+    def jp_server_config(self):  # type: ignore[no-untyped-def]
+        from jupyter_server.auth.authorizer import Authorizer
+        from traitlets.config import Config
+
+        class ViewOnly(Authorizer):
+            asked: list = []
+
+            def is_authorized(self, handler, user, action, resource):  # type: ignore[no-untyped-def]
+                ViewOnly.asked.append((action, resource))
+                return not (resource == "vgpu" and action == "write")
+
+        self.authorizer = ViewOnly
+        return Config({"ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}, "authorizer_class": ViewOnly},
+                       "VGPUExtension": {"source": "none"}})
+
+    def test_views_need_read_and_requests_need_write(self, run, jp_fetch, jp_ws_fetch):  # type: ignore[no-untyped-def]
+        for route in ("allocation", "topology", "usage"):
+            assert run(jp_fetch("vgpu", "api", route)).code == 200
+        run(jp_ws_fetch("vgpu", "api", "usage", "stream")).close()
+        refused = run(jp_fetch("vgpu", "api", "requests", method="POST", body='{"cores": 25, "memory": 16}',
+                               raise_error=False))
+        assert refused.code == 403
+        asked = {a for a in self.authorizer.asked if a[1] == "vgpu"}
+        assert asked == {("read", "vgpu"), ("write", "vgpu")}
