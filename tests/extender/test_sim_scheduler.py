@@ -98,3 +98,23 @@ def test_full_node_mode_works_too(cluster):
     with scheduler:
         cluster.add_pod(pod("nb", cores=50, memory_units=4 * GIB_UNITS))
         wait_for(lambda: cluster.read_pod("nb")["spec"].get("nodeName") == "gpu-a", message="bound")
+
+
+def test_pods_without_vgpu_are_bound_by_the_scheduler_itself(scheduled):
+    cluster, _ = scheduled
+    plain = pod("plain", cores=None, memory_units=None)
+    cluster.add_pod(plain)
+    bound = wait_for(lambda: cluster.read_pod("plain")["spec"].get("nodeName"), message="plain pod bound")
+    assert bound in ("gpu-a", "gpu-b")
+    assert not (cluster.read_pod("plain")["metadata"].get("annotations") or {})  # the extender was not asked
+    assert cluster.extender.metrics.decided("bind", "bound")._value.get() == 0
+    assert events(cluster, "plain", "Scheduled")
+
+
+def test_other_schedulers_pods_are_left_alone(scheduled):
+    cluster, _ = scheduled
+    cluster.add_pod(pod("elsewhere", scheduler="default-scheduler"))
+    cluster.add_pod(pod("mine"))
+    wait_for(lambda: cluster.read_pod("mine")["spec"].get("nodeName"), message="our pod bound")
+    assert not cluster.read_pod("elsewhere")["spec"].get("nodeName")
+    assert not events(cluster, "elsewhere", "FailedScheduling")
