@@ -1,11 +1,11 @@
 """The ledger: which pod holds which share of which card, per node.
 
 Everything here is in memory and pure (no Kubernetes calls): ``node_cards`` and
-``pod_holding`` read API objects (plain dicts), the ``Ledger`` keeps per-node card
-accounting with a cached free-capacity summary so a filter over a thousand nodes
-does a dictionary lookup and a few comparisons per node. Every mutation bumps the
-node's generation and clears its memo, so cached decisions never outlive the state
-they were computed from.
+``pod_holding`` read API objects (plain dicts); the ``Ledger`` keeps per-node card
+accounting with a free-capacity summary per node, and per request shape caches of
+each node's filter verdict and score. Every mutation bumps the node's generation,
+clears its memo and makes every cache forget that node, so a cached decision never
+outlives the state it was computed from.
 """
 
 from __future__ import annotations
