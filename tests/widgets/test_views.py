@@ -142,3 +142,33 @@ def test_usage_svg_draws_limits():  # type: ignore[no-untyped-def]
     assert "vgpu-core-limit" in svg and "share 25 %" in svg and "of 4 GiB" in svg
     points = svg.split('class="vgpu-memory"')[1].split('points="')[1].split('"')[0].split()
     assert len(points) == 5 and points[0].startswith("28.0,") and points[-1].startswith("452.0,")
+
+
+def test_views_over_the_real_node_api(comms, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    """The share bars and the highlighted card come from the node metrics server's answers."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+    from real_node import RealNode
+
+    from jupyter_vgpu.server.node_api import NodeAPISource
+
+    node = RealNode(tmp_path).start()
+    try:
+        node.add_notebook("neighbour", card=3, cores=60, memory_units=80)
+        env = node.add_notebook("me", card=3, cores=30, memory_units=48)
+        facts = NodeAPISource(SourceSettings(environ=env))
+        deadline = time.monotonic() + 60
+        while not ((facts.usage(0).get("current") or {}).get("memoryUsedMib")):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        card = AllocationCard(facts)
+        compute, memory = [c for c in card.children if type(c).__name__ == "FloatProgress"]
+        assert (comms.last(compute.model_id, "value"), comms.last(memory.model_id, "value"),
+                comms.last(memory.model_id, "max")) == (30, 12288, 40960)
+        svg = comms.last(TopologyView(facts).model_id, "value")
+        mine = svg.split("vgpu-mine")[1].split("</g>")[0]
+        assert 'data-index="3"' in mine and "yours · 90 %" in mine  # the card is 90 % allocated in all
+        assert "neighbour" not in svg  # other pods are occupancy, never names
+    finally:
+        node.stop()
