@@ -336,6 +336,12 @@ class Decisions:
 
     # --- bind (the only writer) -------------------------------------------------------
 
+    @property
+    def _api(self) -> PodAPI:
+        if self.api is None:  # bind() checks first; this is for the helpers it calls
+            raise RuntimeError("no Kubernetes API")
+        return self.api
+
     def bind(self, args: ExtenderBindingArgs) -> str:
         """Bind the pod; '' on success, else the reason (nothing is left changed then)."""
         if self.api is None:
@@ -343,7 +349,7 @@ class Decisions:
         where = f"pod {args.pod_namespace}/{args.pod_name}"
         with self._pod_locks(f"{args.pod_namespace}/{args.pod_name}"), self._node_locks(args.node):
             try:
-                pod = self.api.get_pod(args.pod_namespace, args.pod_name)
+                pod = self._api.get_pod(args.pod_namespace, args.pod_name)
             except APIFailure as error:
                 return f"cannot read {where}: {error}"
             if pod is None:
@@ -398,7 +404,7 @@ class Decisions:
                               assumed=True, assumed_at=time.monotonic())
             previous = self.ledger.put(holding)
         try:
-            patched = self.api.patch_annotations(args.pod_namespace, args.pod_name,
+            patched = self._api.patch_annotations(args.pod_namespace, args.pod_name,
                                                  contract.predicate_annotations(allocation, self.names))
         except APIFailure as error:
             self._restore(holding, previous)
@@ -415,13 +421,13 @@ class Decisions:
         """POST the Binding; after a failure, undo our annotations and our claim."""
         where = f"pod {args.pod_namespace}/{args.pod_name}"
         try:
-            self.api.bind(args.pod_namespace, args.pod_name, uid, args.node)
+            self._api.bind(args.pod_namespace, args.pod_name, uid, args.node)
             return ""
         except APIFailure as error:
             failure = f"cannot bind {where} to {args.node}: {error}"
         # The answer may have been lost after the API server bound it: look before undoing.
         try:
-            now = self.api.get_pod(args.pod_namespace, args.pod_name)
+            now = self._api.get_pod(args.pod_namespace, args.pod_name)
         except APIFailure:
             now = None
         if now is not None and (now.get("spec") or {}).get("nodeName") == args.node:
@@ -435,7 +441,7 @@ class Decisions:
         for container in patched.containers:
             removal[self.names.predicate_gpu_idx(container.index)] = None
         try:
-            self.api.patch_annotations(args.pod_namespace, args.pod_name, removal)
+            self._api.patch_annotations(args.pod_namespace, args.pod_name, removal)
         except APIFailure as error:
             # the pod still carries our annotations: keep the claim the API shows
             log.warning("%s: could not remove annotations after a failed bind: %s", where, error)
@@ -467,7 +473,8 @@ class Decisions:
 
 
 def _resource_version(obj: Mapping[str, Any] | None) -> int | None:
+    value = ((obj or {}).get("metadata") or {}).get("resourceVersion")
     try:
-        return int(((obj or {}).get("metadata") or {}).get("resourceVersion"))
+        return int(value) if value is not None else None
     except (TypeError, ValueError):
         return None

@@ -171,11 +171,11 @@ class BindHandler(_Handler):
                 metrics.decided("bind", "not-ready").inc()
                 return self.write_json(binding_result(not_ready))
             loop = asyncio.get_running_loop()
-            error = await loop.run_in_executor(self.extender.executor, self.extender.decisions.bind, args)
-            metrics.decided("bind", "refused" if error else "bound").inc()
-            if error:
-                log.info("bind %s/%s -> %s refused: %s", args.pod_namespace, args.pod_name, args.node, error)
-            self.write_json(binding_result(error))
+            refusal = await loop.run_in_executor(self.extender.executor, self.extender.decisions.bind, args)
+            metrics.decided("bind", "refused" if refusal else "bound").inc()
+            if refusal:
+                log.info("bind %s/%s -> %s refused: %s", args.pod_namespace, args.pod_name, args.node, refusal)
+            self.write_json(binding_result(refusal))
         finally:
             metrics.timer("bind").observe(time.perf_counter() - started)
 
