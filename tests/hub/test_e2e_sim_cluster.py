@@ -73,12 +73,23 @@ def hub(tmp_path, cluster):
         yield running
 
 
-def server_get(cluster, hub, path: str) -> dict:
+def server_get(cluster, hub, path: str, body: dict | None = None) -> dict:
+    """GET (or POST ``body``) on alice's single-user server, with a token the Hub vouches for."""
     pod = cluster.read_pod("default", "jupyter-alice")
     url = f"http://{pod['status']['podIP']}:{pod['spec']['containers'][0]['ports'][0]['containerPort']}/user/alice/{path}"
-    request = urllib.request.Request(url, headers={"Authorization": f"token {ADMIN_TOKEN}"})
+    request = urllib.request.Request(url, headers={"Authorization": f"token {ADMIN_TOKEN}"},
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     method="GET" if body is None else "POST")
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.load(response)
+
+
+def allocated(cluster, hub) -> dict | None:
+    try:
+        answer = server_get(cluster, hub, "vgpu/api/allocation")
+    except (OSError, KeyError, TypeError):  # the server is restarting (no pod, no pod IP yet, refused)
+        return None
+    return answer if answer["state"] == "allocated" else None
 
 
 def start_and_wait(cluster, hub, options: dict) -> None:
@@ -129,3 +140,30 @@ def test_a_cpu_profile_stays_off_the_vgpu_scheduler(cluster, hub):
     pod = hub.wait(lambda: cluster.read_pod("default", "jupyter-alice"), "alice's pod")
     assert pod["spec"].get("schedulerName", "default-scheduler") != contract.SCHEDULER_NAME
     assert not (pod["spec"]["containers"][0].get("resources", {}).get("limits") or {}).keys() & set(contract.DEFAULT_NAMES.resources)
+
+
+def test_a_share_request_from_the_notebook_restarts_it_through_the_hub(cluster, hub):
+    """The user's path: the panel / %vgpu request POST vgpu/api/requests on their server."""
+    start_and_wait(cluster, hub, {"profile": "vgpu-quarter"})
+    hub.wait(lambda: allocated(cluster, hub), "the first allocation")
+    old_uid = cluster.read_pod("default", "jupyter-alice")["metadata"]["uid"]
+    request = server_get(cluster, hub, "vgpu/api/requests", body={"cores": 50, "memory": "40GiB"})
+    assert request["state"] == "pending", request
+
+    def restarted() -> dict | None:
+        pod = cluster.read_pod("default", "jupyter-alice")
+        if pod is None or pod["metadata"]["uid"] == old_uid:
+            status, record = hub.call("GET", "/vgpu/restart/alice")
+            assert status in (200, 404), record
+            return None
+        return allocated(cluster, hub)
+
+    try:
+        answer = hub.wait(restarted, "the server to come back with the new share", timeout=240)
+    except AssertionError:
+        try:
+            latest = server_get(cluster, hub, f"vgpu/api/requests/{request['id']}")
+        except OSError as error:
+            latest = f"(server unreachable: {error})"
+        raise AssertionError(f"the notebook's share request did not restart it; its request state: {latest}") from None
+    assert (answer["allocation"]["cores"], answer["allocation"]["memoryMib"]) == (50, 40 * 1024)
