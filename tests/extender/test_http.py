@@ -187,3 +187,17 @@ def test_multi_card_pods_prefer_the_better_linked_node_and_cards(cluster, topolo
     allocation = contract.PodAllocation.from_json(cluster.read_pod("pair")["metadata"]["annotations"][NAMES.allocation])
     assert [s.index for s in allocation.containers[0].cards] == [0, 1]
     assert all(s.cores == 100 and s.memory_units == 16 * GIB_UNITS for s in allocation.containers[0].cards)
+
+
+def test_metrics_listener_serves_only_metrics_and_health(cluster):
+    cluster.add_node(node("gpu-a", count=1))
+    cluster.start_extender(metrics_port=0, metrics_address="127.0.0.1")
+    metrics = f"http://127.0.0.1:{cluster.extender.metrics_port}"
+    assert cluster.extender.metrics_port != cluster.extender.port
+    assert get(f"{metrics}/healthz") == (200, b"ok")
+    status, text = get(f"{metrics}/metrics")
+    assert status == 200 and contract.METRIC_EXTENDER_NODES.encode() in text
+    created = cluster.add_pod(pod("nb", cores=10, memory_units=GIB_UNITS))
+    assert post(f"{metrics}/scheduler/bind", binding_args(created, "gpu-a"))[0] == 404
+    assert get(f"{metrics}/inspect")[0] == 404
+    assert not cluster.read_pod("nb")["spec"].get("nodeName")

@@ -28,11 +28,15 @@ def parser() -> argparse.ArgumentParser:
                     "pods asking for vcuda-core/vcuda-memory. Every flag falls back to an "
                     f"environment variable {ENV_PREFIX}<FLAG>.",
     )
-    p.add_argument("--port", type=int, default=int(_env("PORT", str(DEFAULT_PORT)) or DEFAULT_PORT),
+    # string defaults go through type=int too, so a bad environment value is a clean usage error
+    p.add_argument("--port", type=int, default=_env("PORT", str(DEFAULT_PORT)),
                    help=f"TCP port (default {DEFAULT_PORT}; env {ENV_PREFIX}PORT)")
     p.add_argument("--address", default=_env("ADDRESS", "127.0.0.1"),
                    help="address to listen on; the default suits a sidecar of kube-scheduler, which "
                         f"keeps bind off the network (env {ENV_PREFIX}ADDRESS)")
+    p.add_argument("--metrics-port", type=int, default=_env("METRICS_PORT"),
+                   help="also serve only /metrics and /healthz on this port, on every address, for "
+                        f"Prometheus and probes (default: off; env {ENV_PREFIX}METRICS_PORT)")
     p.add_argument("--kubeconfig", default=_env("KUBECONFIG"),
                    help=f"kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config; env {ENV_PREFIX}KUBECONFIG)")
     p.add_argument("--policy", choices=("binpack", "spread"), default=_env("POLICY", "binpack"),
@@ -67,11 +71,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"jupyter-vgpu extender: {error}", file=sys.stderr)
         return 2
     extender = Extender(port=args.port, address=args.address, prefix=args.prefix, policy=args.policy,
-                        names=names, api_client=api_client)
+                        names=names, api_client=api_client, metrics_port=args.metrics_port)
     try:
         extender.start()
     except OSError as error:
-        print(f"jupyter-vgpu extender: cannot listen on {args.address}:{args.port}: {error}", file=sys.stderr)
+        where = f"{args.address}:{args.port}" + (f" or :{args.metrics_port}" if args.metrics_port else "")
+        print(f"jupyter-vgpu extender: cannot listen on {where}: {error}", file=sys.stderr)
         return 1
     done = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

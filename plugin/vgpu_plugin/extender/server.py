@@ -251,15 +251,22 @@ class Extender:
 
     Give ``api_client`` (an official-client ApiClient) to watch and bind against a
     cluster. ``ledger``/``api`` can be given instead for an extender fed by hand.
+
+    ``metrics_port`` (None: off) opens a second listener, by default on every address,
+    with only ``/metrics`` and ``/healthz``: Prometheus and probes can reach those while
+    filter/prioritize/bind (and ``/inspect``, which names pods) stay on the loopback.
     """
 
     def __init__(self, *, port: int = DEFAULT_PORT, address: str = "127.0.0.1",
                  prefix: str = DEFAULT_PREFIX, policy: str = "binpack",
                  names: Names = contract.DEFAULT_NAMES, api_client: Any = None,
                  api: PodAPI | None = None, ledger: Ledger | None = None,
-                 assume_ttl: float = 60.0, bind_workers: int = 8) -> None:
+                 assume_ttl: float = 60.0, bind_workers: int = 8,
+                 metrics_port: int | None = None, metrics_address: str = "") -> None:
         self.port = port
         self.address = address
+        self.metrics_port = metrics_port
+        self.metrics_address = metrics_address
         self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
         self.names = names
         self.ledger = ledger or Ledger()
@@ -275,7 +282,7 @@ class Extender:
         self._bind_workers = bind_workers
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: tornado.httpserver.HTTPServer | None = None
+        self._servers: list[tornado.httpserver.HTTPServer] = []
 
     @property
     def url(self) -> str:
@@ -299,31 +306,52 @@ class Extender:
             ("/inspect", InspectHandler, kwargs),
         ], log_function=_log_request)
 
+    def metrics_application(self) -> tornado.web.Application:
+        kwargs = {"extender": self}
+        return tornado.web.Application([("/healthz", HealthHandler, kwargs), ("/metrics", MetricsHandler, kwargs)],
+                                       log_function=_log_request)
+
     def start(self) -> Extender:
         if self._thread is not None:
             raise RuntimeError("the extender is already running")
         sockets = tornado.netutil.bind_sockets(self.port, self.address or None, family=socket.AF_UNSPEC)
         self.port = sockets[0].getsockname()[1]
+        metrics_sockets: list[socket.socket] = []
+        if self.metrics_port is not None:
+            try:
+                metrics_sockets = tornado.netutil.bind_sockets(self.metrics_port, self.metrics_address or None,
+                                                               family=socket.AF_UNSPEC)
+            except OSError:
+                for sock in sockets:
+                    sock.close()
+                raise
+            self.metrics_port = metrics_sockets[0].getsockname()[1]
         self.executor = ThreadPoolExecutor(self._bind_workers, thread_name_prefix="extender-bind")
         if self.view is not None:
             self.view.start()
         else:
             gc.freeze()  # a ledger given whole: keep it out of the cyclic GC's full collections
         ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(sockets, ready), name="extender-http",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(sockets, metrics_sockets, ready),
+                                        name="extender-http", daemon=True)
         self._thread.start()
         ready.wait(10)
         log.info("scheduler extender listening on %s (policy %s)", self.url, self.decisions.policy)
         return self
 
-    def _run(self, sockets: list[socket.socket], ready: threading.Event) -> None:
+    def _run(self, sockets: list[socket.socket], metrics_sockets: list[socket.socket],
+             ready: threading.Event) -> None:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         self._loop = loop
         # 64 MiB: a thousand full Node objects when the scheduler does not cache nodes
-        self._server = tornado.httpserver.HTTPServer(self.application(), max_body_size=64 << 20)
-        self._server.add_sockets(sockets)
+        server = tornado.httpserver.HTTPServer(self.application(), max_body_size=64 << 20)
+        server.add_sockets(sockets)
+        self._servers = [server]
+        if metrics_sockets:
+            metrics = tornado.httpserver.HTTPServer(self.metrics_application(), max_body_size=1 << 16)
+            metrics.add_sockets(metrics_sockets)
+            self._servers.append(metrics)
         loop.call_soon(ready.set)
         try:
             loop.run_forever()
@@ -332,12 +360,12 @@ class Extender:
             loop.close()
 
     def stop(self, timeout: float = 10.0) -> None:
-        loop, thread, server = self._loop, self._thread, self._server
+        loop, thread, servers = self._loop, self._thread, self._servers
         if thread is None or loop is None:
             return
 
         async def shutdown() -> None:
-            if server is not None:
+            for server in servers:
                 server.stop()
                 try:
                     await asyncio.wait_for(server.close_all_connections(), timeout)
@@ -347,7 +375,8 @@ class Extender:
 
         asyncio.run_coroutine_threadsafe(shutdown(), loop)
         thread.join(timeout)
-        self._thread = self._loop = self._server = None
+        self._thread = self._loop = None
+        self._servers = []
         if self.executor is not None:
             self.executor.shutdown(wait=True, cancel_futures=True)
             self.executor = None
