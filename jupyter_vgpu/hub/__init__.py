@@ -196,10 +196,10 @@ class Limit:
     def describe(self) -> str:
         parts = []
         if self.cores is not None:
-            parts.append(
-                f"{self.cores // CORES_PER_CARD} whole GPU(s)" if self.cores >= CORES_PER_CARD and not self.cores % CORES_PER_CARD
-                else f"{self.cores} % of one GPU"
-            )
+            whole, rest = divmod(self.cores, CORES_PER_CARD)
+            plural = "s" if whole > 1 else ""
+            parts.append(f"{self.cores} % of one GPU" if not whole else
+                         f"{whole} whole GPU{plural}" if not rest else f"{self.cores / CORES_PER_CARD:g} GPUs of compute")
         if self.memory_units is not None:
             parts.append(f"{format_mib(self.memory_units * MEMORY_UNIT_MIB)} of GPU memory")
         return " and ".join(parts) or "no limit"
