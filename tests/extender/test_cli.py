@@ -25,7 +25,8 @@ def free_port() -> int:
 def test_help_lists_flags_and_env():
     out = subprocess.run([EXE, "extender", "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
-    for flag in ("--port", "--address", "--kubeconfig", "--policy", "--prefix", "--domain"):
+    for flag in ("--port", "--address", "--kubeconfig", "--policy", "--prefix", "--domain", "--metrics-port",
+                 "--tls-cert", "--tls-key", "--client-ca"):
         assert flag in out.stdout
     assert "VGPU_EXTENDER_PORT" in out.stdout
 

@@ -37,6 +37,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=_env("METRICS_PORT"),
                    help="also serve only /metrics and /healthz on this port, on every address, for "
                         f"Prometheus and probes (default: off; env {ENV_PREFIX}METRICS_PORT)")
+    p.add_argument("--tls-cert", default=_env("TLS_CERT"),
+                   help=f"serve HTTPS with this certificate (PEM; env {ENV_PREFIX}TLS_CERT)")
+    p.add_argument("--tls-key", default=_env("TLS_KEY"), help=f"its private key (env {ENV_PREFIX}TLS_KEY)")
+    p.add_argument("--client-ca", default=_env("CLIENT_CA"),
+                   help="require client certificates signed by this CA, as kube-scheduler sends with "
+                        f"tlsConfig.certFile/keyFile (env {ENV_PREFIX}CLIENT_CA)")
     p.add_argument("--kubeconfig", default=_env("KUBECONFIG"),
                    help=f"kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config; env {ENV_PREFIX}KUBECONFIG)")
     p.add_argument("--policy", choices=("binpack", "spread"), default=_env("POLICY", "binpack"),
@@ -63,15 +69,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"jupyter-vgpu extender: --domain: {error}", file=sys.stderr)
         return 2
     from .. import kubeclient
-    from .server import Extender
+    from .server import Extender, server_tls
 
+    try:
+        server_tls(args.tls_cert, args.tls_key, args.client_ca)
+    except ValueError as error:
+        print(f"jupyter-vgpu extender: {error}", file=sys.stderr)
+        return 2
     try:
         api_client = kubeclient.load(args.kubeconfig)
     except kubeclient.KubeConfigError as error:
         print(f"jupyter-vgpu extender: {error}", file=sys.stderr)
         return 2
     extender = Extender(port=args.port, address=args.address, prefix=args.prefix, policy=args.policy,
-                        names=names, api_client=api_client, metrics_port=args.metrics_port)
+                        names=names, api_client=api_client, metrics_port=args.metrics_port,
+                        tls_cert=args.tls_cert, tls_key=args.tls_key, client_ca=args.client_ca)
     try:
         extender.start()
     except OSError as error:

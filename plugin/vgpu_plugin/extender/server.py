@@ -17,6 +17,7 @@ import asyncio
 import gc
 import logging
 import socket
+import ssl
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -255,6 +256,11 @@ class Extender:
     ``metrics_port`` (None: off) opens a second listener, by default on every address,
     with only ``/metrics`` and ``/healthz``: Prometheus and probes can reach those while
     filter/prioritize/bind (and ``/inspect``, which names pods) stay on the loopback.
+
+    ``tls_cert``/``tls_key`` serve the scheduler's listener over HTTPS (kube-scheduler's
+    ``enableHTTPS``); with ``client_ca`` a client certificate signed by that CA is
+    required (its ``tlsConfig.certFile``/``keyFile``), for an extender that is not a
+    sidecar on the loopback.
     """
 
     def __init__(self, *, port: int = DEFAULT_PORT, address: str = "127.0.0.1",
@@ -262,7 +268,10 @@ class Extender:
                  names: Names = contract.DEFAULT_NAMES, api_client: Any = None,
                  api: PodAPI | None = None, ledger: Ledger | None = None,
                  assume_ttl: float = 60.0, bind_workers: int = 8,
-                 metrics_port: int | None = None, metrics_address: str = "") -> None:
+                 metrics_port: int | None = None, metrics_address: str = "",
+                 tls_cert: str | None = None, tls_key: str | None = None,
+                 client_ca: str | None = None) -> None:
+        self.ssl_context = server_tls(tls_cert, tls_key, client_ca)
         self.port = port
         self.address = address
         self.metrics_port = metrics_port
@@ -289,7 +298,8 @@ class Extender:
         host = self.address if self.address not in ("", "0.0.0.0", "::") else "127.0.0.1"
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{self.port}{self.prefix}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://{host}:{self.port}{self.prefix}"
 
     @property
     def base_url(self) -> str:
@@ -345,7 +355,8 @@ class Extender:
         asyncio.set_event_loop(loop)
         self._loop = loop
         # 64 MiB: a thousand full Node objects when the scheduler does not cache nodes
-        server = tornado.httpserver.HTTPServer(self.application(), max_body_size=64 << 20)
+        server = tornado.httpserver.HTTPServer(self.application(), max_body_size=64 << 20,
+                                               ssl_options=self.ssl_context)
         server.add_sockets(sockets)
         self._servers = [server]
         if metrics_sockets:
@@ -388,6 +399,25 @@ class Extender:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def server_tls(cert: str | None, key: str | None, client_ca: str | None) -> ssl.SSLContext | None:
+    """The HTTPS context for the scheduler's listener, or None for plain HTTP."""
+    if not cert and not key:
+        if client_ca:
+            raise ValueError("a client CA needs a server certificate and key (--tls-cert, --tls-key)")
+        return None
+    if not (cert and key):
+        raise ValueError("HTTPS needs both a certificate and its key (--tls-cert and --tls-key)")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+        if client_ca:
+            context.load_verify_locations(cafile=client_ca)
+            context.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as error:
+        raise ValueError(f"cannot load the TLS files: {error}") from None
+    return context
 
 
 def _log_request(handler: tornado.web.RequestHandler) -> None:

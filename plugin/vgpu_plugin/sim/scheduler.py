@@ -14,12 +14,13 @@ The configuration is the real file, ``deploy/scheduler/config.yaml``, checked ag
 the kubescheduler.config.k8s.io/v1 schema by ``load_config`` (unknown fields fail).
 
 Not modelled: preemption, affinity beyond nodeSelector, volume and port checks, the
-default plugins' own scores (the extender's scores decide), and percentageOfNodesToScore
-(every feasible node goes to the extender).
+default plugins' own scores (the extender's scores decide), percentageOfNodesToScore
+(every feasible node goes to the extender) and tlsConfig.serverName.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
 import heapq
 import json
@@ -28,6 +29,8 @@ import os
 import random
 import re
 import socket
+import ssl
+import tempfile
 import threading
 import time
 import urllib.error
@@ -156,6 +159,33 @@ class ExtenderConfig:
     http_timeout: float = 30.0
     ignorable: bool = False
     managed_resources: Mapping[str, bool] = field(default_factory=dict)  # name -> ignoredByScheduler
+    enable_https: bool = False
+    tls: Mapping[str, Any] = field(default_factory=dict)  # tlsConfig as written
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """kube-scheduler's client TLS: verify with caFile/caData (none given: insecure, as it
+        does), present certFile/keyFile (or certData/keyData) when given."""
+        if not (self.enable_https or self.url_prefix.startswith("https:")):
+            return None
+        tls = self.tls
+        ca_data = base64.b64decode(tls["caData"]).decode() if tls.get("caData") else None
+        if tls.get("insecure") or not (tls.get("caFile") or ca_data):
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        else:
+            context = ssl.create_default_context(cafile=tls.get("caFile") or None, cadata=ca_data)
+        if tls.get("certFile") or tls.get("certData"):
+            cert, key = tls.get("certFile"), tls.get("keyFile")
+            with tempfile.TemporaryDirectory() as scratch:
+                if tls.get("certData"):
+                    cert = os.path.join(scratch, "cert.pem")
+                    Path(cert).write_bytes(base64.b64decode(tls["certData"]))
+                if tls.get("keyData"):
+                    key = os.path.join(scratch, "key.pem")
+                    Path(key).write_bytes(base64.b64decode(tls["keyData"]))
+                context.load_cert_chain(cert, key)
+        return context
 
     def url(self, verb: str) -> str:
         return self.url_prefix.rstrip("/") + "/" + verb
@@ -257,6 +287,7 @@ def parse_config(data: Any) -> SchedulerConfig:
             weight=raw.get("weight") or 0, node_cache_capable=bool(raw.get("nodeCacheCapable")),
             http_timeout=parse_duration(raw["httpTimeout"]) if raw.get("httpTimeout") else 30.0,
             ignorable=bool(raw.get("ignorable")), managed_resources=managed,
+            enable_https=bool(raw.get("enableHTTPS")), tls=dict(raw.get("tlsConfig") or {}),
         ))
     if binders > 1:
         raise ConfigError("extenders: only one extender may implement bind")
@@ -373,11 +404,12 @@ class ExtenderError(Exception):
     pass
 
 
-def _post(url: str, body: Any, timeout: float) -> Any:
+def _post(ext: ExtenderConfig, verb: str, body: Any) -> Any:
+    url = ext.url(verb)
     data = json.dumps(body, separators=(",", ":")).encode()
     request = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=ext.http_timeout, context=ext.ssl_context()) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as error:
         raise ExtenderError(f"failed {url.rsplit('/', 1)[-1]} with extender at URL {url}, code {error.code}") from None
@@ -613,7 +645,7 @@ class SimScheduler:
             args = {"Pod": pod, "Nodes": None, "NodeNames": list(by_name)}
         else:
             args = {"Pod": pod, "Nodes": {"metadata": {}, "items": nodes}, "NodeNames": None}
-        result = _post(ext.url(ext.filter_verb), args, ext.http_timeout)
+        result = _post(ext, ext.filter_verb, args)
         if not isinstance(result, dict):
             raise ExtenderError(f"extender {ext.url_prefix} answered filter with {type(result).__name__}")
         if _field(result, "Error"):
@@ -644,7 +676,7 @@ class SimScheduler:
             args = ({"Pod": pod, "Nodes": None, "NodeNames": names} if ext.node_cache_capable
                     else {"Pod": pod, "Nodes": {"metadata": {}, "items": feasible}, "NodeNames": None})
             try:
-                result = _post(ext.url(ext.prioritize_verb), args, ext.http_timeout)
+                result = _post(ext, ext.prioritize_verb, args)
             except ExtenderError as error:
                 log.info("prioritize ignored: %s", error)  # kube-scheduler ignores prioritize errors
                 continue
@@ -666,7 +698,7 @@ class SimScheduler:
             if binder is not None:
                 args = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta.get("uid", ""),
                         "Node": host}
-                result = _post(binder.url(binder.bind_verb), args, binder.http_timeout)
+                result = _post(binder, binder.bind_verb, args)
                 error = _field(result, "Error") if isinstance(result, dict) else "malformed bind reply"
                 if error:
                     raise ExtenderError(str(error))
