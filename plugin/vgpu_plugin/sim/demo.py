@@ -1,0 +1,345 @@
+"""The demo: the simulated cluster, a few neighbours, and JupyterLab as a notebook pod's process.
+
+The notebook pod asks for a share like any Hub profile would; the extender places it, the
+device plugin allocates it over gRPC, and the kubelet stand-in runs ``jupyter lab`` with the
+env Allocate returned (``VGPU_*``, the node metrics URL and a read token), so the lab's
+panel, ``%vgpu`` and the widgets show a real allocation through the whole stack. The pod
+also gets a kubeconfig for the simulated API, which is how the server extension carries out
+a share request here: it re-creates its own pod with the new limits (see
+``jupyter_vgpu.server.kube_request``); the new pod's lab takes over the same port and token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jupyter_vgpu.core import contract as c
+
+from .cluster import ClusterError, NodeSpec, SimCluster
+from .neighbours import ROLE_LABEL, Neighbour, default_neighbours, start_neighbours
+
+DGX_NODE = "dgx-a100"
+PCIE_NODE = "p40-pcie"
+NOTEBOOK_NAMESPACE = "default"
+NOTEBOOK_POD = "notebook"
+NOTEBOOK_CONTAINER = "notebook"
+NOTEBOOK_SELECTOR = f"{ROLE_LABEL}=notebook"
+
+
+def demo_nodes() -> list[NodeSpec]:
+    """A DGX A100 (8 cards, all NVLinked) and a PCIe box of 7 P40s in two PIX groups."""
+    return [
+        NodeSpec(DGX_NODE, "dgx-a100.txt", model="NVIDIA A100-SXM4-40GB", memory_mib=40960, seed=1),
+        NodeSpec(PCIE_NODE, "p40-7gpu-pix-phb.txt", model="Tesla P40", memory_mib=24576, seed=2),
+    ]
+
+
+def bundled_topology_dir() -> Path:
+    from jupyter_vgpu.data import TOPOLOGY_DIR
+
+    return TOPOLOGY_DIR
+
+
+def start_cluster(*, run_processes: bool, policy: str = "binpack", workdir: str | None = None,
+                  metrics_period: float = 1.0) -> SimCluster:
+    """The demo's nodes on the captures bundled with the package (no checkout needed)."""
+    cluster = SimCluster(demo_nodes(), workdir=workdir, fixtures_dir=bundled_topology_dir(), policy=policy,
+                         run_processes=run_processes, metrics_period=metrics_period)
+    return cluster.start()
+
+
+def port_is_free(address: str, port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((address, port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_port(address: str, wanted: int | None, default: int = 8888, tries: int = 50) -> int:
+    """``--port`` must be free; without it, 8888 or the next free one (as `jupyter lab` does)."""
+    if wanted is not None:
+        if wanted and not port_is_free(address, wanted):
+            raise ClusterError(f"port {wanted} on {address} is in use; pick another with --port")
+        if wanted:
+            return wanted
+    for port in range(default, default + tries):
+        if port_is_free(address, port):
+            return port
+    with socket.socket() as sock:
+        sock.bind((address, 0))
+        return int(sock.getsockname()[1])
+
+
+def normalize_base_url(base_url: str) -> str:
+    return "/" + base_url.strip("/") + "/" if base_url.strip("/") else "/"
+
+
+@dataclass
+class DemoOptions:
+    port: int | None = None
+    ip: str = "127.0.0.1"
+    base_url: str = "/"
+    cores: int = 25
+    memory: str = "16"  # vcuda-memory units or a size ("4GiB")
+    root_dir: str = "."
+    neighbours: bool = True
+    policy: str = "binpack"
+    lab_timeout: float = 180.0
+
+
+class Demo:
+    """Start with ``start()``, stop with ``stop()``; ``url`` is the lab with its token."""
+
+    def __init__(self, options: DemoOptions, say: Callable[[str], None] = print) -> None:
+        self.options = options
+        self.request = c.Request(options.cores, c.parse_memory_size(options.memory))  # RequestError if invalid
+        self.say = say
+        self.token = secrets.token_hex(24)
+        self.port = 0
+        self.cluster: SimCluster | None = None
+        self.base_url = normalize_base_url(options.base_url)
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> Demo:
+        self.port = pick_port(self.options.ip, self.options.port)
+        try:
+            self.cluster = start_cluster(run_processes=True, policy=self.options.policy)
+            if self.options.neighbours:
+                start_neighbours(self.cluster, self.neighbours())
+            self._create_notebook_pod()
+            self.cluster.wait_for_pod(NOTEBOOK_NAMESPACE, NOTEBOOK_POD, timeout=60)
+            self._wait_for_lab()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        cluster, self.cluster = self.cluster, None
+        if cluster is not None:
+            cluster.stop()  # the kubelet stand-ins stop the pods' processes; the work dir goes
+
+    def neighbours(self) -> tuple[Neighbour, ...]:
+        return default_neighbours(DGX_NODE, PCIE_NODE)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.options.ip}:{self.port}{self.base_url}lab?token={self.token}"
+
+    @property
+    def server_url(self) -> str:
+        return f"http://{self.options.ip}:{self.port}{self.base_url}"
+
+    # --- the notebook pod ----------------------------------------------------------------
+
+    def _workdir(self, *parts: str) -> str:
+        assert self.cluster is not None
+        path = os.path.join(self.cluster.workdir, "jupyter", *parts)
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def _lab_environment(self) -> dict[str, str]:
+        """Where the lab keeps its config and runtime files: in the demo's work dir, so a stop
+        leaves nothing behind and the user's own Jupyter config cannot get in the way."""
+        config = self._workdir("config")
+        with open(os.path.join(config, "jupyter_server_config.json"), "w", encoding="utf-8") as handle:
+            # an editable install does not put the wheel's etc/jupyter/ file in place
+            json.dump({"ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}},
+                       "LabApp": {"news_url": "", "check_for_updates_class": "jupyterlab.NeverCheckForUpdate"}},
+                      handle)
+        assert self.cluster is not None
+        return {
+            c.ENV_NOTEBOOK_KUBECONFIG: self.cluster.kubeconfig,
+            "JUPYTER_CONFIG_DIR": config,
+            "JUPYTER_RUNTIME_DIR": self._workdir("runtime"),
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def _extra_labextensions(self) -> list[str]:
+        """The panel from the package when this environment has not installed it (a plain
+        editable install without `jupyter labextension develop`)."""
+        from jupyter_core.paths import jupyter_path
+
+        if any(os.path.isdir(os.path.join(p, "jupyter-vgpu")) for p in jupyter_path("labextensions")):
+            return []
+        import jupyter_vgpu
+
+        built = Path(jupyter_vgpu.__file__).parent / "labextension"
+        if not (built / "package.json").is_file():
+            self.say("demo: the JupyterLab panel is not built (jupyter_vgpu/labextension); "
+                     "the lab runs without it - reinstall with `pip install -e .` to build it")
+            return []
+        extensions = self._workdir("labextensions")
+        os.symlink(built, os.path.join(extensions, "jupyter-vgpu"), target_is_directory=True)
+        return [f"--LabApp.extra_labextensions_path={extensions}"]
+
+    def lab_command(self) -> list[str]:
+        lab = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ip={self.options.ip}", f"--port={self.port}",
+               "--ServerApp.port_retries=0", f"--ServerApp.base_url={self.base_url}",
+               f"--IdentityProvider.token={self.token}",
+               f"--ServerApp.root_dir={os.path.abspath(self.options.root_dir)}",
+               *self._extra_labextensions()]
+        if os.geteuid() == 0:  # containers and CI run as root; jupyter refuses without this
+            lab.append("--allow-root")
+        return [sys.executable, "-m", "vgpu_plugin.sim.demo_notebook", f"--address={self.options.ip}",
+                f"--port={self.port}", "--", *lab]
+
+    def _create_notebook_pod(self) -> None:
+        assert self.cluster is not None
+        body = self.cluster.notebook_pod(
+            NOTEBOOK_POD, cores=self.request.cores, memory=self.request.memory_units or None,
+            namespace=NOTEBOOK_NAMESPACE, command=self.lab_command(), env=self._lab_environment(),
+            labels={ROLE_LABEL: "notebook"})
+        body["spec"]["containers"][0]["name"] = NOTEBOOK_CONTAINER
+        self.cluster.core_v1.create_namespaced_pod(NOTEBOOK_NAMESPACE, body, _preload_content=False)
+
+    def notebook_pods(self) -> list[dict[str, Any]]:
+        """The notebook pod and its successors (a share request re-creates it as <name>-v<n>)."""
+        assert self.cluster is not None
+        answer = self.cluster.core_v1.list_namespaced_pod(NOTEBOOK_NAMESPACE, label_selector=NOTEBOOK_SELECTOR,
+                                                         _preload_content=False)
+        return list(json.loads(answer.data).get("items") or [])
+
+    def _lab_process(self) -> tuple[Any, str] | None:
+        """(Popen, log path) of the current notebook pod's process, if the kubelet started one."""
+        assert self.cluster is not None
+        for pod in self.notebook_pods():
+            meta = pod["metadata"]
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            if not node_name or node_name not in self.cluster.nodes:
+                continue
+            node = self.cluster.nodes[node_name]
+            admitted = node.kubelet.admitted(meta["uid"])
+            if admitted and admitted.containers and admitted.containers[0].process is not None:
+                log = os.path.join(os.path.dirname(node.plugin_dir), "logs",
+                                   f"{meta['namespace']}_{meta['name']}_{NOTEBOOK_CONTAINER}.log")
+                return admitted.containers[0].process, log
+        return None
+
+    def _wait_for_lab(self) -> None:
+        deadline = time.monotonic() + self.options.lab_timeout
+        request = urllib.request.Request(self.server_url + "api/status",
+                                         headers={"Authorization": f"token {self.token}"})
+        while True:
+            running = self._lab_process()
+            if running is not None and running[0].poll() is not None:
+                raise ClusterError(f"JupyterLab in the notebook pod exited with {running[0].returncode}:\n"
+                                   + _tail(running[1]))
+            try:
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise ClusterError(f"JupyterLab did not answer at {self.server_url} within "
+                                   f"{self.options.lab_timeout:.0f} s" + (f":\n{_tail(running[1])}" if running else ""))
+            time.sleep(0.25)
+
+    # --- what to tell the user -----------------------------------------------------------
+
+    def describe_notebook(self, pod: dict[str, Any]) -> str:
+        meta = pod.get("metadata") or {}
+        record = (meta.get("annotations") or {}).get(c.DEFAULT_NAMES.allocation)
+        if not record:
+            return f"pod {meta.get('namespace')}/{meta.get('name')} (no vGPU)"
+        allocation = c.PodAllocation.from_json(record)
+        shares = [share for container in allocation.containers for share in container.cards]
+        cards = ", ".join(f"card {s.index} ({s.cores} % of its compute, {s.memory_mib} MiB)" for s in shares)
+        return f"pod {meta.get('namespace')}/{meta.get('name')} on node {allocation.node}: {cards}"
+
+    def guide(self) -> list[str]:
+        assert self.cluster is not None
+        cluster = self.cluster
+        notebook = next((p for p in self.notebook_pods() if p["metadata"]["name"] == NOTEBOOK_POD), None)
+        nodes = ", ".join(f"{n.name} ({len(n.gpus.inventory())} x {n.spec.model})" for n in cluster.nodes.values())
+        lines = [
+            "",
+            f"jupyter-vgpu demo: a simulated cluster with GPU nodes {nodes}",
+            f"  your notebook: {self.describe_notebook(notebook) if notebook else '?'}",
+        ]
+        if self.options.neighbours:
+            lines.append(f"  neighbours: {len(self.neighbours())} pods in namespace 'research' keep other cards busy")
+        lines += [
+            "",
+            "JupyterLab (open the vGPU panel with Alt+Shift+G; in a notebook: %load_ext jupyter_vgpu, then %vgpu):",
+            "",
+            self.url,
+            "",
+            "Look around:",
+            f"  kubectl --kubeconfig {cluster.kubeconfig} get pods -A -o wide",
+            f"  curl -s {cluster.extender.base_url}/inspect        # the extender's ledger: who holds which card",
+        ]
+        lines += [f"  curl -s {n.metrics_url}/metrics         # node {n.name}: Prometheus metrics"
+                  for n in cluster.nodes.values() if n.metrics_url]
+        lines += ["", "Press Ctrl-C to stop everything.", ""]
+        return lines
+
+
+class NotebookWatcher(threading.Thread):
+    """Says when a share request has moved the notebook to a new pod (and card)."""
+
+    def __init__(self, demo: Demo, say: Callable[[str], None], interval: float = 1.0) -> None:
+        super().__init__(name="demo-notebook-watcher", daemon=True)
+        self.demo, self.say, self.interval = demo, say, interval
+        self.stopping = threading.Event()
+        self.announced: set[str] = set()
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval):
+            try:
+                pods = self.demo.notebook_pods()
+            except Exception:  # noqa: BLE001 - the cluster is stopping; nothing to say
+                continue
+            for pod in pods:
+                meta = pod["metadata"]
+                annotations = meta.get("annotations") or {}
+                running = (pod.get("status") or {}).get("phase") == "Running"
+                served = annotations.get(c.DEFAULT_NAMES.gpu_assigned) == "true" or (running and not _wants_gpu(pod))
+                if meta["uid"] in self.announced or not served:
+                    continue
+                self.announced.add(meta["uid"])
+                if meta["name"] != NOTEBOOK_POD:
+                    self.say(f"demo: your notebook moved to {self.demo.describe_notebook(pod)}; "
+                             f"the lab comes back at the same URL in a few seconds")
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+
+def _tail(path: str, lines: int = 40) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return "".join(handle.readlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"
+
+
+def open_browser(url: str) -> None:
+    import webbrowser
+
+    threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+
+
+def _wants_gpu(pod: dict[str, Any]) -> bool:
+    resources = c.DEFAULT_NAMES.resources
+    return any(name in resources for ctr in (pod.get("spec") or {}).get("containers") or []
+               for name in ((ctr.get("resources") or {}).get("limits") or {}))
+
+
+__all__: Sequence[str] = ("Demo", "DemoOptions", "NotebookWatcher", "demo_nodes", "start_cluster")

@@ -1,0 +1,167 @@
+"""``jupyter-vgpu sim`` (the simulated cluster alone) and ``jupyter-vgpu demo`` (+ JupyterLab).
+
+Both run until Ctrl-C (or SIGTERM) and then stop every component they started: the pods'
+processes, the daemons, the sockets and the work directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from jupyter_vgpu.core import contract as c
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM stops the command the way Ctrl-C does (jupyter-server-proxy and Binder send it)."""
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _wait_forever() -> None:
+    while True:
+        time.sleep(3600)
+
+
+# --- jupyter-vgpu sim ----------------------------------------------------------------------------
+
+
+def sim_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jupyter-vgpu sim",
+        description="Run the simulated cluster alone: Kubernetes API, scheduler stand-in + extender, and two GPU "
+                    "nodes (a DGX A100 and a PCIe P40 box) with the kubelet stand-in, device plugin and metrics "
+                    "server on simulated GPUs. Point kubectl at the printed kubeconfig. Runs until Ctrl-C.")
+    p.add_argument("--policy", choices=("binpack", "spread"), default="binpack", help="the extender's placement policy")
+    p.add_argument("--neighbours", action="store_true", help="start a few pods with simulated GPU work")
+    p.add_argument("--run-processes", action="store_true",
+                   help="run pods' commands as local processes (as you, with the env Allocate returned); "
+                        "anyone who can reach the API on 127.0.0.1 could then run commands as you")
+    p.add_argument("--log-level", default="WARNING", help="logging level of the components (default WARNING)")
+    return p
+
+
+def sim_main(argv: Sequence[str] | None = None) -> int:
+    args = sim_parser().parse_args(argv)
+    _logging(args.log_level)
+    _interrupt_on_sigterm()
+    from .cluster import ClusterError
+    from .demo import DGX_NODE, PCIE_NODE, start_cluster
+    from .neighbours import default_neighbours, start_neighbours
+
+    cluster = None
+    try:
+        cluster = start_cluster(run_processes=args.run_processes, policy=args.policy)
+        if args.neighbours:
+            start_neighbours(cluster, default_neighbours(DGX_NODE, PCIE_NODE))
+        lines = [
+            "jupyter-vgpu sim: the simulated cluster is up",
+            f"  kubeconfig: {cluster.kubeconfig}",
+            f"  API:        {cluster.kube.url}",
+            f"  extender:   {cluster.extender.url}   (ledger: {cluster.extender.base_url}/inspect)",
+        ]
+        lines += [f"  node {n.name}: {len(n.gpus.inventory())} x {n.spec.model}, metrics {n.metrics_url}/metrics"
+                  for n in cluster.nodes.values()]
+        lines += ["",
+                  f"  kubectl --kubeconfig {cluster.kubeconfig} get nodes,pods -A",
+                  "  pods asking for vGPU use schedulerName: " + c.SCHEDULER_NAME
+                  + f" and limits {c.DEFAULT_NAMES.core_resource} / {c.DEFAULT_NAMES.memory_resource}",
+                  "", "Press Ctrl-C to stop."]
+        for line in lines:
+            _say(line)
+        _wait_forever()
+    except KeyboardInterrupt:
+        _say("jupyter-vgpu sim: stopping")
+    except (ClusterError, OSError, ValueError) as error:
+        print(f"jupyter-vgpu sim: {error}", file=sys.stderr)
+        return 1
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    return 0
+
+
+# --- jupyter-vgpu demo ---------------------------------------------------------------------------
+
+
+def demo_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jupyter-vgpu demo",
+        description="Start the simulated cluster, a few neighbour pods, and a notebook pod holding a vGPU share "
+                    "whose process is JupyterLab with the jupyter-vgpu server extension. Prints the lab's URL. "
+                    "Ctrl-C stops everything.")
+    p.add_argument("--port", type=int, default=None, help="the lab's port (default 8888 or the next free one)")
+    p.add_argument("--ip", default="127.0.0.1", help="the lab's address (default 127.0.0.1)")
+    p.add_argument("--base-url", default="/", help="the lab's base URL (e.g. behind jupyter-server-proxy)")
+    p.add_argument("--no-browser", action="store_true", help="do not open a browser")
+    p.add_argument("--cores", type=int, default=25,
+                   help="the notebook's share of one card's compute in percent, or 100 x whole cards (default 25)")
+    p.add_argument("--memory", default="16",
+                   help="the notebook's GPU memory: vcuda-memory units of 256 MiB, or a size like 4GiB (default 16)")
+    p.add_argument("--notebook-dir", default=".", help="the lab's root directory (default: here)")
+    p.add_argument("--no-neighbours", action="store_true", help="leave the other cards empty")
+    p.add_argument("--policy", choices=("binpack", "spread"), default="binpack", help="the extender's placement policy")
+    p.add_argument("--log-level", default="WARNING", help="logging level of the components (default WARNING)")
+    return p
+
+
+def demo_main(argv: Sequence[str] | None = None) -> int:
+    args = demo_parser().parse_args(argv)
+    _logging(args.log_level)
+    _interrupt_on_sigterm()
+    from .cluster import ClusterError
+    from .demo import Demo, DemoOptions, NotebookWatcher, open_browser
+
+    options = DemoOptions(port=args.port, ip=args.ip, base_url=args.base_url, cores=args.cores, memory=args.memory,
+                          root_dir=args.notebook_dir, neighbours=not args.no_neighbours, policy=args.policy)
+    try:
+        demo = Demo(options, say=_say)
+    except c.RequestError as error:
+        print(f"jupyter-vgpu demo: {error}", file=sys.stderr)
+        return 2
+    watcher = None
+    started = time.monotonic()
+    try:
+        _say("jupyter-vgpu demo: starting the simulated cluster and JupyterLab (Ctrl-C to stop) ...")
+        demo.start()
+        for line in demo.guide():
+            _say(line)
+        _say(f"(ready in {time.monotonic() - started:.1f} s)")
+        if not args.no_browser:
+            open_browser(demo.url)
+        watcher = NotebookWatcher(demo, _say)
+        watcher.start()
+        _wait_forever()
+    except KeyboardInterrupt:
+        _say("jupyter-vgpu demo: stopping")
+    except (ClusterError, OSError) as error:
+        print(f"jupyter-vgpu demo: {error}", file=sys.stderr)
+        return 1
+    finally:
+        if watcher is not None:
+            watcher.stop()
+        # a second Ctrl-C during the stop must not leave half of it running
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if threading.current_thread() is threading.main_thread() else None
+        try:
+            demo.stop()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+    return 0
