@@ -149,7 +149,7 @@ class GpuManagerSource:
         if not configs:
             reason = "; ".join(problems) or f"no {contract.GM_VCUDA_CONFIG_NAME} under {self._settings.vcuda_config_dir}"
             return allocation_answer("none", self.name, None, f"gpu-manager gave this container no limits ({reason})")
-        cards = []
+        cards: list[dict[str, Any]] = []
         for i, config in enumerate(configs):
             device = self._visible[i] if i < len(self._visible) else None
             cards.append({

@@ -107,6 +107,10 @@ class UsageStreamHandler(ExtensionHandlerMixin, JupyterHandler, websocket.WebSoc
 
     auth_resource = AUTH_RESOURCE
 
+    @property
+    def app(self) -> Any:
+        return self.extensionapp
+
     async def pre_get(self) -> None:
         authorized_ = await ensure_async(self.authorizer.is_authorized(self, self.current_user, "read", AUTH_RESOURCE))
         if not authorized_:
@@ -120,19 +124,19 @@ class UsageStreamHandler(ExtensionHandlerMixin, JupyterHandler, websocket.WebSoc
             await result
 
     def open(self, *args: Any, **kwargs: Any) -> None:
-        self.extensionapp.subscribe(self)
+        self.app.subscribe(self)
 
     def send(self, message: dict[str, Any]) -> None:
         try:
             self.write_message(json.dumps(message))
         except websocket.WebSocketClosedError:
-            self.extensionapp.unsubscribe(self)
+            self.app.unsubscribe(self)
 
     def on_message(self, message: str | bytes) -> None:
         pass  # the stream is one-way
 
     def on_close(self) -> None:
-        self.extensionapp.unsubscribe(self)
+        self.app.unsubscribe(self)
 
 
 def _environ() -> dict[str, str]:

@@ -58,6 +58,9 @@ def parse_share(cores: object, memory: object, environ: Mapping[str, str] | None
         if memory not in (None, 0, "", "0"):
             raise RequestError("cores 0 releases the share; leave out --memory")
         return 0, 0
+    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (str, int))):
+        raise RequestError(f"memory {memory!r}: use a size such as '4GiB' or '4096MiB', or a number of "
+                           f"{contract.MEMORY_UNIT_MIB} MiB units")
     units = contract.parse_memory_size(memory) if memory not in (None, "", 0) else 0
     request = contract.Request(count, units)  # validates: shares need memory, whole cards are 100*n
     environ = environ or {}

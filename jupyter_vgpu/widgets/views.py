@@ -12,6 +12,7 @@ from typing import Any
 
 import ipywidgets as w
 
+from jupyter_vgpu.core.contract import format_mib
 from jupyter_vgpu.widgets import render
 
 
@@ -66,7 +67,7 @@ class AllocationCard(_TextRepr, w.VBox):
             compute = _bar("compute", card.get("cores") or 0, 100, "success")
             compute.tooltip = f"{card.get('cores')} % of the card's compute"
             memory_bar = _bar("memory", memory, total, "info")
-            memory_bar.tooltip = f"{render.format_mib(memory)} of {render.format_mib(total)}"
+            memory_bar.tooltip = f"{format_mib(memory)} of {format_mib(total)}"
             children += [compute, w.Label(compute.tooltip), memory_bar, w.Label(memory_bar.tooltip)]
         return tuple(children)
 

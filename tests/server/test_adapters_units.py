@@ -67,7 +67,8 @@ def test_parse_share(cores, memory, expected):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(("cores", "memory", "words"), [
     (0, "4GiB", "releases the share"), (25, None, "needs vcuda-memory"), (25, "1000MiB", "multiple of 256 MiB"),
     ("lots", "4GiB", "not a quantity"), (True, "4GiB", "not a count"), (101, None, "did you mean 100 or 200"),
-    (25, "4PiB", "unknown unit"),
+    (25, "4PiB", "unknown unit"), (25, [16], "use a size such as"), (25, 4.5, "use a size such as"),
+    ({"n": 1}, "4GiB", "not a count"),
 ])
 def test_parse_share_refuses(cores, memory, words):  # type: ignore[no-untyped-def]
     with pytest.raises(RequestError, match=words):

@@ -264,7 +264,7 @@ def test_requests_validate_and_explain(run, jp_fetch):  # type: ignore[no-untype
 
     for body, words in [({"cores": 25}, "needs vcuda-memory"), ({"cores": 150, "memory": 4}, "did you mean 100 or 200"),
                         ({"cores": 25, "memory": "3.3GiB"}, "multiple of 256 MiB"), ({"memory": 4}, "cores"),
-                        ({"cores": -1, "memory": 4}, "negative")]:
+                        ({"cores": -1, "memory": 4}, "negative"), ({"cores": 25, "memory": [4]}, "use a size")]:
         response = post(body)
         assert response.code == 400, body
         assert words in as_json(response)["message"], (body, as_json(response))
