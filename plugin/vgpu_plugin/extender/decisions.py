@@ -199,7 +199,7 @@ def fit(entry: NodeEntry, ask: PodAsk) -> tuple[str | None, bool]:
         else:
             result = placement.place_pod(node_state(entry), requests, ask.policy)
             verdict = (None, False) if isinstance(result, placement.PodPlacement) else (result.reason, False)
-    entry.memo[key] = verdict
+    _remember(entry.memo, key, verdict)
     return verdict
 
 
@@ -208,13 +208,24 @@ def _never_reason(entry: NodeEntry, ask: PodAsk) -> str | None:
     key = ("never", ask.key)
     if key not in entry.static_memo:
         if len(ask.requests) == 1 and _fits_empty(entry, next(iter(ask.requests.values()))):
-            entry.static_memo[key] = None
-            return None
-        empty = node_state(entry).emptied()
-        result = placement.place_pod(empty, ask.requests, ask.policy)
-        entry.static_memo[key] = (None if isinstance(result, placement.PodPlacement)
-                                  else f"{result.reason} (even with every card free)")
-    return entry.static_memo[key]
+            reason = None
+        else:
+            result = placement.place_pod(node_state(entry).emptied(), ask.requests, ask.policy)
+            reason = (None if isinstance(result, placement.PodPlacement)
+                      else f"{result.reason} (even with every card free)")
+        _remember(entry.static_memo, key, reason)
+        return reason
+    return entry.static_memo[key]  # type: ignore[no-any-return]
+
+
+MEMO_LIMIT = 512
+"""Entries a node's memo keeps before starting over: request shapes are many over a long life."""
+
+
+def _remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(memo) >= MEMO_LIMIT:
+        memo.clear()
+    memo[key] = value
 
 
 def score(entry: NodeEntry, ask: PodAsk) -> int:
@@ -226,7 +237,7 @@ def score(entry: NodeEntry, ask: PodAsk) -> int:
         else:
             value = placement.score_node(node_state(entry), ask.requests, ask.policy)
             value = max(0, min(MAX_EXTENDER_PRIORITY, int(value)))
-        entry.memo[key] = value
+        _remember(entry.memo, key, value)
     return value
 
 
