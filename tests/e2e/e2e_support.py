@@ -1,0 +1,137 @@
+"""Helpers for the end-to-end tests: real HTTP to the extender and the node metrics servers,
+the official client against the simulated API, and readings of every component's view."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from jupyter_vgpu.core import contract as c
+from jupyter_vgpu.core.inventory import NodeInventory
+
+NAMES = c.DEFAULT_NAMES
+_DEVICE = re.compile(r"^gpu([0-9]+)-(core|mem)-[0-9]+$")
+
+
+def http(url: str, token: str | None = None, timeout: float = 15.0) -> tuple[int, Any]:
+    """(status, body) of a GET; the body parsed as JSON when it is JSON."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status, raw = response.status, response.read()
+    except urllib.error.HTTPError as error:
+        status, raw = error.code, error.read()
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode("utf-8", "replace")
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 60.0, what: str = "a condition",
+             interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def pod_body(cluster: Any, name: str, cores: int, memory_units: int | None, *, node: str | None = None,
+             namespace: str = "default", labels: dict[str, str] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = cluster.notebook_pod(name, cores=cores, memory=memory_units, namespace=namespace,
+                                                labels=labels or {})
+    if node:
+        body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return body
+
+
+def create_pod(cluster: Any, body: dict[str, Any]) -> None:
+    cluster.core_v1.create_namespaced_pod(body["metadata"]["namespace"], body, _preload_content=False)
+
+
+def delete_pod(cluster: Any, namespace: str, name: str) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        cluster.core_v1.delete_namespaced_pod(name, namespace, _preload_content=False)
+    except ApiException as error:
+        if error.status != 404:
+            raise
+
+
+def list_pods(cluster: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    answer = cluster.core_v1.list_pod_for_all_namespaces(_preload_content=False, **kwargs)
+    return list(json.loads(answer.data).get("items") or [])
+
+
+def allocation(pod: dict[str, Any]) -> c.PodAllocation | None:
+    record = ((pod.get("metadata") or {}).get("annotations") or {}).get(NAMES.allocation)
+    return c.PodAllocation.from_json(record) if record else None
+
+
+def inventory(cluster: Any, node: str) -> NodeInventory:
+    raw = json.loads(cluster.core_v1.read_node(node, _preload_content=False).data)
+    return NodeInventory.from_json(raw["metadata"]["annotations"][NAMES.node_inventory])
+
+
+def inspect_cards(cluster: Any, node: str) -> dict[int, dict[str, Any]]:
+    """The extender's /inspect view of one node: card index -> card entry."""
+    status, body = http(f"{cluster.extender.base_url}/inspect?node={node}")
+    assert status == 200, body
+    (entry,) = [n for n in body["nodes"] if n["name"] == node]
+    return {card["index"]: card for card in entry["cards"]}
+
+
+def free_cores(cluster: Any, node: str) -> dict[int, int]:
+    return {i: card["cores"]["free"] for i, card in inspect_cards(cluster, node).items()}
+
+
+def holdings_from_annotations(pods: Iterable[dict[str, Any]]) -> dict[tuple[str, int], tuple[int, int]]:
+    """(node, card) -> (cores, memory units) summed over the allocation records of live pods."""
+    held: dict[tuple[str, int], tuple[int, int]] = {}
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
+            continue
+        record = allocation(pod)
+        if record is None:
+            continue
+        for container in record.containers:
+            for share in container.cards:
+                cores, units = held.get((record.node, share.index), (0, 0))
+                held[(record.node, share.index)] = (cores + share.cores, units + share.memory_units)
+    return held
+
+
+def overcommitted(held: dict[tuple[str, int], tuple[int, int]], capacity: dict[tuple[str, int], int]) -> list[str]:
+    """Cards holding more than 100 % of their compute or more memory units than they have."""
+    problems = []
+    for key, (cores, units) in sorted(held.items()):
+        if cores > c.CORES_PER_CARD or units > capacity.get(key, 0):
+            problems.append(f"{key[0]} card {key[1]}: {cores} cores, {units}/{capacity.get(key)} memory units")
+    return problems
+
+
+def device_counts(ids: Iterable[str]) -> Counter[tuple[int, str]]:
+    """(card, 'core'|'mem') -> how many of these device IDs name it."""
+    counts: Counter[tuple[int, str]] = Counter()
+    for device in ids:
+        match = _DEVICE.match(device)
+        assert match, f"unexpected device ID {device!r}"
+        counts[(int(match.group(1)), match.group(2))] += 1
+    return counts
+
+
+def best_set_cost(topology: Any, free: Iterable[int], size: int) -> int:
+    """The brute-force lowest pairwise link cost of ``size`` cards among ``free``."""
+    return min(topology.set_cost(combo) for combo in itertools.combinations(sorted(free), size))
