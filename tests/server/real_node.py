@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vgpu_plugin.metrics.server import MetricsServer
-from vgpu_plugin.tokens import TokenMinter
+from vgpu_plugin.tokens import TokenMinter, new_allocation_id
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.gpu.simulated import SimulatedGPUs
@@ -51,8 +51,9 @@ class RealNode:
         uid = str(uuid.uuid4())
         container_id = secrets.token_hex(32)
         card_uuid = self.gpus.inventory()[card].uuid
+        allocation_id = new_allocation_id()  # what the device plugin records once kubelet confirms Allocate
         allocation = contract.PodAllocation(self.node, (contract.ContainerAllocation(
-            0, container, (contract.CardShare(card, card_uuid, cores, memory_units),)),))
+            0, container, (contract.CardShare(card, card_uuid, cores, memory_units),), allocation_id),))
         self.pods.append({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "uid": uid,
@@ -84,7 +85,7 @@ class RealNode:
             contract.ENV_POD_UID: uid,
             contract.ENV_CONTAINER: container,
             contract.ENV_METRICS_URL: self.server.url,
-            contract.ENV_TOKEN: self.minter.mint(uid, 0),
+            contract.ENV_TOKEN: self.minter.mint(allocation_id),
             contract.ENV_ENFORCEMENT: "hami-core",
             contract.ENV_XLA_MEM_FRACTION: f"{min(1.0, memory_mib / card_total):.3f}",
             contract.ENV_CUPY_MEMORY_LIMIT: str(memory_mib * 1024 * 1024),

@@ -192,7 +192,7 @@ class TestNodeAPIUnreachable:
 class TestNodeAPIRefusesToken:
     @pytest.fixture
     def vgpu_config(self, node_env, monkeypatch, real_node):  # type: ignore[no-untyped-def]
-        monkeypatch.setenv(contract.ENV_TOKEN, real_node.minter.mint("a-pod-that-is-gone", 0))
+        monkeypatch.setenv(contract.ENV_TOKEN, real_node.minter.mint("an-allocation-that-is-gone"))
         return {"source": "auto"}
 
     def test_refused_token_says_so(self, run, jp_fetch):  # type: ignore[no-untyped-def]
