@@ -137,23 +137,34 @@ def topology_svg(topology: Mapping[str, Any]) -> str:
 
 
 def _card_svg(index: int, gpu: Mapping[str, Any], x: float, y: float, w: int, h: int) -> str:
+    """One card: its share of compute held by anyone (grey), yours on top (green)."""
     mine = bool(gpu.get("mine"))
     used = percent(gpu.get("allocatedCores"), 100)
+    own = percent(gpu.get("myCores"), 100) if mine and gpu.get("myCores") is not None else (used if mine else 0.0)
     stroke = MINE if mine else "#616161"
-    fill_w = (w - 8) * used / 100
-    label = "yours" if mine else f"{gpu.get('tenants', 0)} tenant(s)"
+    tenants = gpu.get("tenants", 0) or 0
+    if mine:
+        label = f"you {own:.0f} % · {used:.0f} % held"
+    elif tenants or used:
+        label = f"{tenants} tenant(s) · {used:.0f} % held"
+    else:
+        label = "free"
     health = "" if gpu.get("healthy", True) else " ✕"
+    bar_w = w - 8
     return (
         f'<g class="vgpu-card{" vgpu-mine" if mine else ""}" data-index="{index}">'
+        f'<title>GPU {index}: {esc(label)}</title>'
         f'<rect x="{x:.1f}" y="{y}" width="{w}" height="{h}" rx="6" fill="white" stroke="{stroke}" '
         f'stroke-width="{3 if mine else 1}"/>'
         f'<text x="{x + w / 2:.1f}" y="{y + 16}" text-anchor="middle" font-size="12" font-family="sans-serif" '
         f'font-weight="{"bold" if mine else "normal"}">GPU {index}{health}</text>'
-        f'<rect x="{x + 4:.1f}" y="{y + 26}" width="{w - 8}" height="10" fill="{FREE}"/>'
-        f'<rect class="vgpu-occupancy" x="{x + 4:.1f}" y="{y + 26}" width="{fill_w:.1f}" height="10" '
-        f'fill="{MINE if mine else OTHERS}"/>'
-        f'<text x="{x + w / 2:.1f}" y="{y + 54}" text-anchor="middle" font-size="10" font-family="sans-serif">'
-        f'{esc(label)} · {used:.0f} %</text></g>'
+        f'<rect x="{x + 4:.1f}" y="{y + 26}" width="{bar_w}" height="10" fill="{FREE}"/>'
+        f'<rect class="vgpu-occupancy" x="{x + 4:.1f}" y="{y + 26}" width="{bar_w * used / 100:.1f}" height="10" '
+        f'fill="{OTHERS}"/>'
+        + (f'<rect class="vgpu-own" x="{x + 4:.1f}" y="{y + 26}" width="{bar_w * own / 100:.1f}" height="10" '
+           f'fill="{MINE}"/>' if mine else "")
+        + f'<text x="{x + w / 2:.1f}" y="{y + 54}" text-anchor="middle" font-size="10" font-family="sans-serif">'
+        f'{esc(label)}</text></g>'
     )
 
 

@@ -87,7 +87,7 @@ def test_topology_view_of_a_share(comms):  # type: ignore[no-untyped-def]
                  {"index": 1, "mine": True, "allocatedCores": 25, "tenants": 1, "healthy": False}]}}
     svg = comms.last(TopologyView(None, answer=topology).model_id, "value")
     others = svg.split('data-index="0"')[1].split("</g>")[0]
-    assert "3 tenant(s) · 75 %" in others and f'fill="{render.OTHERS}"' in others
+    assert "3 tenant(s) · 75 % held" in others and f'fill="{render.OTHERS}"' in others
     assert "GPU 1 ✕" in svg  # unhealthy marked
 
 
@@ -168,7 +168,7 @@ def test_views_over_the_real_node_api(comms, tmp_path, monkeypatch):  # type: ig
                 comms.last(memory.model_id, "max")) == (30, 12288, 40960)
         svg = comms.last(TopologyView(facts).model_id, "value")
         mine = svg.split("vgpu-mine")[1].split("</g>")[0]
-        assert 'data-index="3"' in mine and "yours · 90 %" in mine  # the card is 90 % allocated in all
+        assert 'data-index="3"' in mine and "you 30 % · 90 % held" in mine  # yours, and the card in all
         assert "neighbour" not in svg  # other pods are occupancy, never names
     finally:
         node.stop()
