@@ -25,7 +25,8 @@ USAGE = """\
 %vgpu status               your share, its usage and which framework guard rails are in force
 %vgpu topo                 the node's GPU topology with your card highlighted
 %vgpu usage                memory and utilisation against your limits, now
-%vgpu watch [--interval S] a live usage chart (updates in the background; close it to stop)
+%vgpu watch [--interval S] a live usage chart (updates in the background; close it to stop);
+                           without a widget frontend, a usage line every S seconds until Ctrl-C
 %vgpu request --cores N --memory SIZE
                            ask for a new share (SIZE: 4GiB, 4096MiB or units of 256 MiB);
                            your server restarts with it (JupyterHub) or your pod is re-created
@@ -47,6 +48,7 @@ def _parser() -> _Parser:
         sub.add_parser(name, add_help=False)
     watch = sub.add_parser("watch", add_help=False)
     watch.add_argument("--interval", type=float, default=None)
+    watch.add_argument("--count", type=int, default=0)  # text mode: stop after N lines (0: until Ctrl-C)
     request = sub.add_parser("request", add_help=False)
     request.add_argument("--cores", required=True)
     request.add_argument("--memory", default=None)
@@ -132,11 +134,17 @@ class VGPUMagics(Magics):
         display(widget)
         return None
 
+    @property
+    def widgets_shown(self) -> bool:
+        """True in a kernel (a frontend may render widgets); False in terminal IPython."""
+        return getattr(self.shell, "kernel", None) is not None
+
     def _cmd_dashboard(self, args: argparse.Namespace) -> Any:
         from jupyter_vgpu.widgets.views import Dashboard
 
-        dashboard = Dashboard(self.facts, interval=self.watch_interval)
-        self.live.append(dashboard.usage)
+        dashboard = Dashboard(self.facts, interval=self.watch_interval, live=self.widgets_shown)
+        if self.widgets_shown:
+            self.live.append(dashboard.usage)
         return self._display(dashboard)
 
     def _cmd_status(self, args: argparse.Namespace) -> None:
@@ -165,11 +173,38 @@ class VGPUMagics(Magics):
         return self._display(UsageChart(self.facts, live=False))
 
     def _cmd_watch(self, args: argparse.Namespace) -> Any:
+        interval = args.interval or self.watch_interval
+        if not self.widgets_shown:
+            return self._watch_text(interval, args.count)
         from jupyter_vgpu.widgets.views import UsageChart
 
-        chart = UsageChart(self.facts, live=True, interval=args.interval or self.watch_interval)
+        chart = UsageChart(self.facts, live=True, interval=interval)
         self.live.append(chart)
         return self._display(chart)
+
+    def _watch_text(self, interval: float, count: int) -> None:
+        """One line per sample for frontends without widgets; Ctrl-C stops it."""
+        from jupyter_vgpu.widgets import render
+
+        shown = 0
+        try:
+            while count <= 0 or shown < count:
+                answer = self.facts.usage(0)
+                current = answer.get("current") or {}
+                limits = answer.get("limits") or {}
+                stamp = time.strftime("%H:%M:%S", time.localtime(current.get("t") or time.time()))
+                memory, limit = current.get("memoryUsedMib") or 0, limits.get("memoryMib") or 0
+                print(f"{stamp} {answer.get('state'):<11} memory {render.text_bar(memory, limit, 10)} "
+                      f"{contract.format_mib(memory)}"
+                      + (f"/{contract.format_mib(limit)}" if limit else "")
+                      + f"  util {current.get('utilizationPercent') or 0:5.1f} %"
+                      + (f"  {answer['message']}" if answer.get("message") and answer.get("state") != "live" else ""),
+                      flush=True)
+                shown += 1
+                if count <= 0 or shown < count:
+                    time.sleep(interval)
+        except KeyboardInterrupt:
+            print("stopped")
 
     def _cmd_release(self, args: argparse.Namespace) -> Any:
         return self._submit(0, 0, wait=True)

@@ -45,7 +45,13 @@ def test_status_reports_the_allocation_usage_and_guard_rails(shell, notebook):  
     assert "torch" in rails and "tensorflow" in rails
 
 
-def test_dashboard_topo_usage_display_widgets_with_text(shell, notebook):  # type: ignore[no-untyped-def]
+@pytest.fixture
+def in_kernel(shell, monkeypatch):  # type: ignore[no-untyped-def]
+    """The shell as in a kernel (a frontend that may render widgets): ipykernel sets shell.kernel."""
+    monkeypatch.setattr(shell, "kernel", object(), raising=False)
+
+
+def test_dashboard_topo_usage_display_widgets_with_text(shell, notebook, in_kernel):  # type: ignore[no-untyped-def]
     magics = shell.magics_manager.registry["VGPUMagics"]
     _, outputs = run(shell, "")
     data = outputs[0].data
@@ -58,7 +64,7 @@ def test_dashboard_topo_usage_display_widgets_with_text(shell, notebook):  # typ
     assert outputs[0].data["text/plain"].startswith("usage (live)")
 
 
-def test_watch_runs_in_the_background_and_stops_on_unload(shell, notebook):  # type: ignore[no-untyped-def]
+def test_watch_runs_in_the_background_and_stops_on_unload(shell, notebook, in_kernel):  # type: ignore[no-untyped-def]
     magics = shell.magics_manager.registry["VGPUMagics"]
     started = time.monotonic()
     run(shell, "watch --interval 0.1")
@@ -71,6 +77,16 @@ def test_watch_runs_in_the_background_and_stops_on_unload(shell, notebook):  # t
         time.sleep(0.05)
     shell.run_line_magic("unload_ext", "jupyter_vgpu")
     assert not chart.running
+
+
+def test_without_a_widget_frontend_watch_prints_lines(shell, notebook):  # type: ignore[no-untyped-def]
+    magics = shell.magics_manager.registry["VGPUMagics"]
+    out, outputs = run(shell, "watch --interval 0.3 --count 3")
+    lines = out.splitlines()
+    assert len(lines) == 3 and not outputs and not magics.live
+    assert all(" live " in line and "/10 GiB" in line and "util" in line for line in lines)
+    _, outputs = run(shell, "")  # the dashboard, once, as text: no thread left polling
+    assert "25 % compute" in outputs[0].data["text/plain"] and not magics.live
 
 
 def test_request_validates_and_reports_the_outcome(shell, notebook):  # type: ignore[no-untyped-def]
