@@ -1,0 +1,65 @@
+"""The live chart in a real ipykernel: updates arrive on iopub while another cell runs, and stop on close."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "topology" / "a100-sxm-4gpu-nv4.txt"
+
+
+@pytest.fixture
+def kernel():  # type: ignore[no-untyped-def]
+    from jupyter_client.manager import start_new_kernel
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VGPU_", "JUPYTERHUB_", "CUDA_"))}
+    env.update({"JUPYTER_VGPU_SOURCE": "local-nvml", "NVIDIA_VISIBLE_DEVICES": "2"})
+    manager, client = start_new_kernel(kernel_name="python3", startup_timeout=120, env=env)
+    try:
+        yield client
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+def execute(client, code, on_message=None, timeout=120):  # type: ignore[no-untyped-def]
+    """Run a cell; every iopub message while it runs goes to on_message; returns the reply."""
+    msg_id = client.execute(code)
+    deadline = time.monotonic() + timeout
+    while True:
+        message = client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if on_message is not None:
+            on_message(message)
+        if message["header"]["msg_type"] == "error" and message["parent_header"].get("msg_id") == msg_id:
+            raise AssertionError("\n".join(message["content"]["traceback"]))
+        if (message["header"]["msg_type"] == "status" and message["content"]["execution_state"] == "idle"
+                and message["parent_header"].get("msg_id") == msg_id):
+            return client.get_shell_msg(timeout=timeout)
+
+
+def test_live_chart_updates_while_a_cell_runs_and_stops_when_closed(kernel):  # type: ignore[no-untyped-def]
+    execute(kernel, f'%config VGPUMagics.local_backend = "simulated:{FIXTURE}"\n%load_ext jupyter_vgpu')
+    opened = []
+    execute(kernel, "%vgpu watch --interval 0.2",
+            lambda m: opened.append(m) if m["header"]["msg_type"] == "comm_open" else None)
+    assert opened, "no widget was opened"
+    updates = []
+
+    def during(message):  # type: ignore[no-untyped-def]
+        if message["header"]["msg_type"] == "comm_msg" and message["content"]["data"].get("method") == "update":
+            updates.append((time.monotonic(), message["content"]["data"]["state"]))
+
+    started = time.monotonic()
+    execute(kernel, "import time; time.sleep(2.5)", during)
+    finished = time.monotonic()
+    svgs = [state["value"] for _, state in updates if "vgpu-usage" in str(state.get("value", ""))]
+    assert len(svgs) >= 3, f"{len(updates)} updates while the cell slept"  # ~1 per 0.2 s, cell not blocked
+    assert all(started <= t <= finished for t, _ in updates)
+    execute(kernel, "_vgpu = get_ipython().magics_manager.registry['VGPUMagics']\n"
+                    "chart = _vgpu.live[-1]\nchart.close()\nassert not chart.running")
+    after = []
+    execute(kernel, "time.sleep(1)", lambda m: after.append(m) if m["header"]["msg_type"] == "comm_msg" else None)
+    assert after == []
