@@ -10,6 +10,7 @@ this adapter records the points it has read.
 from __future__ import annotations
 
 import glob
+import http.client
 import os
 import re
 import socket
@@ -194,7 +195,7 @@ class GpuManagerSource:
         container = allocation.get("container") if allocation else None
         try:
             samples = self._scrape()
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, http.client.HTTPException) as error:
             reason = getattr(error, "reason", error)
             return usage_answer("unreachable", self.name, limits=limits,
                                 message=f"gpu-manager's metrics at {self.metric_url or '(unknown)'} are unreachable: {reason}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -51,7 +52,7 @@ class NodeAPISource:
                     f"(HTTP {error.code}{detail}); the pod may have been re-created — restart the server"
                 ) from None
             raise Unreachable(f"the node metrics server at {self.base_url} answered HTTP {error.code}{detail}") from None
-        except (OSError, ValueError) as error:  # URLError, timeouts, refused, bad JSON
+        except (OSError, ValueError, http.client.HTTPException) as error:  # refused, timeouts, cut off, bad JSON
             reason = getattr(error, "reason", error)
             raise Unreachable(f"the node metrics server at {self.base_url} is unreachable: {reason}") from None
         if not isinstance(body, dict):

@@ -47,6 +47,11 @@ class NodeAPI(tornado.web.RequestHandler):
     async def get(self, what: str) -> None:
         if self.state.get("delay"):
             await asyncio.sleep(self.state["delay"])
+        if self.state.get("cut"):  # a peer that dies mid-answer
+            stream = self.request.connection.detach()
+            await stream.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{\"no")
+            stream.close()
+            return
         self.state["requests"].append((what, dict(self.request.query_arguments), self.request.headers.get("Authorization")))
         auth = self.request.headers.get("Authorization", "")
         if not auth:

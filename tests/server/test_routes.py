@@ -172,6 +172,20 @@ class TestSlowNodeAPI:
         assert allocation["allocation"] == ALLOCATION and fast < 1.5
 
 
+class TestNodeAPICutOff:
+    @pytest.fixture
+    def vgpu_config(self, monkeypatch, peers):  # type: ignore[no-untyped-def]
+        monkeypatch.setenv(contract.ENV_METRICS_URL, peers["url"])
+        monkeypatch.setenv(contract.ENV_TOKEN, TOKEN)
+        peers["cut"] = True
+        return {"source": "node-api"}
+
+    def test_a_peer_dying_mid_answer_is_unreachable(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+        for route in ("allocation", "usage", "topology"):
+            answer = get(run, jp_fetch, route)
+            assert answer["state"] == "unreachable" and "is unreachable" in answer["message"], answer
+
+
 class TestNodeAPIUnreachable:
     @pytest.fixture
     def vgpu_config(self, node_env, monkeypatch):  # type: ignore[no-untyped-def]
