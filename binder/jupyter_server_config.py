@@ -10,7 +10,10 @@ c = get_config()  # noqa: F821 (defined by Jupyter when it loads this file)
 
 c.ServerProxy.servers = {
     "vgpu-demo": {
-        "command": ["jupyter-vgpu", "demo", "--no-browser", "--port", "{port}", "--base-url", "{base_url}vgpu-demo/"],
+        # The lab listens on 127.0.0.1 behind Binder's own authenticated server, and
+        # jupyter-server-proxy cannot hand a browser the lab's random token: no token here.
+        "command": ["jupyter-vgpu", "demo", "--no-browser", "--port", "{port}", "--base-url", "{base_url}vgpu-demo/",
+                    "--token", ""],
         "absolute_url": True,
         "timeout": 180,
         "launcher_entry": {"title": "vGPU demo (simulated cluster)"},
