@@ -109,7 +109,10 @@ class VGPUExtension(ExtensionApp):
 
     async def call(self, method: str, *args: Any) -> dict[str, Any]:
         """Run a FactSource method off the event loop."""
-        function = getattr(self.facts, method)
+        return await self.off_loop(getattr(self.facts, method), *args)  # type: ignore[no-any-return]
+
+    async def off_loop(self, function: Any, *args: Any) -> Any:
+        """Anything that may block (HTTP to a peer, NVML) runs in the extension's thread pool."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
 
     # --- usage stream: one poller however many sockets ------------------------------------

@@ -69,7 +69,7 @@ class RequestsHandler(VGPUHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        latest = self.app.tracker.latest()
+        latest = await self.app.off_loop(self.app.tracker.latest)  # may ask the Hub about a restart
         if latest is None:
             raise web.HTTPError(404, "no share has been requested from this server yet")
         self.reply(latest.to_dict())
@@ -96,7 +96,7 @@ class RequestHandler(VGPUHandler):
     @web.authenticated
     @authorized
     async def get(self, request_id: str) -> None:
-        request = self.app.tracker.get(request_id)
+        request = await self.app.off_loop(self.app.tracker.get, request_id)
         if request is None:
             raise web.HTTPError(404, f"no share request {request_id!r}")
         self.reply(request.to_dict())

@@ -217,3 +217,32 @@ def test_a_hub_without_jupyter_vgpu_is_explained(tmp_path):  # type: ignore[no-u
         assert outcome.state == "failed" and "ask your admin to enable it" in outcome.message
     finally:
         plain.stop()
+
+
+class TestRestartedServerAPI:
+    """Through the REST API: the server that comes back from a Hub restart serves the outcome."""
+
+    @pytest.fixture
+    def vgpu_config(self, hub, monkeypatch):  # type: ignore[no-untyped-def]
+        old_token = hub.start_server()
+        before = len(hub.spawns())
+        assert HubRequester(hub.api, old_token, "alice", poll_interval=0.2).request(
+            30, 32, lambda m: None).state == "pending"  # handed over: the Hub restarts it
+        hub.wait(lambda: len(hub.spawns()) > before and (hub.server() or {}).get("ready"), "the restart")
+        for key, value in new_server_env(hub, hub.spawns()[before]["token"]).items():
+            monkeypatch.setenv(key, value)
+        return {"source": "none", "requester": "jupyterhub"}
+
+    def test_get_requests_returns_the_hubs_outcome(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+        def final():  # type: ignore[no-untyped-def]
+            body = json.loads(run(jp_fetch("vgpu", "api", "requests")).body)
+            return body if body["state"] != "pending" else None
+
+        deadline = time.monotonic() + 60
+        while (body := final()) is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert body["state"] == "scheduled" and body["id"].startswith("hub-") and body["handed_over"]
+        assert body["node"] == "gpu-a" and body["cards"][0]["uuid"] == "GPU-1111"
+        again = json.loads(run(jp_fetch("vgpu", "api", "requests", body["id"])).body)
+        assert again["state"] == "scheduled"
