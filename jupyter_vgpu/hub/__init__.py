@@ -346,15 +346,20 @@ class VGPUHub(Configurable):
                 "display_name_in_choices": "Other…",
                 "validation_regex": SHARE_TEXT_PATTERN,
                 "validation_message": f"Type {SHARE_TEXT_HELP}.",
-                "kubespawner_override": {"extra_resource_limits": self._custom_limits},
+                "kubespawner_override": {"extra_resource_limits": self._custom_limits()},
             }
         return option
 
-    def _custom_limits(self, spawner: Any) -> dict[str, str | None]:
-        # called by KubeSpawner while loading the profile; apply_user_options already
-        # refused bad text with a 400, this re-parses for hubs older than JupyterHub 5.3
-        text = (spawner.user_options or {}).get(f"{SHARE_OPTION}--unlisted-choice", "")
-        return self.limits_override(parse_share_text(text))
+    def _custom_limits(self) -> Callable[[Any], dict[str, str | None]]:
+        # a plain function, not a bound method: KubeSpawner deep-copies the profile list on
+        # every form and spawn, and would copy this whole configurable along with a method
+        def custom_limits(spawner: Any) -> dict[str, str | None]:
+            # apply_user_options already refused bad text with a 400; KubeSpawner calls this
+            # while loading the profile
+            text = (spawner.user_options or {}).get(f"{SHARE_OPTION}--unlisted-choice", "")
+            return self.limits_override(parse_share_text(text))
+
+        return custom_limits
 
     def profile_list_for(self, spawner: Any) -> list[dict[str, Any]]:
         """The vGPU entries this spawner's user may pick (shares above their limit are left out)."""
