@@ -14,6 +14,7 @@ import json
 import shutil
 import sys
 import tempfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -167,3 +168,40 @@ def test_a_share_request_from_the_notebook_restarts_it_through_the_hub(cluster, 
             latest = f"(server unreachable: {error})"
         raise AssertionError(f"the notebook's share request did not restart it; its request state: {latest}") from None
     assert (answer["allocation"]["cores"], answer["allocation"]["memoryMib"]) == (50, 40 * 1024)
+
+
+def test_the_spawn_form_offers_the_shares_and_explains_a_refusal(cluster, hub):
+    """A browser's path: log in, see the profiles, type a custom share above the limit."""
+    import http.cookiejar
+    import re
+    import urllib.parse
+
+    base = hub.api.removesuffix("/api")
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+
+    def page(path: str, form: dict | None = None, status: int = 200) -> str:
+        data = None if form is None else urllib.parse.urlencode(form).encode()
+        try:
+            with opener.open(base + path, data=data, timeout=60) as response:
+                code, text = response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            code, text = error.code, error.read().decode()
+        assert code == status, (path, code, text[-2000:])
+        return text
+
+    def xsrf(html: str) -> str:
+        # forms carry it as a hidden input; every page has it in its JS config
+        found = re.search(r'name="_xsrf"[^>]*value="([^"]+)"', html) or re.search(r'xsrf_token: "([^"]+)"', html)
+        assert found, html[-3000:]
+        return found.group(1)
+
+    login = page("/login")
+    page("/login", {"username": "alice", "password": "any", "_xsrf": xsrf(login)})
+    form = page("/spawn")
+    for label in ("CPU only", "¼ GPU · 20 GiB", "½ GPU · 40 GiB", "Custom vGPU share"):
+        assert label in form
+    assert '"vgpu-one"' not in form  # the default limit is half a card
+    answer = page("/spawn", {"_xsrf": xsrf(form), "profile": "vgpu-custom",
+                             "profile-option-vgpu-custom--vgpu-share--unlisted-choice": "90% 8GiB"}, status=400)
+    assert "more than the default limit allows" in answer
+    assert cluster.read_pod("default", "jupyter-alice") is None  # nothing was started
