@@ -264,3 +264,25 @@ def test_priority_classes_and_service_accounts_exist(kustomization):
             pod = obj["spec"]["template"]["spec"]
             assert pod["priorityClassName"] in classes
             assert pod["serviceAccountName"] in accounts
+
+
+def test_node_restriction_component_names_the_node_daemons_account(tmp_path):
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(DEPLOY / "base", tmp_path)],
+        "components": [os.path.relpath(DEPLOY / "components/node-restriction", tmp_path)],
+    }))
+    objects = render(str(tmp_path))
+    for obj in objects:
+        if obj["kind"] != "ServiceMonitor":
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    policy = find(objects, "ValidatingAdmissionPolicy", "vgpu-node-own-node-only")
+    binding = find(objects, "ValidatingAdmissionPolicyBinding", "vgpu-node-own-node-only")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"] and binding["spec"]["validationActions"] == ["Deny"]
+    account = find(objects, "ServiceAccount", "vgpu-node")["metadata"]
+    (condition,) = policy["spec"]["matchConditions"]
+    assert f"'system:serviceaccount:{account['namespace']}:{account['name']}'" in condition["expression"]
+    rules = find(objects, "ClusterRole", "vgpu-node")["rules"]
+    written = {r for rule in rules if {"patch", "update"} & set(rule["verbs"]) for r in rule["resources"]}
+    covered = {r for rule in policy["spec"]["matchConstraints"]["resourceRules"] for r in rule["resources"]}
+    assert written <= covered, f"the daemon can write {written - covered} outside the policy"
