@@ -8,6 +8,7 @@ extension's thread pool, never on the event loop.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from jupyter_core.utils import ensure_async
@@ -84,7 +85,7 @@ class RequestsHandler(VGPUHandler):
         if not isinstance(body, dict) or "cores" not in body:
             raise web.HTTPError(400, 'send {"cores": N, "memory": "4GiB" | units}; cores 0 releases the share')
         try:
-            cores, units = parse_share(body.get("cores"), body.get("memory"), _environ())
+            cores, units = parse_share(body.get("cores"), body.get("memory"), os.environ)  # the Hub's ceiling
             request = self.app.tracker.submit(cores, units)
         except RequestError as error:
             raise web.HTTPError(400, str(error)) from None
@@ -137,12 +138,6 @@ class UsageStreamHandler(ExtensionHandlerMixin, JupyterHandler, websocket.WebSoc
 
     def on_close(self) -> None:
         self.app.unsubscribe(self)
-
-
-def _environ() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
 
 
 def routes() -> list[tuple[str, type, dict[str, Any]] | tuple[str, type]]:
