@@ -208,6 +208,11 @@ class Names:
         return f"{self.project_domain}/gpu-inventory"
 
     @property
+    def share_request(self) -> str:
+        """Pod annotation: the share request that re-created this notebook pod (JSON, notebook side)."""
+        return f"{self.project_domain}/share-request"
+
+    @property
     def node_label_gpu(self) -> str:
         """Node label set by the device plugin on nodes that have healthy vGPU cards."""
         return f"{self.project_domain}/gpu"
@@ -445,6 +450,9 @@ class ContainerAllocation:
     index: int
     name: str
     cards: tuple[CardShare, ...]
+    allocation_id: str = ""
+    """The id in the read token (``VGPU_TOKEN``) of the answer this container really got, once the
+    device plugin has seen kubelet's record of it; "" until then (and in the scheduler's record)."""
 
     @property
     def cores(self) -> int:
@@ -489,6 +497,7 @@ class PodAllocation:
                             {"index": s.index, "uuid": s.uuid, "cores": s.cores, "memoryUnits": s.memory_units}
                             for s in c.cards
                         ],
+                        **({"allocationId": c.allocation_id} if c.allocation_id else {}),
                     }
                     for c in self.containers
                 ],
@@ -523,6 +532,7 @@ class PodAllocation:
                         )
                         for s in c["cards"]
                     ),
+                    allocation_id=_allocation_id(c.get("allocationId", "")),
                 )
                 for c in data["containers"]
             )
@@ -535,6 +545,12 @@ class PodAllocation:
             )
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"allocation annotation is malformed: {error!s}") from None
+
+
+def _allocation_id(value: object) -> str:
+    if not isinstance(value, str) or not value.isascii() or not all(ch.isalnum() or ch in "-_" for ch in value):
+        raise ValueError(f"allocationId {value!r} is not a token id (letters, digits, '-' and '_')")
+    return value
 
 
 def _nonneg(value: object, what: str) -> int:

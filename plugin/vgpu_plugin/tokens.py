@@ -1,10 +1,15 @@
 """Per-allocation read tokens.
 
 The device plugin hands each vGPU container a token (``VGPU_TOKEN``) that lets it, and
-only it, read its own allocation and usage from the node's metrics endpoint. Tokens are
-HMACs over (pod UID, container index) with a per-node secret, so verification is
-stateless and survives daemon restarts without a token store: the secret is the only
-state, kept in a file on the host.
+only it, read its own allocation and usage from the node's metrics endpoint. A token is
+an HMAC, with a per-node secret, over a random allocation id made for that one Allocate
+answer; it says nothing about which pod it is for. kubelet's Allocate does not name the
+pod either, so the device plugin only learns who holds an answer from kubelet's
+checkpoint, and then writes the answer's id into that pod's allocation record. The
+metrics server finds the caller by that id in the records, never by a pod named in the
+environment. Verification stays stateless (the secret is the only state, kept in a file
+on the host); a record holds only the id, so reading a pod's annotations does not give
+its token.
 """
 
 from __future__ import annotations
@@ -15,8 +20,14 @@ import hmac
 import os
 import secrets
 
-_VERSION = "v1"
+_VERSION = "v2"
 _SECRET_BYTES = 32
+_ID_BYTES = 16  # 128 random bits
+
+
+def new_allocation_id() -> str:
+    """A fresh allocation id (URL-safe: letters, digits, '-' and '_')."""
+    return secrets.token_urlsafe(_ID_BYTES)
 
 
 class TokenMinter:
@@ -25,27 +36,27 @@ class TokenMinter:
             raise ValueError("token secret must be at least 16 bytes")
         self._secret = secret
 
-    def _mac(self, pod_uid: str, container_index: int) -> str:
-        message = f"{_VERSION}\n{pod_uid}\n{container_index}".encode()
-        digest = hmac.new(self._secret, message, hashlib.sha256).digest()
+    def _mac(self, subject: str) -> str:
+        digest = hmac.new(self._secret, f"{_VERSION}\n{subject}".encode(), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
-    def mint(self, pod_uid: str, container_index: int) -> str:
-        if not pod_uid or "." in pod_uid:
-            raise ValueError(f"pod UID {pod_uid!r} cannot be put in a token")
-        return f"{_VERSION}.{pod_uid}.{container_index}.{self._mac(pod_uid, container_index)}"
+    def mint(self, subject: str) -> str:
+        """The token for one allocation id."""
+        if not subject or not subject.isascii() or not all(ch.isalnum() or ch in "-_" for ch in subject):
+            raise ValueError(f"{subject!r} cannot be put in a token (letters, digits, '-' and '_' only)")
+        return f"{_VERSION}.{subject}.{self._mac(subject)}"
 
-    def verify(self, token: str | None) -> tuple[str, int] | None:
-        """(pod UID, container index) when the token is genuine, else None."""
+    def verify(self, token: str | None) -> str | None:
+        """The allocation id when the token is genuine, else None."""
         if not token:
             return None
         parts = token.strip().split(".")
-        if len(parts) != 4 or parts[0] != _VERSION or not parts[2].isdigit():
+        if len(parts) != 3 or parts[0] != _VERSION or not parts[1]:
             return None
-        pod_uid, index = parts[1], int(parts[2])
-        if not hmac.compare_digest(parts[3], self._mac(pod_uid, index)):
+        # bytes: compare_digest refuses non-ASCII str, and a header can carry anything
+        if not hmac.compare_digest(parts[2].encode(), self._mac(parts[1]).encode()):
             return None
-        return pod_uid, index
+        return parts[1]
 
 
 def load_or_create_secret(path: str) -> bytes:

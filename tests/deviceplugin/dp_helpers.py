@@ -166,6 +166,7 @@ class DaemonFactory:
     def __call__(self, backend: Any, *, node: str = "node-1", enforcement: str = "hami-core",
                  metrics: dict | None = None, start: bool = True, **config: Any) -> NodeDaemon:
         config.setdefault("reconcile_period", 0.3)
+        config.setdefault("confirm_grace", 1.0)  # KubeletPeer writes no checkpoint: gpu-assigned after 1 s
         config.setdefault("watch_period", 0.05)
         config.setdefault("metrics_url", "http://10.0.0.1:5678")
         enforcement_config = config.pop("enforcement_config", None) or EnforcementConfig(
@@ -252,3 +253,16 @@ def wait_registered(peer: KubeletPeer, count: int = 2, timeout: float = 20.0) ->
 
 def stop_thread(thread: threading.Thread) -> None:
     thread.join(5)
+
+
+def confirmed_record(core_v1: Any, name: str, timeout: float = 20.0, namespace: str = "default") -> PodAllocation:
+    """The pod's allocation record once it is served and kubelet's checkpoint confirmed each
+    container's answer (the record then holds the allocation id of the container's token)."""
+    def confirmed() -> PodAllocation | None:
+        anns = annotations(core_v1, name, namespace)
+        if anns.get(NAMES.gpu_assigned) != "true":
+            return None
+        allocation = PodAllocation.from_json(anns[NAMES.allocation])
+        return allocation if all(ctr.allocation_id for ctr in allocation.containers) else None
+
+    return wait_for(confirmed, timeout, what=f"{name} assigned and confirmed")

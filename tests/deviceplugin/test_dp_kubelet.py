@@ -5,9 +5,20 @@ from __future__ import annotations
 import json
 import os
 import sys
+import urllib.error
+import urllib.request
 
 import pytest
-from dp_helpers import CORE, MEMORY, NAMES, annotations, place_pod, read_pod, wait_for
+from dp_helpers import (
+    CORE,
+    MEMORY,
+    NAMES,
+    annotations,
+    confirmed_record,
+    place_pod,
+    read_pod,
+    wait_for,
+)
 from vgpu_plugin.deviceplugin.checkpoint import read_checkpoint
 from vgpu_plugin.sim.kubelet import SimKubelet
 
@@ -35,9 +46,7 @@ def running(core_v1, name):
 
 
 def record(core_v1, name):
-    text = wait_for(lambda: annotations(core_v1, name).get(NAMES.gpu_assigned) == "true"
-                    and annotations(core_v1, name)[NAMES.allocation], what=f"{name} assigned")
-    return PodAllocation.from_json(text)
+    return confirmed_record(core_v1, name)
 
 
 def start_pair(kubelets, daemons, gpus, *, drive_gpus=False, **kubelet_kwargs):
@@ -104,6 +113,7 @@ def test_plugin_killed_and_restarted_keeps_every_assignment(kubelets, daemons, g
         place_pod(core_v1, gpus, f"nb-{i}", [(Request(20, 8), (i % 4,))])
     for i in range(4):
         wait_for(lambda i=i: running(core_v1, f"nb-{i}"))
+        record(core_v1, f"nb-{i}")
     before = {f"nb-{i}": annotations(core_v1, f"nb-{i}") for i in range(4)}
     envs = {f"nb-{i}": kubelet.env("default", f"nb-{i}", "c0") for i in range(4)}
     calls = len(kubelet.allocate_calls)
@@ -148,8 +158,19 @@ def test_kubelet_restart_reregisters_and_keeps_pods(kubelets, daemons, gpus, cor
     assert daemon.allocator.usage() == {3: (50, 32)}
 
 
-def test_out_of_order_admission_is_reconciled_so_records_are_true(kubelets, daemons, gpus, core_v1):
-    kubelet, daemon = start_pair(kubelets, daemons, gpus)
+def api_get(url, token):
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_out_of_order_admission_is_reconciled_so_records_and_tokens_are_true(kubelets, daemons, gpus, core_v1,
+                                                                           tmp_path):
+    proc_root = tmp_path / "proc"
+    kubelet, daemon = start_pair(kubelets, daemons, gpus, drive_gpus=True, proc_root=str(proc_root))
     daemon.stop()
     kubelet.wait_for(lambda: not kubelet.registered(CORE), 15)
     # both pods wait for the plugin; kubelet will admit "early" first (it was bound first), but
@@ -157,15 +178,40 @@ def test_out_of_order_admission_is_reconciled_so_records_are_true(kubelets, daem
     # Allocate with late's placement. The checkpoint tells the truth afterwards.
     place_pod(core_v1, gpus, "early", [(Request(30, 10), (0,))], predicate_time=2_000)
     place_pod(core_v1, gpus, "late", [(Request(30, 10), (2,))], predicate_time=1_000)
-    restarted = daemons(gpus)
+    restarted = daemons(gpus, metrics={"address": "127.0.0.1", "port": 0, "proc_root": str(proc_root),
+                                       "period": 0.1})
     assert restarted.wait_ready(15)
+    uids = {name: read_pod(core_v1, name)["metadata"]["uid"] for name in ("early", "late")}
+    envs = {}
     for name in ("early", "late"):
         wait_for(lambda name=name: running(core_v1, name), what=name)
-    assert kubelet.env("default", "early", "c0")[c.ENV_DEVICE_INDICES] == "2", "the ambiguity did happen"
+        envs[name] = kubelet.env("default", name, "c0")
+    assert envs["early"][c.ENV_DEVICE_INDICES] == "2", "the ambiguity did happen"
+    assert envs["early"][c.ENV_POD_NAME] == "late" and envs["late"][c.ENV_POD_NAME] == "early", \
+        "each env names the other pod"
+    other = {"early": "late", "late": "early"}
+
+    def own_answers():
+        """Each token's answers, checked on every poll: never the other pod, only ever its own."""
+        answers = {}
+        for name, env in envs.items():
+            status, body = api_get(restarted.metrics_server.url + "/api/v1/allocation", env[c.ENV_TOKEN])
+            assert other[name] not in body and uids[other[name]] not in body, (name, body)
+            if status != 200:
+                assert status == 403, (status, body)  # not confirmed yet: nothing at all
+                return None
+            answers[name] = json.loads(body)
+        return answers
+
+    answers = wait_for(own_answers, 30, interval=0.05, what="both tokens confirmed")
+    for name, answer in answers.items():
+        assert (answer["pod"], answer["podUid"], answer["namespace"]) == (name, uids[name], "default")
+        assert [str(card["index"]) for card in answer["cards"]] == [envs[name][c.ENV_DEVICE_INDICES]]
+        assert answer["cores"] == 30 and answer["memoryMib"] == 10 * 256
 
     def truthful():
         for name in ("early", "late"):
-            got = kubelet.env("default", name, "c0")[c.ENV_DEVICE_INDICES]
+            got = envs[name][c.ENV_DEVICE_INDICES]
             anns = annotations(core_v1, name)
             rec = PodAllocation.from_json(anns[NAMES.allocation])
             if [str(s.index) for s in rec.containers[0].cards] != [got] or anns.get(NAMES.predicate_gpu_idx(0)) != got:
@@ -176,6 +222,23 @@ def test_out_of_order_admission_is_reconciled_so_records_are_true(kubelets, daem
 
     wait_for(truthful, what="annotations matching what each container got")
     assert restarted.allocator.usage() == {0: (30, 10), 2: (30, 10)}
+
+    # usage and topology read the process in the container that holds the token, on the card it got
+    def usage_of(name):
+        status, body = api_get(restarted.metrics_server.url + "/api/v1/usage?history=60", envs[name][c.ENV_TOKEN])
+        assert status == 200 and other[name] not in body and uids[other[name]] not in body, body
+        usage = json.loads(body)
+        current = usage["current"]
+        return usage if current and current["cards"] and current["memoryUsedMib"] > 0 else None
+
+    for name in ("early", "late"):
+        usage = wait_for(lambda name=name: usage_of(name), 30, interval=0.1, what=f"{name}'s GPU process sampled")
+        assert usage["limits"] == {"cores": 30, "memoryMib": 2560}
+        assert [str(card["index"]) for card in usage["current"]["cards"]] == [envs[name][c.ENV_DEVICE_INDICES]]
+        status, body = api_get(restarted.metrics_server.url + "/api/v1/topology", envs[name][c.ENV_TOKEN])
+        mine = [str(gpu["index"]) for gpu in json.loads(body)["gpus"] if gpu["mine"]]
+        assert status == 200 and mine == [envs[name][c.ENV_DEVICE_INDICES]]
+        assert other[name] not in body and uids[other[name]] not in body
 
 
 def test_runs_the_container_command_with_its_env_and_a_gpu_process(kubelets, daemons, gpus, core_v1, tmp_path):

@@ -5,6 +5,9 @@ twice, and after reconciliation every record names the cards its container reall
 kubelet is simulated in-process here (its free-device accounting, GetPreferredAllocation then
 Allocate per container and resource in random order, its checkpoint entries); the pods are the
 plain dicts the API sends. The gRPC and Kubernetes wiring is covered by the other test files.
+The read tokens follow the same rule: a record only ever holds the allocation id of the token
+its own container got (never another container's, not even for a moment), and after
+reconciliation it holds exactly that.
 """
 
 from __future__ import annotations
@@ -47,9 +50,22 @@ class PodList:
         pod["metadata"]["resourceVersion"] = str(next(self.versions))
 
 
+MINTER = TokenMinter(b"0" * 32)  # the node's secret survives plugin restarts
+
+
 def make_allocator(pods: PodList) -> Allocator:
-    return Allocator("n1", pods, CardsState(list(CARDS)), TokenMinter(b"0" * 32), names=NAMES,
-                     metrics_url="http://n1:5678")
+    return Allocator("n1", pods, CardsState(list(CARDS)), MINTER, names=NAMES, metrics_url="http://n1:5678")
+
+
+def recorded_ids(pods: PodList) -> dict[tuple[str, str], str]:
+    """(pod UID, container name) -> the allocation id its record holds (only those that hold one)."""
+    ids = {}
+    for uid, pod in pods.pods.items():
+        raw = pod["metadata"]["annotations"].get(NAMES.allocation)
+        for ctr in PodAllocation.from_json(raw).containers if raw else ():
+            if ctr.allocation_id:
+                ids[(uid, pod["spec"]["containers"][ctr.index]["name"])] = ctr.allocation_id
+    return ids
 
 
 def plan_pods(rng: random.Random, pods: PodList) -> None:
@@ -96,6 +112,7 @@ def scenario(seed: int) -> None:
     free = {kind: {d for card in CARDS for d in card_device_ids(kind, card)} for kind in (CORE, MEMORY)}
     checkpoint: list[PodDeviceEntry] = []
     given: dict[tuple[str, str], list[int]] = {}  # (uid, container) -> card indices in the env it got
+    holds: dict[tuple[str, str], str] = {}  # (uid, container) -> allocation id of the token it got
     served_twice: list = []
     admitted: set[str] = set()
 
@@ -106,6 +123,8 @@ def scenario(seed: int) -> None:
             checkpoint.remove(entry)
         for key in [k for k in given if k[0] == uid]:
             del given[key]
+        for key in [k for k in holds if k[0] == uid]:
+            del holds[key]
 
     def annotator() -> None:
         for uid, pod in list(pods.pods.items()):
@@ -113,6 +132,9 @@ def scenario(seed: int) -> None:
             desired = allocator.desired_annotations(meta["namespace"], meta["name"])
             if desired:
                 pods.annotate(uid, desired)
+        for key, allocation_id in recorded_ids(pods).items():  # safety, at every step
+            assert holds.get(key) == allocation_id, f"{key}'s record holds an id its container's token is not for"
+        assert len(set(recorded_ids(pods).values())) == len(recorded_ids(pods)), "one id in two records"
 
     def check() -> None:
         actual: dict[int, list[int]] = {card.index: [0, 0] for card in CARDS}
@@ -168,6 +190,8 @@ def scenario(seed: int) -> None:
                     cards = [int(i) for i in env[c.ENV_DEVICE_INDICES].split(",")]
                     per_card_units = int(env[c.ENV_MEMORY_MIB]) // 256 // len(cards)
                     given[key] = (cards, min(100, int(env[c.ENV_CORES])), per_card_units)
+                    holds[key] = MINTER.verify(env[c.ENV_TOKEN])
+                    assert holds[key], "the answer's token verifies"
             if failed:
                 break
         if failed:
@@ -195,6 +219,7 @@ def scenario(seed: int) -> None:
         for index, ctr in enumerate(pod["spec"]["containers"]):
             got = given[(uid, ctr["name"])][0]
             assert sorted(s.index for s in record.container(index).cards) == sorted(got)
+            assert record.container(index).allocation_id == holds[(uid, ctr["name"])], "the token reads its pod"
             assert annotations[NAMES.predicate_gpu_idx(index)] == ",".join(map(str, sorted(got)))
 
 

@@ -19,6 +19,7 @@ from dp_helpers import (
     wait_registered,
 )
 from vgpu_plugin.deviceplugin import api_pb2
+from vgpu_plugin.deviceplugin.checkpoint import PodDeviceEntry, write_checkpoint
 from vgpu_plugin.tokens import TokenMinter, load_or_create_secret
 
 from jupyter_vgpu.core import contract as c
@@ -80,7 +81,8 @@ def test_allocate_a_share_as_kubelet_does(daemons, peer, gpus, core_v1, tmp_path
     assert env[c.ENV_METRICS_URL] == "http://10.0.0.1:5678"
     assert env[c.ENV_ENFORCEMENT] == "hami-core"
     secret = load_or_create_secret(str(tmp_path / "state" / "token-secret"))
-    assert TokenMinter(secret).verify(env[c.ENV_TOKEN]) == (uid, 0)
+    answer_id = TokenMinter(secret).verify(env[c.ENV_TOKEN])
+    assert answer_id and uid not in env[c.ENV_TOKEN], "the token names an allocation, not a pod"
     assert env[c.ENV_HAMI_MEMORY_LIMIT_PREFIX + "0"] == "4096m" and env[c.ENV_HAMI_SM_LIMIT] == "25"
     assert env[c.ENV_HAMI_SHARED_CACHE].startswith("/usr/local/vgpu/")
     assert env[c.ENV_XLA_MEM_FRACTION] == "0.100" and env[c.ENV_CUPY_MEMORY_LIMIT] == str(4096 * 1024 * 1024)
@@ -96,6 +98,14 @@ def test_allocate_a_share_as_kubelet_does(daemons, peer, gpus, core_v1, tmp_path
     assert record.node == "node-1"
     assert [(s.index, s.uuid, s.cores, s.memory_units) for s in record.containers[0].cards] == [(2, uuid2, 25, 16)]
     assert daemon.allocator.usage() == {2: (25, 16)}
+    # kubelet has not recorded who holds the answer yet, so the record holds no id: the token reads nothing
+    assert record.containers[0].allocation_id == ""
+    write_checkpoint(daemon.checkpoint_path, [
+        PodDeviceEntry(uid, "c0", CORE, tuple(core_ids), core.SerializeToString()),
+        PodDeviceEntry(uid, "c0", MEMORY, tuple(mem_ids), memory.SerializeToString())], {})
+    confirmed = wait_for(lambda: PodAllocation.from_json(annotations(core_v1, "nb")[NAMES.allocation])
+                         .containers[0].allocation_id, what="the answer's id in the record")
+    assert confirmed == answer_id
 
 
 def test_memory_first_then_cores_give_one_consistent_answer(daemons, peer, gpus, core_v1):

@@ -11,7 +11,16 @@ import subprocess
 import sys
 
 import pytest
-from dp_helpers import CORE, MEMORY, NAMES, annotations, make_node, place_pod, wait_for
+from dp_helpers import (
+    CORE,
+    MEMORY,
+    NAMES,
+    annotations,
+    confirmed_record,
+    make_node,
+    place_pod,
+    wait_for,
+)
 from vgpu_plugin.deviceplugin.checkpoint import (
     CheckpointError,
     PodDeviceEntry,
@@ -188,7 +197,7 @@ def test_daemon_killed_with_sigkill_comes_back_with_the_same_assignments(kube, p
         for i, card in enumerate((0, 1, 1, 3)):
             place_pod(core_v1, gpus, f"nb-{i}", [(Request(25, 16), (card,))])
         for i in range(4):
-            wait_for(lambda i=i: annotations(core_v1, f"nb-{i}").get(NAMES.gpu_assigned) == "true", 60)
+            confirmed_record(core_v1, f"nb-{i}", 60)
         before = {i: annotations(core_v1, f"nb-{i}") for i in range(4)}
         daemon.kill()  # no clean-up at all: stale sockets stay behind
         daemon.wait(10)

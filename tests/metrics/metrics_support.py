@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vgpu_plugin.tokens import TokenMinter, new_allocation_id
+
 from jupyter_vgpu.core.contract import (
     DEFAULT_NAMES,
     CardShare,
@@ -61,7 +63,9 @@ class FakeNode:
             runtime: str = "containerd", node: str | None = None, phase: str = "Running",
             annotate: bool = True) -> dict[str, Any]:
         """A pod with containers name -> (cores, memory units, cards); containers with
-        cores 0 ask for no vGPU. The allocation annotation is written as at bind."""
+        cores 0 ask for no vGPU. The allocation annotation is written as the device plugin leaves
+        it once kubelet's checkpoint confirmed the admission: each vGPU container's record holds the
+        allocation id of the read token it was given (``token()`` mints it)."""
         uid = str(uuid.uuid4())
         containers, statuses, allocations = [], [], []
         for index, (container, (cores, units, cards)) in enumerate(shares.items()):
@@ -69,7 +73,8 @@ class FakeNode:
             if cores:
                 spec["resources"] = {"limits": request_limits(Request(cores, units))}
                 allocations.append(ContainerAllocation(index, container, tuple(
-                    CardShare(card, self.card_uuid(card), min(cores, 100), units // len(cards)) for card in cards)))
+                    CardShare(card, self.card_uuid(card), min(cores, 100), units // len(cards)) for card in cards),
+                    allocation_id=new_allocation_id()))
             containers.append(spec)
             statuses.append({"name": container, "ready": True, "restartCount": 0,
                              "containerID": f"{runtime}://{secrets.token_hex(32)}"})
@@ -134,3 +139,11 @@ class FlakyGPUs(SimulatedGPUs):
         if self.failing:
             raise GPUError(self.failing)
         return super().sample()
+
+
+def token_of(minter: TokenMinter, pod: dict[str, Any], index: int) -> str:
+    """The ``VGPU_TOKEN`` the device plugin gave container ``index`` of ``pod`` (from its record's id)."""
+    record = PodAllocation.from_json(pod["metadata"]["annotations"][DEFAULT_NAMES.allocation])
+    container = record.container(index)
+    assert container is not None and container.allocation_id, f"container {index} has no allocation id"
+    return minter.mint(container.allocation_id)

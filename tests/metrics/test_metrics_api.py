@@ -7,14 +7,18 @@ import secrets
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from metrics_support import NODE, FakeNode, wait_for_samples
+from metrics_support import NODE, FakeNode, token_of, wait_for_samples
 from vgpu_plugin.metrics import MetricsServer
-from vgpu_plugin.tokens import TokenMinter
+from vgpu_plugin.tokens import TokenMinter, new_allocation_id
+
+from jupyter_vgpu.core import contract as c
+from jupyter_vgpu.core.contract import PodAllocation
 
 OTHER_POD = "jupyter-mallory-7f3a"
 OTHER_NAMESPACE = "secret-team-ns"
@@ -66,7 +70,7 @@ PATHS = ("/api/v1/allocation", "/api/v1/usage", "/api/v1/topology")
 
 
 def test_allocation(server: MetricsServer, minter: TokenMinter, cluster: dict[str, Any], fake_node: FakeNode) -> None:
-    status, headers, body = get(server, "/api/v1/allocation", minter.mint(uid(cluster["alice"]), 0))
+    status, headers, body = get(server, "/api/v1/allocation", token_of(minter, cluster["alice"], 0))
     assert status == 200 and headers["Content-Type"].startswith("application/json")
     assert headers["Cache-Control"] == "no-store"
     assert json.loads(body) == {
@@ -80,7 +84,7 @@ def test_allocation(server: MetricsServer, minter: TokenMinter, cluster: dict[st
 
 def test_whole_card_allocation_holds_the_card_memory(server: MetricsServer, minter: TokenMinter,
                                                      cluster: dict[str, Any]) -> None:
-    status, _, body = get(server, "/api/v1/allocation", minter.mint(uid(cluster["mallory"]), 1))
+    status, _, body = get(server, "/api/v1/allocation", token_of(minter, cluster["mallory"], 1))
     assert status == 200
     data = json.loads(body)
     assert (data["container"], data["cores"], data["memoryMib"]) == ("worker", 100, 40960)
@@ -88,7 +92,7 @@ def test_whole_card_allocation_holds_the_card_memory(server: MetricsServer, mint
 
 def test_usage_against_limits_with_history(server: MetricsServer, minter: TokenMinter, cluster: dict[str, Any],
                                            fake_node: FakeNode) -> None:
-    token = minter.mint(uid(cluster["alice"]), 0)
+    token = token_of(minter, cluster["alice"], 0)
     status, _, body = get(server, "/api/v1/usage?history=600", token)
     assert status == 200
     data = json.loads(body)
@@ -114,13 +118,13 @@ def test_usage_against_limits_with_history(server: MetricsServer, minter: TokenM
 @pytest.mark.parametrize("value", ["soon", "-5", "nan", "inf", ""])
 def test_bad_history_parameter_is_a_clear_400(server: MetricsServer, minter: TokenMinter,
                                                cluster: dict[str, Any], value: str) -> None:
-    status, _, body = get(server, f"/api/v1/usage?history={value}", minter.mint(uid(cluster["alice"]), 0))
+    status, _, body = get(server, f"/api/v1/usage?history={value}", token_of(minter, cluster["alice"], 0))
     assert status == 400 and "history=" in json.loads(body)["message"]
 
 
 def test_topology_shows_others_only_anonymously(server: MetricsServer, minter: TokenMinter,
                                                 cluster: dict[str, Any], fake_node: FakeNode) -> None:
-    status, _, body = get(server, "/api/v1/topology", minter.mint(uid(cluster["alice"]), 0))
+    status, _, body = get(server, "/api/v1/topology", token_of(minter, cluster["alice"], 0))
     assert status == 200
     for secret in (OTHER_POD, OTHER_NAMESPACE, OTHER_CONTAINER, uid(cluster["mallory"]), "worker"):
         assert secret not in body
@@ -150,7 +154,7 @@ def test_every_call_needs_a_token(server: MetricsServer) -> None:
 
 def test_wrong_scheme_or_empty_token_is_401(server: MetricsServer, minter: TokenMinter,
                                             cluster: dict[str, Any]) -> None:
-    token = minter.mint(uid(cluster["alice"]), 0)
+    token = token_of(minter, cluster["alice"], 0)
     for header in (f"Basic {token}", "Bearer", "Bearer   ", token):
         assert get(server, "/api/v1/allocation", header=header)[0] == 401
 
@@ -170,16 +174,20 @@ def assert_nothing_leaks(responses: list[tuple[int, str]], *pods: dict[str, Any]
 
 def test_forged_tokens_are_refused(server: MetricsServer, minter: TokenMinter, cluster: dict[str, Any]) -> None:
     alice, mallory = cluster["alice"], cluster["mallory"]
-    genuine = minter.mint(uid(mallory), 0)
-    version, _, index, mac = genuine.split(".")
+    genuine = token_of(minter, mallory, 0)
+    version, allocation_id, mac = genuine.split(".")
+    alices = token_of(minter, alice, 0).split(".")[1]
     forged = [
-        f"{version}.{uid(alice)}.{index}.{mac}",  # someone else's MAC on Alice's pod
-        f"{version}.{uid(mallory)}.1.{mac}",  # right pod, other container
-        TokenMinter(secrets.token_bytes(32)).mint(uid(alice), 0),  # another node's secret
+        f"{version}.{alices}.{mac}",  # someone else's MAC on Alice's allocation id
+        f"{version}.{alices}",  # an allocation id (it is in Alice's pod annotations) is not a token
+        alices,
+        TokenMinter(secrets.token_bytes(32)).mint(alices),  # another node's secret
         genuine[:-2] + ("AA" if not genuine.endswith("AA") else "BB"),
-        "v2." + genuine.split(".", 1)[1],
+        f"v1.{uid(alice)}.0.{mac}",  # the old (pod UID, index) format is not accepted
+        "v3." + genuine.split(".", 1)[1],
         "garbage",
         genuine + ".extra",
+        genuine.replace(mac, mac[:-1] + "\u00e9"),  # not ASCII
     ]
     for token in forged:
         responses = refused(server, token)
@@ -189,27 +197,72 @@ def test_forged_tokens_are_refused(server: MetricsServer, minter: TokenMinter, c
 
 def test_a_token_reads_only_its_own_container(server: MetricsServer, minter: TokenMinter,
                                               cluster: dict[str, Any]) -> None:
-    # Alice's token for her sidecar (no vGPU) does not reach her notebook's or anyone's data.
-    responses = refused(server, minter.mint(uid(cluster["alice"]), 1))
-    assert {status for status, _ in responses} == {404}
-    assert_nothing_leaks(responses, cluster["mallory"])
+    # each of Mallory's containers reads its own allocation with its own token
+    for index, (cards, cores) in enumerate((([2], 50), ([3], 100))):
+        status, _, body = get(server, "/api/v1/allocation", token_of(minter, cluster["mallory"], index))
+        answer = json.loads(body)
+        assert status == 200 and answer["containerIndex"] == index and answer["cores"] == cores
+        assert [card["index"] for card in answer["cards"]] == cards
     # Mallory's genuine token shows Mallory's data, never Alice's.
-    status, _, body = get(server, "/api/v1/topology", minter.mint(uid(cluster["mallory"]), 0))
+    status, _, body = get(server, "/api/v1/topology", token_of(minter, cluster["mallory"], 0))
     assert status == 200
     assert "jupyter-alice" not in body and uid(cluster["alice"]) not in body
+    # a genuine token whose allocation id no container's record holds reads nothing
+    responses = refused(server, minter.mint(new_allocation_id()))
+    assert {status for status, _ in responses} == {403}
+    assert_nothing_leaks(responses, cluster["alice"], cluster["mallory"])
+
+
+def test_the_record_holding_the_id_decides_not_the_pod_a_token_was_meant_for(
+        fake_node: FakeNode, minter: TokenMinter) -> None:
+    """Out-of-order admission of identical requests: the answer prepared for Bob (and naming Bob in
+    its env) went to Carol's container. While the device plugin rewrites the two records both may
+    claim the id for a moment: the token then reads nothing; once they agree, it reads Carol's."""
+    bob = fake_node.pod("jupyter-bob", {"notebook": (30, 8, (1,))}, namespace="team-b")
+    carol = fake_node.pod("jupyter-carol", {"notebook": (30, 8, (5,))}, namespace="team-c")
+    in_carols_container = token_of(minter, bob, 0)  # minted for Bob's answer; kubelet gave it to Carol
+    server = MetricsServer(NODE, fake_node.gpus, fake_node, minter, address="127.0.0.1", port=0,
+                           period=0.05, proc_root=fake_node.proc_root)
+    server.start()
+    try:
+        def rewrite(pod: dict[str, Any], allocation_id: str, card: int) -> None:
+            record = PodAllocation.from_json(pod["metadata"]["annotations"][c.DEFAULT_NAMES.allocation])
+            share = replace(record.containers[0].cards[0], index=card, uuid=fake_node.card_uuid(card))
+            container = replace(record.containers[0], cards=(share,), allocation_id=allocation_id)
+            fresh = {**pod, "metadata": {**pod["metadata"], "annotations": {
+                c.DEFAULT_NAMES.allocation: replace(record, containers=(container,)).to_json()}}}
+            fake_node.pods[fake_node.pods.index(pod)] = fresh
+            pod.clear()
+            pod.update(fresh)
+
+        bobs_id = in_carols_container.split(".")[1]
+        carols_old_id = token_of(minter, carol, 0).split(".")[1]
+        rewrite(carol, bobs_id, 1)  # Carol's record first: now both claim the id
+        wait_for_samples(server.sampler, 2)
+        responses = refused(server, in_carols_container)
+        assert {status for status, _ in responses} == {403}
+        assert_nothing_leaks(responses, bob, carol)
+        rewrite(bob, carols_old_id, 5)
+        wait_for_samples(server.sampler, 2)
+        status, _, body = get(server, "/api/v1/allocation", in_carols_container)
+        answer = json.loads(body)
+        assert status == 200 and (answer["namespace"], answer["pod"], answer["podUid"]) == (
+            "team-c", "jupyter-carol", uid(carol))
+        assert [card["index"] for card in answer["cards"]] == [1]
+        assert "jupyter-bob" not in body and uid(bob) not in body and "team-b" not in body
+    finally:
+        server.stop()
 
 
 def test_token_of_a_pod_that_is_gone_is_refused(server: MetricsServer, minter: TokenMinter,
                                                 cluster: dict[str, Any], fake_node: FakeNode) -> None:
-    token = minter.mint(uid(cluster["mallory"]), 0)
+    token = token_of(minter, cluster["mallory"], 0)
     assert get(server, "/api/v1/usage", token)[0] == 200
     fake_node.pods.remove(cluster["mallory"])
     wait_for_samples(server.sampler, 2)
     responses = refused(server, token)
     assert {status for status, _ in responses} == {403}
     assert_nothing_leaks(responses, cluster["alice"])
-    # a pod that never ran here either
-    assert {s for s, _ in refused(server, minter.mint("0b9e3c1a-1111-4222-8333-944455556666", 0))} == {403}
 
 
 def test_new_pod_is_served_before_the_next_sample(fake_node: FakeNode, minter: TokenMinter) -> None:
@@ -219,7 +272,7 @@ def test_new_pod_is_served_before_the_next_sample(fake_node: FakeNode, minter: T
     try:
         wait_for_samples(server.sampler, 1, since=0)  # the first (and, for an hour, only) sample
         pod = fake_node.pod("late", {"nb": (10, 4, (6,))})  # created after the only sample
-        status, _, body = get(server, "/api/v1/allocation", minter.mint(uid(pod), 0))
+        status, _, body = get(server, "/api/v1/allocation", token_of(minter, pod, 0))
         assert status == 200 and json.loads(body)["cards"][0]["index"] == 6
     finally:
         server.stop()
@@ -275,7 +328,7 @@ def test_responses_match_the_openapi_document(server: MetricsServer, minter: Tok
                                               cluster: dict[str, Any]) -> None:
     document = yaml.safe_load(OPENAPI.read_text())
     assert document["openapi"].startswith("3.")
-    token = minter.mint(uid(cluster["alice"]), 0)
+    token = token_of(minter, cluster["alice"], 0)
     for path, query in (("/api/v1/allocation", ""), ("/api/v1/usage", "?history=600"), ("/api/v1/topology", ""),
                         ("/healthz", "")):
         status, _, body = get(server, path + query, token)

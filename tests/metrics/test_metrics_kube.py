@@ -10,11 +10,11 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from metrics_support import NODE, FakeNode, cgroup_text, wait_for_samples
+from metrics_support import NODE, FakeNode, cgroup_text, token_of, wait_for_samples
 from prometheus_client.parser import text_string_to_metric_families
 from vgpu_plugin.informer import Informer
 from vgpu_plugin.metrics import MetricsServer
-from vgpu_plugin.tokens import TokenMinter
+from vgpu_plugin.tokens import TokenMinter, new_allocation_id
 
 from jupyter_vgpu.core import contract as c
 
@@ -22,7 +22,7 @@ from jupyter_vgpu.core import contract as c
 def create_pod(core_v1: Any, fake_node: FakeNode, name: str, node: str, card: int) -> tuple[str, str]:
     """A notebook pod bound to ``node`` holding 25 % of ``card``, running; (uid, container ID)."""
     allocation = c.PodAllocation(node, (c.ContainerAllocation(0, "notebook", (
-        c.CardShare(card, fake_node.card_uuid(card), 25, 16),)),))
+        c.CardShare(card, fake_node.card_uuid(card), 25, 16),), allocation_id=new_allocation_id()),))
     body = {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default",
@@ -78,7 +78,7 @@ def test_informer_fed_server_maps_processes_and_follows_pod_lifecycle(kube: Any,
         wait_until(lambda: gm_total(server).get("jupyter-alice") == 17)
         assert "jupyter-elsewhere" not in gm_total(server)
 
-        token = minter.mint(uid, 0)
+        token = token_of(minter, core_v1.read_namespaced_pod("jupyter-alice", "default").to_dict(), 0)
         request = urllib.request.Request(server.url + "/api/v1/usage",
                                          headers={"Authorization": f"Bearer {token}"})
         with urllib.request.urlopen(request, timeout=30) as response:

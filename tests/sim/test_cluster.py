@@ -26,6 +26,15 @@ def allocation(pod: dict) -> PodAllocation:
     return PodAllocation.from_json(pod["metadata"]["annotations"][c.DEFAULT_NAMES.allocation])
 
 
+def served(cluster: SimCluster, name: str, namespace: str = "default") -> dict:
+    """The pod once the device plugin marked it assigned: kubelet's checkpoint confirmed which
+    container holds which answer, so the records are true and each container's token works."""
+    cluster.wait_for_pod(namespace, name)
+    return cluster.wait_for(
+        lambda: (pod := cluster.read_pod(namespace, name))["metadata"]["annotations"].get(
+            c.DEFAULT_NAMES.gpu_assigned) == "true" and pod, what=f"{name} assigned")
+
+
 def fetch(url: str, token: str) -> dict:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request, timeout=10) as response:
@@ -44,13 +53,13 @@ def test_nodes_come_up_with_devices_and_inventory(cluster):
 
 def test_a_notebook_pod_is_scheduled_admitted_and_served_its_metrics(cluster):
     cluster.create_notebook_pod("alice", cores=25, memory="8GiB")
-    pod = cluster.wait_for_pod("default", "alice")
+    pod = served(cluster, "alice")
     record = allocation(pod)
     node = cluster.node(pod["spec"]["nodeName"])
     assert record.node == node.name
     share = record.containers[0].cards[0]
     assert (share.cores, share.memory_units) == (25, 32)
-    assert pod["metadata"]["annotations"][c.DEFAULT_NAMES.gpu_assigned] == "true"
+    assert record.containers[0].allocation_id, "the record holds the id of the container's token"
 
     env = node.kubelet.env("default", "alice", "notebook")
     assert env[c.ENV_CORES] == "25" and env[c.ENV_MEMORY_MIB] == "8192"
@@ -84,7 +93,7 @@ def test_an_unfit_pod_waits_and_is_scheduled_when_room_frees_up(cluster):
 
 def test_allocations_survive_component_restarts(cluster):
     cluster.create_notebook_pod("first", cores=60, memory="8GiB")
-    first = cluster.wait_for_pod("default", "first")
+    first = served(cluster, "first")
     node = first["spec"]["nodeName"]
 
     cluster.restart_daemon(node)

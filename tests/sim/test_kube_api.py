@@ -435,3 +435,28 @@ def test_discovery_and_version_answer_the_official_client(core_v1, kube):
     assert resources["pods/binding"].verbs == ["create"]
     groups = {g.name for g in kubernetes.client.ApisApi(kube.api_client()).get_api_versions().groups}
     assert {"coordination.k8s.io", "apps", "events.k8s.io"} <= groups
+
+
+@pytest.mark.parametrize(("containers", "init", "qos"), [
+    # a notebook asking only for vGPU resources: extended resources never count
+    ([{"limits": {"tencent.com/vcuda-core": "25", "tencent.com/vcuda-memory": "16"}}], [], "BestEffort"),
+    ([{}], [], "BestEffort"),
+    ([{"requests": {"cpu": "0", "memory": "0"}}], [], "BestEffort"),  # zero is unset
+    ([{"limits": {"tencent.com/vcuda-core": "25", "cpu": "1", "memory": "1Gi"}}], [], "Guaranteed"),
+    # requests default to limits; quantities compare by value
+    ([{"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1000m", "memory": "1024Mi"}}], [], "Guaranteed"),
+    ([{"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m"}}], [], "Burstable"),
+    ([{"limits": {"tencent.com/vcuda-core": "100", "cpu": "2"}}], [], "Burstable"),  # no memory limit
+    ([{"requests": {"cpu": "100m"}}], [], "Burstable"),
+    ([{"limits": {"cpu": "1", "memory": "1Gi"}}, {}], [], "Burstable"),  # one container without limits
+    ([{"limits": {"cpu": "1", "memory": "1Gi"}}], [{}], "Burstable"),  # init containers count too
+    ([{"limits": {"cpu": "1", "memory": "1Gi"}}], [{"limits": {"cpu": "0.5", "memory": "512Mi"}}], "Guaranteed"),
+])
+def test_qos_class_counts_only_cpu_and_memory(core_v1, containers, init, qos):
+    spec = {"containers": [{"name": f"c{i}", "image": "busybox", "resources": r} for i, r in enumerate(containers)]}
+    if init:
+        spec["initContainers"] = [{"name": f"init{i}", "image": "busybox", "resources": r} for i, r in enumerate(init)]
+    created = core_v1.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod",
+                                                        "metadata": {"name": "qos"}, "spec": spec})
+    assert created.status.qos_class == qos
+    assert core_v1.read_namespaced_pod("qos", "default").status.qos_class == qos

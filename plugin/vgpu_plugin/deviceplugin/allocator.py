@@ -10,6 +10,12 @@ two answers kubelet merges can never conflict, whatever order they come in.
 When identical requests make the choice ambiguous, kubelet's checkpoint later says
 which container really holds which device IDs; ``reconcile`` moves the records to
 match, so the annotations end up true.
+
+Each vcuda-core answer carries a read token over a fresh allocation id (``tokens``).
+A record gets that id only from kubelet's checkpoint entry of the container that holds
+the answer, so the token reads exactly the pod that has it, even when the answer's
+``VGPU_POD_*`` env names another pod (out-of-order admission); until then the token
+reads nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from jupyter_vgpu.core.contract import (
     PodAllocation,
 )
 
+from ..tokens import new_allocation_id
 from . import api_pb2
 from .checkpoint import PodDeviceEntry
 from .devices import CORE, MEMORY, card_of, cards_in
@@ -53,7 +60,8 @@ class PodSource(Protocol):
 
 
 class TokenSource(Protocol):
-    def mint(self, pod_uid: str, container_index: int) -> str: ...
+    def mint(self, subject: str) -> str: ...
+    def verify(self, token: str | None) -> str | None: ...
 
 
 @dataclass
@@ -62,10 +70,11 @@ class Served:
     namespace: str
     pod: str
     container: str
-    allocation: ContainerAllocation
+    allocation: ContainerAllocation  # its allocation_id only once kubelet's checkpoint confirmed it
     devices: dict[str, tuple[str, ...]] = field(default_factory=dict)  # kind -> device IDs
     identity_uid: str = ""  # whose identity the container's env carries (normally its own pod)
     since: float = field(default_factory=time.monotonic)
+    answered_at: float = 0.0  # when its vcuda-core answer was given (monotonic); 0: before this process
 
 
 class Allocator:
@@ -81,9 +90,13 @@ class Allocator:
         metrics_url: Callable[[], str] | str = "",
         on_pod_changed: Callable[[str, str], None] | None = None,
         fresh_pods: Callable[[], list[dict[str, Any]]] | None = None,
+        confirm_grace: float = 10.0,
     ) -> None:
         """``fresh_pods`` lists this node's pods straight from the API: kubelet's watch and ours
-        are independent, so kubelet may admit a pod our cache has not seen bound yet."""
+        are independent, so kubelet may admit a pod our cache has not seen bound yet.
+        ``confirm_grace``: how long ``gpu-assigned=true`` waits for kubelet's checkpoint to confirm
+        who holds each answer before it is written anyway (with no allocation id: no token works)."""
+        self._confirm_grace = confirm_grace
         self.node = node
         self._fresh_pods = fresh_pods
         self.names = names
@@ -96,7 +109,8 @@ class Allocator:
         self._lock = threading.RLock()
         self._served: dict[Key, Served] = {}
         self._overrides: dict[Key, ContainerAllocation] = {}
-        self._given: dict[tuple[str, ...], tuple[ContainerAllocation, Key]] = {}  # core IDs -> response basis
+        # core IDs -> what that answer gave (with the answer's allocation id) and whom it was prepared for
+        self._given: dict[tuple[str, ...], tuple[ContainerAllocation, Key]] = {}
         self._views: dict[str, tuple[str, PodView | None]] = {}  # uid -> (resourceVersion, view)
         self._gone: set[str] = set()  # pods deleted or finished since the last reconcile
 
@@ -232,13 +246,12 @@ class Allocator:
     def _metrics(self) -> str:
         return self._metrics_url() if callable(self._metrics_url) else self._metrics_url
 
-    def _response(self, served: Served, cards: dict[int, Card]) -> api_pb2.ContainerAllocateResponse:
+    def _response(self, served: Served, cards: dict[int, Card], allocation_id: str) -> api_pb2.ContainerAllocateResponse:
         uid, index = served.key
-        identity_uid = served.identity_uid or uid
-        identity = Identity(node=self.node, namespace=served.namespace, pod=served.pod, pod_uid=identity_uid,
-                            container=served.container, container_index=index)
+        identity = Identity(node=self.node, namespace=served.namespace, pod=served.pod,
+                            pod_uid=served.identity_uid or uid, container=served.container, container_index=index)
         return container_response(self._enforcement, served.allocation, cards, identity,
-                                  metrics_url=self._metrics(), token=self._tokens.mint(identity_uid, index))
+                                  metrics_url=self._metrics(), token=self._tokens.mint(allocation_id))
 
     # --- the RPCs ---------------------------------------------------------------------------
 
@@ -268,7 +281,8 @@ class Allocator:
             cards = self._cards.by_index()
             key = (wanted.uid, wanted.index)
             existing = self._served.get(key)
-            allocation = existing.allocation if existing else self._plan(wanted, cards)
+            # a new answer: its id is recorded once kubelet's checkpoint says who holds it
+            allocation = replace(existing.allocation if existing else self._plan(wanted, cards), allocation_id="")
             if kind == CORE:
                 self._check_fits(wanted, allocation, cards)
             served = existing or Served(key=key, namespace=wanted.namespace, pod=wanted.pod,
@@ -277,8 +291,11 @@ class Allocator:
             self._served[key] = served
             self._overrides.pop(key, None)
             if kind == CORE:
-                self._given[ids] = (allocation, key)
-                response = self._response(served, cards)
+                served.allocation = allocation
+                served.answered_at = time.monotonic()
+                answer_id = new_allocation_id()
+                self._given[ids] = (replace(allocation, allocation_id=answer_id), key)
+                response = self._response(served, cards, answer_id)
             else:
                 response = api_pb2.ContainerAllocateResponse()
             complete = self._pod_complete(wanted.uid, views)
@@ -351,6 +368,14 @@ class Allocator:
             return False
         return wanted.request.memory_units == 0 or MEMORY in served.devices
 
+    def _confirmed(self, wanted: Wanted) -> bool:
+        """kubelet's checkpoint said this container holds its answer (its record has the answer's id),
+        or it was answered before this process started, or the grace for the checkpoint ran out."""
+        served = self._served.get((wanted.uid, wanted.index))
+        if served is None:
+            return False
+        return bool(served.allocation.allocation_id) or time.monotonic() - served.answered_at >= self._confirm_grace
+
     def desired_annotations(self, namespace: str, name: str) -> dict[str, str] | None:
         """The annotations that make the pod's record true now; None when there is nothing to say."""
         with self._lock:
@@ -363,14 +388,18 @@ class Allocator:
                     served = self._served.get((wanted.uid, wanted.index))
                     if served is not None:
                         containers.append(served.allocation)
-                    else:
+                    else:  # not admitted yet: no answer, so no id
                         try:
-                            containers.append(self._plan(wanted, cards))
+                            containers.append(replace(self._plan(wanted, cards), allocation_id=""))
                         except AllocationError:
                             return None
                 complete = all(self._container_complete(w) for w in view.containers)
                 if not complete and not any((w.uid, w.index) in self._overrides for w in view.containers):
                     return None
+                if complete and not view.assigned and not all(self._confirmed(w) for w in view.containers):
+                    return None  # gpu-assigned=true once the record is known true (reconcile asks again)
+                unconfirmed = [w.container for w in view.containers  # complete: every container is served
+                               if complete and not self._served[(w.uid, w.index)].allocation.allocation_id]
                 record = PodAllocation(node=self.node, containers=tuple(containers),
                                        assigned_at_ns=view.containers[0].predicate_time, policy=view.policy)
                 desired = {self.names.allocation: record.to_json(),
@@ -380,6 +409,10 @@ class Allocator:
                         [s.index for s in allocation.cards])
                 if all(view.annotations.get(k) == v for k, v in desired.items()):
                     return None
+                if unconfirmed and not view.assigned:
+                    log.warning("pod %s/%s: kubelet's checkpoint did not confirm container(s) %s within %.0f s; "
+                                "marking it assigned anyway, but their read tokens read nothing",
+                                namespace, name, unconfirmed, self._confirm_grace)
                 return desired
         return None
 
@@ -491,6 +524,9 @@ class Allocator:
             allocation = replace(allocation, index=wanted.index, name=wanted.container)
             if served is not None and served.devices.get(CORE) == ids and _same_cards(served.allocation, allocation):
                 self._given[ids] = (allocation, key)
+                if served.allocation.allocation_id != allocation.allocation_id:  # kubelet confirms who holds it
+                    served.allocation = replace(served.allocation, allocation_id=allocation.allocation_id)
+                    dirty.add((wanted.namespace, wanted.pod))
                 continue
             try:
                 previous = served.allocation if served is not None and CORE in served.devices else self._plan(wanted, cards)
@@ -498,16 +534,18 @@ class Allocator:
                 previous = None
             self._take_devices(wanted, CORE, ids, in_checkpoint, cards, dirty)
             served = self._served[key]
-            served.allocation = allocation
+            if served.allocation.allocation_id != allocation.allocation_id:
+                dirty.add((wanted.namespace, wanted.pod))
+            served.allocation = allocation  # with the id of the answer it holds
             served.identity_uid = partner[0]
             self._given[ids] = (allocation, key)
             if previous is None or _same_cards(previous, allocation):
                 continue
             dirty.add((wanted.namespace, wanted.pod))
             log.warning("kubelet gave %s the answer prepared for pod UID %s container %d (identical requests "
-                        "admitted out of placement order): its records now show card(s) %s; its env names "
-                        "the other pod", wanted.describe(), partner[0], partner[1],
-                        [s.index for s in allocation.cards])
+                        "admitted out of placement order): its records now show card(s) %s and its token's "
+                        "allocation id; its VGPU_POD_* env names the other pod", wanted.describe(), partner[0],
+                        partner[1], [s.index for s in allocation.cards])
             if partner != key and (partner, CORE) not in in_checkpoint and partner[0] in by_uid:
                 # the other container is not admitted yet: it takes the placement this one left free
                 other = self._served.get(partner)
@@ -517,7 +555,7 @@ class Allocator:
                         del self._served[partner]
                 partner_view = by_uid[partner[0]]
                 name = next((w.container for w in partner_view.containers if w.index == partner[1]), "")
-                self._overrides[partner] = replace(previous, index=partner[1], name=name)
+                self._overrides[partner] = replace(previous, index=partner[1], name=name, allocation_id="")
                 dirty.add((partner_view.namespace, partner_view.name))
 
     def _take_devices(self, wanted: Wanted, kind: str, ids: tuple[str, ...], in_checkpoint: set[tuple[Key, str]],
@@ -538,7 +576,8 @@ class Allocator:
 
     def _received(self, entry: PodDeviceEntry, cards: dict[int, Card],
                   by_uid: dict[str, PodView]) -> tuple[ContainerAllocation, Key] | None:
-        """The allocation in the answer kubelet recorded for these IDs, and whose it was."""
+        """The allocation in the answer kubelet recorded for these IDs (with the answer's allocation
+        id, from its token), and whom it was prepared for."""
         env: dict[str, str] = {}
         if entry.alloc_response:
             try:
@@ -566,7 +605,10 @@ class Allocator:
             view = by_uid.get(partner_uid)
             index = next((w.index for w in view.containers if w.container == env.get(c.ENV_CONTAINER)), -1) \
                 if view is not None else -1
-            return ContainerAllocation(index=index, name=env.get(c.ENV_CONTAINER, ""), cards=shares), (partner_uid, index)
+            # an answer whose token this node did not mint (a lost secret) gets no id: it reads nothing
+            answer_id = self._tokens.verify(env.get(c.ENV_TOKEN)) or ""
+            return (ContainerAllocation(index=index, name=env.get(c.ENV_CONTAINER, ""), cards=shares,
+                                        allocation_id=answer_id), (partner_uid, index))
         given = self._given.get(entry.device_ids)
         if given is not None:
             return given[0], given[1]

@@ -46,6 +46,7 @@ class DaemonConfig:
     metrics_url: str | None = None                 # advertised to containers; default http://<node IP>:<port>
     checkpoint_path: str | None = None             # default <plugin dir>/kubelet_internal_checkpoint
     reconcile_period: float = 2.0
+    confirm_grace: float = 10.0                    # gpu-assigned waits this long for kubelet's checkpoint
     publish_period: float = 60.0
     watch_period: float = 0.2
     sync_timeout: float = 60.0
@@ -101,7 +102,7 @@ class NodeDaemon:
         self.allocator = Allocator(cfg.node, self.informer, self.cards, self._minter, names=cfg.names,
                                    enforcement=cfg.enforcement, metrics_url=self._metrics_url,
                                    on_pod_changed=lambda ns, name: self._annotate.put((ns, name)),
-                                   fresh_pods=self._list_pods)
+                                   fresh_pods=self._list_pods, confirm_grace=cfg.confirm_grace)
         self.publisher = NodePublisher(core_api, cfg.node, self.backend, self.cards, cfg.names)
         for kind in (CORE, MEMORY):
             resource = cfg.names.core_resource if kind == CORE else cfg.names.memory_resource
@@ -180,7 +181,8 @@ class NodeDaemon:
             log.info("waiting for the pod list of node %s", cfg.node)
         self._read_node_address()
         self.allocator.restore(self._checkpoint_entries())
-        registered_for: tuple[int, int] | None = None
+        registered_for: tuple[int, int, int] | None = None
+        checkpoint_seen = _identity(self.checkpoint_path)
         last_reconcile = 0.0
         backoff_until = 0.0
         while not self._stopping.is_set():
@@ -207,7 +209,12 @@ class NodeDaemon:
                 log.info("kubelet.sock is gone; waiting for kubelet to come back")
                 self._ready.clear()
                 registered_for = None
-            if self._reconcile_now.is_set() or now - last_reconcile >= cfg.reconcile_period:
+            # kubelet rewrites its checkpoint right after Allocate: reading it at once confirms who
+            # holds each answer, which is when a container's token starts to work
+            checkpoint = _identity(self.checkpoint_path)
+            if (checkpoint != checkpoint_seen or self._reconcile_now.is_set()
+                    or now - last_reconcile >= cfg.reconcile_period):
+                checkpoint_seen = checkpoint
                 self._reconcile_now.clear()
                 last_reconcile = now
                 try:
@@ -311,12 +318,12 @@ class NodeDaemon:
             self._publish_now.clear()
 
 
-def _identity(path: str) -> tuple[int, int] | None:
+def _identity(path: str) -> tuple[int, int, int] | None:
     try:
         stat = os.stat(path)
-    except FileNotFoundError:
+    except OSError:
         return None
-    return stat.st_ino, stat.st_ctime_ns
+    return stat.st_ino, stat.st_ctime_ns, stat.st_mtime_ns
 
 
 def _rpc_text(error: Exception) -> str:

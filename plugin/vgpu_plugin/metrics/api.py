@@ -1,10 +1,12 @@
 """The per-pod JSON API the notebook reads (``/api/v1/...``, documented in docs/metrics-api.yaml).
 
 Every call names its caller with the per-allocation read token the device plugin put in
-the container (``Authorization: Bearer $VGPU_TOKEN``). The token is an HMAC over (pod UID,
-container index), so it identifies the container without a lookup table and cannot be
-forged or pointed at another pod. A caller sees its own allocation and usage; other pods
-appear only as anonymous counts and totals per card.
+the container (``Authorization: Bearer $VGPU_TOKEN``). The token is an HMAC over a random
+allocation id; the caller is the container whose allocation record holds that id (the
+device plugin writes it there from kubelet's checkpoint, so it is the container that
+really holds the token). The pod named in the container's ``VGPU_POD_*`` env plays no
+part: it can name another pod after out-of-order admission. A caller sees its own
+allocation and usage; other pods appear only as anonymous counts and totals per card.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class Caller:
 class ApiContext:
     sampler: Sampler
     token_minter: Any
-    """vgpu_plugin.tokens.TokenMinter (verify(token) -> (pod_uid, index) | None)."""
+    """vgpu_plugin.tokens.TokenMinter (verify(token) -> allocation id | None)."""
     enforcement: str
     require_token: bool = True
     clock: Callable[[], float] = time.time
@@ -74,13 +76,14 @@ def identify(context: ApiContext, authorization: str | None, query: dict[str, st
         return _identify_by_name(context, query)
     if token is None:
         raise ApiError(401, "missing token: send 'Authorization: Bearer <token>' with your container's VGPU_TOKEN")
-    verified = context.token_minter.verify(token)
-    if verified is None:
+    allocation_id = context.token_minter.verify(token)
+    if allocation_id is None:
         raise ApiError(403, "the token is not valid on this node")
-    pod_uid, index = verified
-    pod = context.sampler.find_pod(pod_uid)
-    if pod is None:
-        raise ApiError(403, "the pod this token was issued to is not running on this node")
+    found = context.sampler.find_allocation(allocation_id)
+    if found is None:
+        raise ApiError(403, "no container on this node holds this token's allocation: its pod is gone, "
+                            "or its admission is still being confirmed (try again in a few seconds)")
+    pod, index = found
     return _with_allocation(pod, index)
 
 

@@ -4,7 +4,9 @@ Built from the pod cache (plain dicts as the API server sends them) once per sam
 allocation of each pod comes from the project's allocation annotation, or — for pods
 placed by gpu-admission, which writes only its ``predicate-gpu-idx-<i>`` keys — from those
 keys and the container's resource limits. Processes are matched by the pod UID in their
-cgroup path and the container ID in ``status.containerStatuses[].containerID``.
+cgroup path and the container ID in ``status.containerStatuses[].containerID``. A read
+token is matched by the allocation id the device plugin recorded for the container that
+holds it.
 """
 
 from __future__ import annotations
@@ -127,15 +129,26 @@ def held_memory_mib(share: CardShare, card: CardLike | None) -> int:
 
 
 class PodIndex:
-    """The pods on one node, looked up by UID and container ID. Immutable once built."""
+    """The pods on one node, looked up by UID, container ID and allocation id. Immutable once built."""
 
     def __init__(self, entries: Iterable[PodEntry], cards: Mapping[int, CardLike], mirrors: Mapping[str, str]) -> None:
         self._by_uid: dict[str, PodEntry] = {}
         self._by_container: dict[str, tuple[PodEntry, int]] = {}
+        self._by_allocation: dict[str, tuple[PodEntry, int]] = {}
+        claimed_twice: set[str] = set()
         for entry in entries:
             self._by_uid[entry.uid] = entry
             for cid, index in entry.container_ids.items():
                 self._by_container[cid] = (entry, index)
+            for container in entry.allocation.containers if entry.allocation else ():
+                if not container.allocation_id:
+                    continue
+                if container.allocation_id in self._by_allocation:
+                    claimed_twice.add(container.allocation_id)
+                self._by_allocation[container.allocation_id] = (entry, container.index)
+        for allocation_id in claimed_twice:  # records being rewritten: answer no one rather than maybe the wrong one
+            del self._by_allocation[allocation_id]
+            log.warning("two containers' records claim one allocation id; its token reads nothing until they agree")
         self._mirrors = dict(mirrors)  # cgroup UID of a static pod -> API UID
         self._cards = cards
 
@@ -189,6 +202,10 @@ class PodIndex:
 
     def by_uid(self, uid: str) -> PodEntry | None:
         return self._by_uid.get(uid)
+
+    def by_allocation_id(self, allocation_id: str) -> tuple[PodEntry, int] | None:
+        """(pod, container index) whose record holds this allocation id (the subject of its read token)."""
+        return self._by_allocation.get(allocation_id)
 
     def pods(self) -> Iterator[PodEntry]:
         return iter(self._by_uid.values())

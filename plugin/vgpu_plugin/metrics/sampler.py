@@ -241,12 +241,13 @@ class Sampler:
             ring = self._history.get(key)
             return ring.since(since) if ring else []
 
-    def find_pod(self, uid: str) -> PodEntry | None:
-        """A pod on this node by UID; falls back to the live cache for pods newer than the snapshot."""
-        entry = self._snapshot.pods.by_uid(uid)
-        if entry is None:
-            entry = self._build_pods().by_uid(uid)
-        return entry
+    def find_allocation(self, allocation_id: str) -> tuple[PodEntry, int] | None:
+        """(pod, container index) holding an allocation id; falls back to the live cache for
+        records newer than the snapshot."""
+        found = self._snapshot.pods.by_allocation_id(allocation_id)
+        if found is None:
+            found = self._build_pods().by_allocation_id(allocation_id)
+        return found
 
     # --- sampling ----------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ import secrets
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from .kube_patch import PatchError, apply_patch
@@ -429,16 +430,55 @@ class Store:
         return obj
 
 
+_QOS_RESOURCES = ("cpu", "memory")  # extended resources (vcuda-core, ...) never change a pod's QoS class
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+)(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E|[eE][+-]?[0-9]+)?$")
+_SUFFIX = {"m": Decimal("0.001"), "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9,
+           "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
+           "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40,
+           "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60}
+
+
+def _quantity(value: Any) -> Decimal:
+    """A resource quantity's value ("500m" == "0.5", "1Gi" == "1073741824"); 0 when unreadable."""
+    match = _QUANTITY.match(str(value).strip())
+    if not match:
+        return Decimal(0)
+    try:
+        number = Decimal(match.group(1))
+    except InvalidOperation:
+        return Decimal(0)
+    suffix = match.group(2) or ""
+    if suffix[:1] in ("e", "E"):
+        return number.scaleb(int(suffix[1:]))
+    return number * _SUFFIX.get(suffix, Decimal(1))
+
+
 def _qos_class(spec: Mapping[str, Any]) -> str:
-    containers = list(spec.get("containers") or []) + list(spec.get("initContainers") or [])
-    resources = [c.get("resources") or {} for c in containers]
-    if not any(r.get("requests") or r.get("limits") for r in resources):
+    """status.qosClass as Kubernetes computes it (GetPodQOS): only cpu and memory count, zero
+    quantities count as unset, and requests default to limits."""
+    requests: dict[str, Decimal] = {}
+    limits: dict[str, Decimal] = {}
+    guaranteed = True
+    for container in list(spec.get("containers") or []) + list(spec.get("initContainers") or []):
+        resources = container.get("resources") or {}
+        own_limits = {k: _quantity(v) for k, v in (resources.get("limits") or {}).items() if k in _QOS_RESOURCES}
+        own_requests = {k: _quantity(v) for k, v in (resources.get("requests") or {}).items() if k in _QOS_RESOURCES}
+        own_requests = {**own_limits, **own_requests}  # the API server defaults requests to limits
+        for name, value in own_requests.items():
+            if value > 0:
+                requests[name] = requests.get(name, Decimal(0)) + value
+        found = set()
+        for name, value in own_limits.items():
+            if value > 0:
+                found.add(name)
+                limits[name] = limits.get(name, Decimal(0)) + value
+        if found != set(_QOS_RESOURCES):
+            guaranteed = False
+    if not requests and not limits:
         return "BestEffort"
-    guaranteed = all(
-        (r.get("limits") or {}).get(name) is not None
-        and (r.get("requests") or {}).get(name, (r.get("limits") or {}).get(name)) == (r.get("limits") or {}).get(name)
-        for r in resources for name in ("cpu", "memory"))
-    return "Guaranteed" if guaranteed else "Burstable"
+    if guaranteed and requests == limits:
+        return "Guaranteed"
+    return "Burstable"
 
 
 def _fold_string_data(secret: dict[str, Any]) -> None:
