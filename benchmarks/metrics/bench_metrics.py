@@ -30,7 +30,7 @@ from prometheus_client import generate_latest
 from vgpu_plugin.informer import Informer
 from vgpu_plugin.metrics import MetricsServer
 from vgpu_plugin.sim.kube import SimKubeAPI
-from vgpu_plugin.tokens import TokenMinter
+from vgpu_plugin.tokens import TokenMinter, new_allocation_id
 
 from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.gpu.simulated import SimulatedGPUs
@@ -52,15 +52,17 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def populate(core_v1, gpus: SimulatedGPUs, proc_root: str, containers: int) -> list[tuple[str, int]]:
+def populate(core_v1, gpus: SimulatedGPUs, proc_root: str, containers: int) -> list[tuple[str, int, str]]:
+    """Running notebook pods as the device plugin leaves them: (pod UID, GPU pid, allocation id)."""
     uuids = {card.index: card.uuid for card in gpus.inventory()}
     cards = len(uuids)
     created = []
     for i in range(containers):
         card = i % cards
         name = f"jupyter-user{i:03d}"
+        allocation_id = new_allocation_id()  # the record holds the id of the container's read token
         allocation = c.PodAllocation(NODE, (c.ContainerAllocation(0, "notebook", (
-            c.CardShare(card, uuids[card], 12, 16),)),))
+            c.CardShare(card, uuids[card], 12, 16),), allocation_id=allocation_id),))
         pod = core_v1.create_namespaced_pod("default", {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "annotations": c.predicate_annotations(allocation)},
@@ -79,7 +81,7 @@ def populate(core_v1, gpus: SimulatedGPUs, proc_root: str, containers: int) -> l
             handle.write(f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
                          f"{uid.replace('-', '_')}.slice/cri-containerd-{container_id}.scope\n")
         gpus.start_process(pid, card, memory_limit_mib=4096, cores_limit=12)
-        created.append((uid, pid))
+        created.append((uid, pid, allocation_id))
     return created
 
 
@@ -162,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                     times.append((time.perf_counter() - start) * 1000)
                 render_ms[path] = round(statistics.median(times), 3)
 
-            token = minter.mint(workloads[0][0], 0)
+            token = minter.mint(workloads[0][2])
             load_before = os.getloadavg()[0]
             results = {
                 "cards": len(snapshot.cards),
