@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jupyter_vgpu.core import contract
-from jupyter_vgpu.server.requests import Outcome, Progress, describe_share
+from jupyter_vgpu.server.requests import Outcome, Progress, ShareRequest, describe_share
 
 _GENERATION = re.compile(r"^(.*)-v([0-9]+)$")
 
@@ -67,7 +67,8 @@ class KubeRecreateRequester:
         annotations = {
             k: v for k, v in (metadata.get("annotations") or {}).items()
             if not (k.startswith(names.predicate_gpu_idx_prefix)
-                    or k in (names.predicate_node, names.predicate_time, names.gpu_assigned, names.allocation))
+                    or k in (names.predicate_node, names.predicate_time, names.gpu_assigned, names.allocation,
+                             names.share_request))
         }
         spec = copy.deepcopy(old.get("spec") or {})
         for key in ("nodeName",):
@@ -84,6 +85,10 @@ class KubeRecreateRequester:
             resources[key] = values
         if cores:
             spec.setdefault("schedulerName", contract.SCHEDULER_NAME)
+        # so the server in the new pod can tell its user what happened
+        annotations[names.share_request] = json.dumps(
+            {"from": self.pod, "cores": cores, "memoryUnits": memory_units, "at": time.time()},
+            separators=(",", ":"))
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -130,6 +135,35 @@ class KubeRecreateRequester:
             self._api().delete_namespaced_pod(name, self.namespace)
         except Exception:  # noqa: BLE001,S110 - the pod may already be gone; nothing to tell anyone
             pass
+
+    def recover(self) -> ShareRequest | None:
+        """In a re-created pod: the request that created it, and where its share landed."""
+        try:
+            api = self._api()
+            pod = api.api_client.sanitize_for_serialization(api.read_namespaced_pod(self.pod, self.namespace))
+        except Exception:  # noqa: BLE001 - nothing to recover is the answer when the API cannot tell
+            return None
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        try:
+            asked = json.loads(annotations[self.names.share_request])
+        except (KeyError, TypeError, ValueError):
+            return None
+        if not isinstance(asked, dict):
+            return None
+        index = self.container_index(pod.get("spec") or {})
+        record = annotations.get(self.names.allocation)
+        if record:
+            outcome = self._scheduled(self.pod, index, record)
+        else:
+            node = (pod.get("spec") or {}).get("nodeName")
+            outcome = Outcome("scheduled", f"pod {self.pod} runs on {node} without a GPU; the share is released",
+                              node=node)
+        request = ShareRequest(id=f"pod-{self.pod}", cores=int(asked.get("cores") or 0),
+                               memoryUnits=int(asked.get("memoryUnits") or 0), state="scheduled",
+                               message=outcome.message, node=outcome.node, cards=list(outcome.cards),
+                               created=float(asked.get("at") or time.time()))
+        request.progress = [f"re-created from pod {asked.get('from')}", outcome.message]
+        return request
 
     def _watch(self, api: Any, name: str, index: int, wants_gpu: bool, progress: Progress) -> Outcome:
         """Until the device plugin has served the new pod, or the scheduler keeps refusing it."""

@@ -170,7 +170,7 @@ class RequestTracker:
         self._done[request_id].set()
 
     def get(self, request_id: str) -> ShareRequest | None:
-        if request_id.startswith("hub-"):
+        if request_id.startswith(("hub-", "pod-")):
             self._recover()
         with self._lock:
             request = self._requests.get(request_id)

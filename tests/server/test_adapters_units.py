@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from jupyter_vgpu.core import contract
@@ -121,6 +123,8 @@ def test_recreated_pod_spec():  # type: ignore[no-untyped-def]
     }
     requester = KubeRecreateRequester("kc", "jupyter", "nb", "notebook")
     new = requester.new_pod(old, 50, 32)
+    asked = json.loads(new["metadata"]["annotations"].pop(NAMES.share_request))
+    assert (asked["from"], asked["cores"], asked["memoryUnits"]) == ("nb", 50, 32)
     assert new["metadata"] == {"name": "nb-v2", "namespace": "jupyter", "labels": {"app": "jupyter"},
                                "annotations": {"keep": "me"}}
     assert "nodeName" not in new["spec"] and "status" not in new

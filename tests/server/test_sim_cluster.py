@@ -150,6 +150,15 @@ class TestShareRequests:
         assert f"pod bob-v2 was scheduled on {record.node}, card {share.index} ({share.uuid})" == final["message"]
         # make before break: the old pod goes only after the new one holds its share
         cluster.wait_for(lambda: cluster.read_pod("default", "bob") is None, what="the old pod to be deleted")
+        # the server in the new pod tells its user what happened
+        admitted = cluster.node(new["spec"]["nodeName"]).kubelet.admitted(new["metadata"]["uid"])
+        from jupyter_vgpu.server.request_setup import make_tracker
+
+        tracker = make_tracker("auto", "", 60, {**admitted.container("notebook").env,
+                                                 contract.ENV_NOTEBOOK_KUBECONFIG: cluster.kubeconfig})
+        recovered = tracker.latest()
+        assert (recovered.id, recovered.state, recovered.message) == ("pod-bob-v2", "scheduled", final["message"])
+        assert recovered.cards == final["cards"] and recovered.progress[0] == "re-created from pod bob"
 
     def test_release_recreates_the_pod_without_a_gpu(self, cluster, in_pod, monkeypatch):  # type: ignore[no-untyped-def]
         env, _ = start_notebook(cluster, "dave", 10, "2GiB")
