@@ -1,0 +1,53 @@
+"""A share request from the REST API in the demo: JupyterLab runs as the notebook pod's process;
+POST requests re-creates the pod, the new pod's lab takes over the URL and reports the outcome."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_request_in_the_demo_moves_the_lab_to_the_new_share(tmp_path):  # type: ignore[no-untyped-def]
+    from vgpu_plugin.sim.demo import Demo, DemoOptions
+
+    demo = Demo(DemoOptions(neighbours=False, root_dir=str(tmp_path)), say=lambda message: None).start()
+
+    def api(path, method="GET", body=None):  # type: ignore[no-untyped-def]
+        request = urllib.request.Request(demo.server_url + "vgpu/api/" + path, method=method,
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"Authorization": f"token {demo.token}"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+
+    try:
+        before = api("allocation")["allocation"]
+        assert (before["pod"], before["cores"]) == ("notebook", 25)
+        request_id = api("requests", "POST", {"cores": 50, "memory": "8GiB"})["id"]
+        deadline = time.monotonic() + 120
+        while (state := api(f"requests/{request_id}"))["state"] == "pending":
+            assert time.monotonic() < deadline, state
+            time.sleep(0.2)
+        assert state["state"] == "scheduled" and state["message"].startswith("pod notebook-v2 was scheduled on ")
+        deadline = time.monotonic() + 180
+        while True:  # the old lab goes away; the new pod's lab answers on the same URL and token
+            try:
+                after = api("allocation")["allocation"]
+                if after and after["pod"] == "notebook-v2":
+                    break
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            assert time.monotonic() < deadline, "the new pod's lab never answered"
+            time.sleep(0.5)
+        assert (after["cores"], after["memoryMib"]) == (50, 8192)
+        assert [(c["index"], c["uuid"]) for c in after["cards"]] == [(c["index"], c["uuid"]) for c in state["cards"]]
+        recovered = api("requests")
+        assert (recovered["id"], recovered["state"], recovered["message"]) == (
+            "pod-notebook-v2", "scheduled", state["message"])
+    finally:
+        demo.stop()
