@@ -33,7 +33,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from jupyter_vgpu.core.contract import CORES_PER_CARD, MEMORY_UNIT_MIB, Request
-from jupyter_vgpu.core.placement import CardState, NodeState, PodPlacement, place_pod, score_node
+from jupyter_vgpu.core.placement import (
+    CardState,
+    NodeState,
+    PodPlacement,
+    place_pod,
+    reserve,
+    reserved_cards,
+    score_node,
+    uses_reserved,
+)
 from jupyter_vgpu.core.topology import Topology, parse_nvidia_smi_topo
 from jupyter_vgpu.data import topology_fixture
 
@@ -125,6 +134,52 @@ def ours(policy: str) -> Scheduler:
     return choose
 
 
+@dataclass
+class PendingAware:
+    """Our binpack with reservations for pending multi-card pods, as the extender would run it.
+
+    The scheduler sees the pending queue (oldest first). ``reserve`` holds cards for the
+    oldest ``limit`` pending pods asking for ``min_cards`` whole cards or more; every other
+    pod avoids them (a node where it fits only on reserved cards is not chosen) until it
+    has waited ``bypass_minutes`` (None: never). With ``drain`` off, only the reserved cards
+    still free are avoided and shares may backfill the reserved cards already broken.
+    """
+
+    policy: str = "binpack"
+    min_cards: int = 2
+    limit: int | None = 1
+    bypass_minutes: float | None = 10.0
+    drain: bool = True  # keep shares off the reserved cards still busy too, so they empty
+
+
+    def __call__(self, nodes: dict[str, NodeState], candidates: Sequence[str], request: Request,
+                 pending: Sequence[Session] = (), me: Session | None = None, now: float = 0.0) -> Choice | None:
+        queue = list(pending)
+        reservations = reserve(nodes, [{0: s.request} for s in queue], min_cards=self.min_cards, limit=self.limit)
+        holder = queue.index(me) if me is not None and me in queue else None
+        bypass = me is not None and self.bypass_minutes is not None and now - me.arrival >= self.bypass_minutes
+        pod = {0: request}
+        scored = []
+        for i, name in enumerate(candidates):
+            if not _could_fit(nodes[name], request):
+                continue
+            held = reserved_cards(reservations, name, holder)
+            if not self.drain:  # shares may backfill already-broken reserved cards
+                held = frozenset(i for i in held if nodes[name].card(i).is_free)
+            score = score_node(nodes[name], pod, self.policy, held)
+            if score == 0:
+                continue
+            placement = place_pod(nodes[name], pod, self.policy, held)
+            assert isinstance(placement, PodPlacement)
+            if uses_reserved(placement, held) and not bypass:
+                continue
+            scored.append((score, -i, name, placement))
+        if not scored:
+            return None
+        _, _, name, placement = max(scored, key=lambda s: s[:3])
+        return name, placement
+
+
 def _free_cores(state: NodeState) -> int:
     return sum(c.free_cores for c in state.cards if c.healthy)
 
@@ -181,6 +236,7 @@ SCHEDULERS: dict[str, Scheduler] = {
     "jupyter-vgpu spread": ours("spread"),
     "gpu-admission": gpu_admission,
     "HAMi default": hami_default,
+    "jupyter-vgpu binpack+reserve": PendingAware(),
 }
 
 
@@ -232,8 +288,14 @@ def simulate(scheduler: Scheduler, cluster: dict[str, NodeState], trace: Sequenc
     events: list[tuple[float, int, str, int, str, PodPlacement | None]] = []
     for session in trace:
         heapq.heappush(events, (session.arrival, session.id * 3, "arrive", session.id, "", None))
-    pending: dict[int, Session] = {}
+    pending: dict[int, Session] = {}  # in arrival order: oldest first
     last = 0.0
+    aware = scheduler if isinstance(scheduler, PendingAware) else None
+
+    def ask(session: Session, candidates: Sequence[str], now: float) -> Choice | None:
+        if aware is None:
+            return scheduler(nodes, candidates, session.request)
+        return aware(nodes, candidates, session.request, list(pending.values()), session, now)
 
     def admit(session: Session, now: float, name: str, placement: PodPlacement) -> None:
         if session.kind == "multi":
@@ -255,22 +317,35 @@ def simulate(scheduler: Scheduler, cluster: dict[str, NodeState], trace: Sequenc
         if what == "arrive":
             session = trace[sid]
             result.arrived[session.kind] += 1
-            choice = scheduler(nodes, names, session.request)
+            choice = ask(session, names, now)
             if choice is None:
                 pending[sid] = session
                 heapq.heappush(events, (now + session.patience, sid * 3 + 2, "give-up", sid, "", None))
+                if aware and aware.bypass_minutes is not None:  # kube-scheduler retries unschedulable pods
+                    heapq.heappush(events, (now + aware.bypass_minutes, sid * 3 + 2, "retry", sid, "", None))
             else:
                 admit(session, now, *choice)
         elif what == "depart":
             assert placement is not None
             nodes[name] = nodes[name].release(placement)
             # only this node gained room: pending requests are retried on it, oldest first
+            # (with reservations, every node: a reservation may have moved or gone)
             for waiting_id in list(pending):
-                choice = scheduler(nodes, [name], pending[waiting_id].request)
+                choice = ask(pending[waiting_id], names if aware else [name], now)
                 if choice is not None:
                     admit(pending.pop(waiting_id), now, *choice)
+        elif what == "retry":
+            if sid in pending:
+                choice = ask(pending[sid], names, now)
+                if choice is not None:
+                    admit(pending.pop(sid), now, *choice)
         else:
             pending.pop(sid, None)
+            if aware:  # its reservation is gone: the others may fit now
+                for waiting_id in list(pending):
+                    choice = ask(pending[waiting_id], names, now)
+                    if choice is not None:
+                        admit(pending.pop(waiting_id), now, *choice)
         for state in nodes.values():  # never over-committed, whatever the scheduler
             assert all(c.used_cores <= 100 and c.used_memory_units <= c.memory_units for c in state.cards)
     result.span = last
@@ -351,6 +426,33 @@ def run(seeds: Sequence[int], sessions: int, rate: float, verbose: bool) -> dict
     return totals
 
 
+def reserve_grid(seeds: Sequence[int], sessions: int, rate: float) -> str:
+    """The trade-off of reservations: variants of binpack+reserve against gpu-admission, one trace set."""
+    variants: dict[str, Scheduler] = {"gpu-admission": gpu_admission, "jupyter-vgpu binpack": ours("binpack")}
+    for limit in (1, 2):
+        for bypass in (5.0, 10.0, 19.0, None):
+            variants[f"reserve limit {limit}, bypass {bypass if bypass is not None else 'never'}"] = \
+                PendingAware(limit=limit, bypass_minutes=bypass)
+    variants["reserve limit 1, bypass 10.0, no drain"] = PendingAware(drain=False)
+    variants["reserve limit 1, bypass 10.0, single cards too"] = PendingAware(min_cards=1)
+    cluster = build_cluster()
+    totals = {name: Result() for name in variants}
+    for seed in seeds:
+        trace = make_trace(seed, sessions, rate)
+        for name, scheduler in variants.items():
+            _add(totals[name], simulate(scheduler, cluster, trace))
+    base = totals["gpu-admission"]
+    cards = sum(len(s.cards) for s in cluster.values())
+    lines = [f"| variant ({rate}/min) | shares | whole | multi | multi vs gpu-adm | shares vs gpu-adm "
+             "| share wait mean | util % |", "|---|---|---|---|---|---|---|---|"]
+    for name, r in totals.items():
+        a = r.admitted
+        lines.append(f"| {name} | {a['share']} | {a['whole']} | {a['multi']} "
+                     f"| {a['multi'] / max(1, base.admitted['multi']):.2f}x | {a['share'] - base.admitted['share']:+d} "
+                     f"| {statistics.fmean(r.waits['share']):.1f} | {100 * r.allocated_cores / r.span / cards:.1f} |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
@@ -358,6 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=0.5, help="arrivals per minute")
     parser.add_argument("--sweep", type=float, nargs="*", default=[0.25, 0.35, 0.5, 0.8],
                         help="also run these arrival rates (all seeds) and print one summary line each")
+    parser.add_argument("--reserve-grid", type=float, nargs="*", default=[],
+                        help="also print the reservation trade-off (variants of binpack+reserve) at these rates")
     args = parser.parse_args(argv)
     cluster = build_cluster()
     cards = sum(len(s.cards) for s in cluster.values())
@@ -376,18 +480,27 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"(admitting every multi-card request would be {ceiling:.2f}x); "
           f"shares admitted not fewer: {ours_bp.admitted['share']} vs {base.admitted['share']} "
           f"{'met' if shares_ok else 'MISSED'}")
+    held = totals["jupyter-vgpu binpack+reserve"]
+    print(f"binpack+reserve: multi-card admitted {held.admitted['multi'] / max(1, base.admitted['multi']):.2f}x "
+          f"gpu-admission, shares {held.admitted['share']} vs {base.admitted['share']}, "
+          f"whole cards {held.admitted['whole']} vs {base.admitted['whole']}")
     if args.sweep:
         print(f"\nload sweep (seeds {args.seeds} together): multi-card admitted / arrived, shares admitted")
         names = list(SCHEDULERS)
-        print("| arrivals/min | " + " | ".join(names) + " | binpack vs gpu-admission (all admitted) |")
-        print("|---" * (len(names) + 2) + "|")
+        print("| arrivals/min | " + " | ".join(names) + " | binpack vs gpu-admission (all admitted) | +reserve vs gpu-admission |")
+        print("|---" * (len(names) + 3) + "|")
         for rate in args.sweep:
             sweep = run(args.seeds, args.sessions, rate, verbose=False)
             cells = [f"{sweep[n].admitted['multi']}/{sweep[n].arrived['multi']} m, {sweep[n].admitted['share']} s"
                      for n in names]
             adm = max(1, sweep["gpu-admission"].admitted["multi"])
             r = sweep["jupyter-vgpu binpack"].admitted["multi"] / adm
-            print(f"| {rate} | " + " | ".join(cells) + f" | {r:.2f}x (ceiling {sweep['gpu-admission'].arrived['multi'] / adm:.2f}x) |")
+            held_r = sweep["jupyter-vgpu binpack+reserve"].admitted["multi"] / adm
+            print(f"| {rate} | " + " | ".join(cells) + f" | {r:.2f}x (ceiling {sweep['gpu-admission'].arrived['multi'] / adm:.2f}x) "
+                  f"| {held_r:.2f}x |")
+    for rate in args.reserve_grid:
+        print(f"\nreservation trade-off at {rate} arrivals/min (seeds {args.seeds} together):")
+        print(reserve_grid(args.seeds, args.sessions, rate))
     return 0
 
 

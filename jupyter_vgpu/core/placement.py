@@ -398,9 +398,31 @@ def _check_policy(policy: str) -> None:
         raise ValueError(f"unknown placement policy {policy!r}; use one of {', '.join(POLICIES)}")
 
 
-def place_pod(state: NodeState, requests: Mapping[int, Request], policy: str = "binpack") -> PodPlacement | Refusal:
-    """Cards for every container of a pod on this node, or the reason it does not fit."""
+def place_pod(state: NodeState, requests: Mapping[int, Request], policy: str = "binpack",
+              reserved: frozenset[int] = frozenset()) -> PodPlacement | Refusal:
+    """Cards for every container of a pod on this node, or the reason it does not fit.
+
+    ``reserved`` cards (see ``reserve``) are treated as absent unless the pod fits on
+    this node only by using them; ``uses_reserved`` tells the caller when that happened.
+    """
     _check_policy(policy)
+    if reserved & {card.index for card in state.cards}:
+        kept = place_pod(_without(state, reserved), requests, policy)
+        if isinstance(kept, PodPlacement):
+            return kept
+    return _place(state, requests, policy)
+
+
+def _without(state: NodeState, cards: frozenset[int]) -> NodeState:
+    """The node with these cards out of play (unhealthy: no share fits, never free)."""
+    return replace(state, cards=tuple(replace(c, healthy=False) if c.index in cards else c for c in state.cards))
+
+
+def uses_reserved(placement: PodPlacement, reserved: frozenset[int]) -> bool:
+    return any(i in reserved for assignment in placement.containers.values() for i, _, _ in assignment)
+
+
+def _place(state: NodeState, requests: Mapping[int, Request], policy: str) -> PodPlacement | Refusal:
     # Biggest first: whole-card sets need untouched cards, big shares need roomy cards.
     order = sorted(requests, key=lambda i: (-requests[i].cards, requests[i].is_share,
                                             -requests[i].cores, -requests[i].memory_units, i))
@@ -451,8 +473,11 @@ def best_possible_cost(state: NodeState, cards: int) -> int:
 _ROOMY_NODE = 8
 
 
-def score_node(state: NodeState, requests: Mapping[int, Request], policy: str = "binpack") -> int:
+def score_node(state: NodeState, requests: Mapping[int, Request], policy: str = "binpack",
+               reserved: frozenset[int] = frozenset()) -> int:
     """0..10 for the extender's prioritize; 0 when the pod does not fit, 1..10 when it does.
+
+    A pod that fits only by taking ``reserved`` cards scores 1, below every other fit.
 
     binpack prefers fuller nodes and cards (measured after the placement): a share that
     fits on a card already in use (no whole card broken) always scores above one that
@@ -461,9 +486,11 @@ def score_node(state: NodeState, requests: Mapping[int, Request], policy: str = 
     For pods with multi-card containers, half the score is topology quality: the best
     link cost this node could ever offer over the link cost of the chosen sets.
     """
-    placement = place_pod(state, requests, policy)
+    placement = place_pod(state, requests, policy, reserved)
     if isinstance(placement, Refusal):
         return 0
+    if uses_reserved(placement, reserved):
+        return 1
     after = state.apply(placement)
     healthy = [card for card in after.cards if card.healthy]
     node_full = sum(_fullness(card) for card in healthy) / max(1, len(healthy))
@@ -490,3 +517,74 @@ def score_node(state: NodeState, requests: Mapping[int, Request], policy: str = 
 
 def _fullness(card: CardState) -> float:
     return max(card.used_cores / CORES_PER_CARD, card.used_memory_units / max(1, card.memory_units))
+
+
+# --- reservations for pending whole-card pods ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Cards held back on one node for a pending pod that asks for whole cards."""
+
+    holder: int
+    """The pod's position in the pending sequence given to ``reserve``."""
+    node: str
+    cards: frozenset[int]
+    busy: int
+    """How many of these cards still hold something (0: the pod fits now)."""
+
+
+def reserve(nodes: Mapping[str, NodeState], pending: Sequence[Mapping[int, Request]], *,
+            min_cards: int = 2, limit: int | None = 1) -> tuple[Reservation, ...]:
+    """Reservations for pending pods asking for ``min_cards`` whole cards or more, oldest first.
+
+    ``pending`` is oldest first. Each of the first ``limit`` such pods (None: all) gets the
+    cards it would take on the node where it is closest to fitting: the fewest cards still
+    busy, then the least held on them, then the lowest link cost, then the node's order in
+    ``nodes``. Free cards are taken as the best set it would get; busy ones are the least
+    used, so that shares kept off them let them drain. A pod that could not fit on any
+    node even with every unreserved card free gets nothing. Pods with share containers
+    get nothing; a multi-container pod reserves its cards together on one node.
+    """
+    taken: dict[str, frozenset[int]] = {name: frozenset() for name in nodes}
+    out: list[Reservation] = []
+    for position, requests in enumerate(pending):
+        if limit is not None and len(out) >= limit:
+            break
+        if not requests or any(r.is_share for r in requests.values()):
+            continue
+        need = sum(r.cards for r in requests.values())
+        if need < min_cards:
+            continue
+        best: tuple[tuple[int, float, int, int], str, frozenset[int]] | None = None
+        for order, (name, state) in enumerate(nodes.items()):
+            chosen = _closest_set(_without(state, taken[name]), need)
+            if chosen is None:
+                continue
+            cards = [state.card(i) for i in chosen]
+            key = (sum(not c.is_free for c in cards), sum(_fullness(c) for c in cards),
+                   state.set_cost(chosen), order)
+            if best is None or key < best[0]:
+                best = key, name, chosen
+        if best is not None:
+            key, name, chosen = best
+            taken[name] = taken[name] | chosen
+            out.append(Reservation(position, name, chosen, key[0]))
+    return tuple(out)
+
+
+def _closest_set(state: NodeState, need: int) -> frozenset[int] | None:
+    healthy = [card for card in state.cards if card.healthy]
+    if len(healthy) < need:
+        return None
+    free = state.free_cards()
+    if len(free) >= need:
+        found = best_card_set(state, Request(need * CORES_PER_CARD))
+        return frozenset(found) if found is not None else None
+    busy = sorted((c for c in healthy if not c.is_free), key=lambda c: (_fullness(c), c.index))
+    return frozenset(free) | {c.index for c in busy[: need - len(free)]}
+
+
+def reserved_cards(reservations: Iterable[Reservation], node: str, holder: int | None = None) -> frozenset[int]:
+    """The cards reserved on ``node`` for pods other than ``holder``."""
+    return frozenset(i for r in reservations if r.node == node and r.holder != holder for i in r.cards)
