@@ -90,8 +90,9 @@ def test_either_resource_order_gives_the_same_answer(kubelets, daemons, gpus, co
         wait_for(lambda i=i: running(core_v1, f"nb-{i}"))
         for ctr in ("c0", "c1"):
             env = kubelet.env("default", f"nb-{i}", ctr)
-            assert env[c.ENV_POD_NAME] == f"nb-{i}" and env[c.ENV_CONTAINER] == ctr
-            assert env[c.ENV_DEVICE_INDICES] == str(card)
+            assert env[c.ENV_CONTAINER] == ctr and env[c.ENV_DEVICE_INDICES] == str(card)
+            # c0's size is unique, so its answer names its pod; the c1s are alike: theirs may name none
+            assert env.get(c.ENV_POD_NAME) == f"nb-{i}" if ctr == "c0" else env.get(c.ENV_POD_NAME) in (None, f"nb-{i}")
 
 
 def test_refused_admission_fails_the_pod_as_kubelet_does(kubelets, daemons, gpus, core_v1):
@@ -187,9 +188,11 @@ def test_out_of_order_admission_is_reconciled_so_records_and_tokens_are_true(kub
         wait_for(lambda name=name: running(core_v1, name), what=name)
         envs[name] = kubelet.env("default", name, "c0")
     assert envs["early"][c.ENV_DEVICE_INDICES] == "2", "the ambiguity did happen"
-    assert envs["early"][c.ENV_POD_NAME] == "late" and envs["late"][c.ENV_POD_NAME] == "early", \
-        "each env names the other pod"
     other = {"early": "late", "late": "early"}
+    # the plugin could not know which pod kubelet was admitting, so the answer names none
+    assert c.ENV_POD_NAME not in envs["early"] and c.ENV_POD_UID not in envs["early"]
+    for name, env in envs.items():  # and no env ever names the other pod
+        assert other[name] not in env.values() and uids[other[name]] not in env.values(), env
 
     def own_answers():
         """Each token's answers, checked on every poll: never the other pod, only ever its own."""

@@ -190,6 +190,7 @@ def scenario(seed: int) -> None:
                     cards = [int(i) for i in env[c.ENV_DEVICE_INDICES].split(",")]
                     per_card_units = int(env[c.ENV_MEMORY_MIB]) // 256 // len(cards)
                     given[key] = (cards, min(100, int(env[c.ENV_CORES])), per_card_units)
+                    assert env.get(c.ENV_POD_UID, uid) == uid, "an answer names another pod"
                     holds[key] = MINTER.verify(env[c.ENV_TOKEN])
                     assert holds[key], "the answer's token verifies"
             if failed:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import grpc
 import pytest
@@ -89,7 +90,7 @@ def test_allocate_a_share_as_kubelet_does(daemons, peer, gpus, core_v1, tmp_path
     mounts = {m.container_path: m for m in core.mounts}
     assert mounts["/etc/ld.so.preload"].read_only and mounts["/usr/local/vgpu/libvgpu.so"].read_only
     assert not mounts["/usr/local/vgpu/cache"].read_only
-    assert mounts["/usr/local/vgpu/cache"].host_path.endswith(f"containers/{uid}_c0")
+    assert mounts["/usr/local/vgpu/cache"].host_path.endswith(f"containers/{answer_id}")
     assert peer.stub(CORE).PreStartContainer(api_pb2.PreStartContainerRequest(devices_ids=core_ids),
                                              timeout=5) == api_pb2.PreStartContainerResponse()
 
@@ -98,14 +99,8 @@ def test_allocate_a_share_as_kubelet_does(daemons, peer, gpus, core_v1, tmp_path
     assert record.node == "node-1"
     assert [(s.index, s.uuid, s.cores, s.memory_units) for s in record.containers[0].cards] == [(2, uuid2, 25, 16)]
     assert daemon.allocator.usage() == {2: (25, 16)}
-    # kubelet has not recorded who holds the answer yet, so the record holds no id: the token reads nothing
-    assert record.containers[0].allocation_id == ""
-    write_checkpoint(daemon.checkpoint_path, [
-        PodDeviceEntry(uid, "c0", CORE, tuple(core_ids), core.SerializeToString()),
-        PodDeviceEntry(uid, "c0", MEMORY, tuple(mem_ids), memory.SerializeToString())], {})
-    confirmed = wait_for(lambda: PodAllocation.from_json(annotations(core_v1, "nb")[NAMES.allocation])
-                         .containers[0].allocation_id, what="the answer's id in the record")
-    assert confirmed == answer_id
+    # no other pod could have been admitted: the record names the answer's id (the token works) at once
+    assert record.containers[0].allocation_id == answer_id
 
 
 def test_memory_first_then_cores_give_one_consistent_answer(daemons, peer, gpus, core_v1):
@@ -116,7 +111,8 @@ def test_memory_first_then_cores_give_one_consistent_answer(daemons, peer, gpus,
     mem_ids, memory = peer.admit(MEMORY, 8, all_ids("memory"))
     assert {i.split("-")[0] for i in mem_ids} == {"gpu1"} and memory == api_pb2.ContainerAllocateResponse()
     _, core = peer.admit(CORE, 30, all_ids("core"))
-    assert core.envs[c.ENV_POD_NAME] == "a" and core.envs[c.ENV_DEVICE_INDICES] == "1"
+    assert core.envs[c.ENV_DEVICE_INDICES] == "1"
+    assert c.ENV_POD_NAME not in core.envs, "b asks for as many cores: the answer cannot be sure whose it is"
     wait_for(lambda: annotations(core_v1, "a").get(NAMES.gpu_assigned) == "true")
     assert annotations(core_v1, "b").get(NAMES.gpu_assigned) == "false"
 
@@ -180,10 +176,35 @@ def test_identical_requests_go_oldest_placement_first(daemons, peer, gpus, core_
     place_pod(core_v1, gpus, "older", [(Request(20, 8), (0,))], predicate_time=1_000)
     wait_for(lambda: (daemon.informer.get("default", "older") or {}).get("spec", {}).get("nodeName"))
     ids, first = peer.admit(CORE, 20, all_ids("core"))
-    assert first.envs[c.ENV_POD_NAME] == "older" and {i[:4] for i in ids} == {"gpu0"}
-    peer.admit(MEMORY, 8, all_ids("memory"))
-    _, second = peer.admit(CORE, 20, [i for i in all_ids("core") if i not in ids])
-    assert second.envs[c.ENV_POD_NAME] == "newer" and second.envs[c.ENV_DEVICE_INDICES] == "3"
+    assert first.envs[c.ENV_DEVICE_INDICES] == "0" and {i[:4] for i in ids} == {"gpu0"}
+    first_mem, _ = peer.admit(MEMORY, 8, all_ids("memory"))
+    second_ids, second = peer.admit(CORE, 20, [i for i in all_ids("core") if i not in ids])
+    second_mem, _ = peer.admit(MEMORY, 8, [i for i in all_ids("memory") if i not in first_mem])
+    assert second.envs[c.ENV_DEVICE_INDICES] == "3"
+    # kubelet may have admitted them in either order, and no checkpoint says which yet: an answer
+    # that named a pod might name another user's, so neither does
+    for answer in (first, second):
+        assert not {c.ENV_POD_NAME, c.ENV_POD_NAMESPACE, c.ENV_POD_UID} & set(answer.envs)
+        assert answer.envs[c.ENV_CONTAINER] == "c0" and answer.envs[c.ENV_TOKEN]
+    # nor does a record hold either answer's id, so neither token reads anything yet
+    for name in ("older", "newer"):
+        anns = annotations(core_v1, name)
+        assert all(not ctr.allocation_id for ctr in PodAllocation.from_json(anns[NAMES.allocation]).containers)
+    # kubelet's checkpoint tells: it admitted "newer" first. Each record then names what its
+    # container really got, and the id of the token in it.
+    minter = TokenMinter(load_or_create_secret(os.path.join(daemons.state_dir, "token-secret")))
+    uids = {name: json.loads(core_v1.read_namespaced_pod(name, "default", _preload_content=False).data)
+            ["metadata"]["uid"] for name in ("older", "newer")}
+    write_checkpoint(daemon.checkpoint_path, [
+        PodDeviceEntry(uids["newer"], "c0", CORE, tuple(sorted(ids)), first.SerializeToString()),
+        PodDeviceEntry(uids["newer"], "c0", MEMORY, tuple(sorted(first_mem))),
+        PodDeviceEntry(uids["older"], "c0", CORE, tuple(sorted(second_ids)), second.SerializeToString()),
+        PodDeviceEntry(uids["older"], "c0", MEMORY, tuple(sorted(second_mem)))], {})
+    for name, answer, card in (("newer", first, 0), ("older", second, 3)):
+        record = wait_for(lambda name=name: (lambda r: r if r.containers[0].allocation_id else None)(
+            PodAllocation.from_json(annotations(core_v1, name)[NAMES.allocation])), what=f"{name} confirmed")
+        assert record.containers[0].allocation_id == minter.verify(answer.envs[c.ENV_TOKEN])
+        assert [s.index for s in record.containers[0].cards] == [card]
 
 
 def test_whole_cards_and_several_containers(daemons, peer, gpus, core_v1):

@@ -261,3 +261,21 @@ def test_wire_names_are_kubelets():
     assert fields == {"envs": 1, "mounts": 2, "devices": 3, "annotations": 4, "cdi_devices": 5}
     request = {f.name: f.number for f in api_pb2.ContainerPreferredAllocationRequest.DESCRIPTOR.fields}
     assert request == {"available_deviceIDs": 1, "must_include_deviceIDs": 2, "allocation_size": 3}
+
+
+def test_allocation_record_carries_the_allocation_id_and_reads_older_records():
+    from jupyter_vgpu.core.contract import CardShare, ContainerAllocation, PodAllocation
+
+    share = (CardShare(1, "GPU-1", 25, 16),)
+    record = PodAllocation("node-1", (ContainerAllocation(0, "nb", share, allocation_id="a-Z_09"),
+                                      ContainerAllocation(1, "side", share)))
+    text = record.to_json()
+    assert PodAllocation.from_json(text) == record
+    assert [c.get("allocationId") for c in json.loads(text)["containers"]] == ["a-Z_09", None]  # the scheduler's has none
+    older = json.loads(text)
+    del older["containers"][0]["allocationId"]
+    assert PodAllocation.from_json(json.dumps(older)).containers[0].allocation_id == ""
+    for bad in ("a.b", "x y", "é", 7):
+        older["containers"][0]["allocationId"] = bad
+        with pytest.raises(ValueError, match="allocationId"):
+            PodAllocation.from_json(json.dumps(older))

@@ -12,10 +12,11 @@ which container really holds which device IDs; ``reconcile`` moves the records t
 match, so the annotations end up true.
 
 Each vcuda-core answer carries a read token over a fresh allocation id (``tokens``).
-A record gets that id only from kubelet's checkpoint entry of the container that holds
-the answer, so the token reads exactly the pod that has it, even when the answer's
-``VGPU_POD_*`` env names another pod (out-of-order admission); until then the token
-reads nothing.
+A record holds that id only when the answer certainly went to that container: no other
+waiting container could have been the one kubelet was admitting, or kubelet's checkpoint
+says so. So a token reads exactly the pod that has it, and after a guess nothing until
+the checkpoint is read. Likewise the answer names its pod (``VGPU_POD_*``) only when it
+is certain: a guess could show one user another user's pod.
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ class Served:
     identity_uid: str = ""  # whose identity the container's env carries (normally its own pod)
     since: float = field(default_factory=time.monotonic)
     answered_at: float = 0.0  # when its vcuda-core answer was given (monotonic); 0: before this process
+    # kinds answered by a guess among several containers kubelet could have been admitting, until its
+    # checkpoint confirms them
+    guesses: set[str] = field(default_factory=set)
 
 
 class Allocator:
@@ -174,6 +178,40 @@ class Allocator:
                     best, chosen = rank, wanted
         return chosen
 
+    def _rivals(self, kind: str, count: int, views: list[PodView]) -> list[Key]:
+        """Every container kubelet could be admitting with ``count`` devices of ``kind``: those waiting,
+        and those we answered by a guess kubelet's checkpoint has not confirmed (that guess may be wrong,
+        and then the container it named is the one still waiting)."""
+        rivals: list[Key] = []
+        for view in views:
+            if view.assigned:
+                continue
+            if view.problem:  # its requests are unknown: it could be anyone's rival
+                rivals.append((view.uid, -1))
+                continue
+            for wanted in view.containers:
+                key = (wanted.uid, wanted.index)
+                served = self._served.get(key)
+                if wanted.count(kind) == count and (
+                        not self._served_kind(key, kind) or (served is not None and kind in served.guesses)):
+                    rivals.append(key)
+        return rivals
+
+    def _certain(self, wanted: Wanted, kind: str, count: int, views: list[PodView], fresh: bool) -> bool:
+        """No other waiting container could be the one kubelet is admitting (asked of the API server
+        too, as our cache may lag kubelet's), so the answer may name its pod."""
+        key = (wanted.uid, wanted.index)
+        with self._lock:
+            if self._rivals(kind, count, views) != [key]:
+                return False
+        if fresh or self._fresh_pods is None:
+            return True
+        pods = self._fetch_fresh()
+        if pods is None:
+            return False
+        with self._lock:
+            return self._rivals(kind, count, self._all_views(pods)) == [key]
+
     def _no_match(self, kind: str, count: int, views: list[PodView]) -> AllocationError:
         resource = self.names.core_resource if kind == CORE else self.names.memory_resource
         waiting = [w for v in views if not v.assigned and not v.problem for w in v.containers
@@ -246,10 +284,12 @@ class Allocator:
     def _metrics(self) -> str:
         return self._metrics_url() if callable(self._metrics_url) else self._metrics_url
 
-    def _response(self, served: Served, cards: dict[int, Card], allocation_id: str) -> api_pb2.ContainerAllocateResponse:
+    def _response(self, served: Served, cards: dict[int, Card], allocation_id: str,
+                  certain: bool) -> api_pb2.ContainerAllocateResponse:
         uid, index = served.key
-        identity = Identity(node=self.node, namespace=served.namespace, pod=served.pod,
-                            pod_uid=served.identity_uid or uid, container=served.container, container_index=index)
+        identity = Identity(node=self.node, namespace=served.namespace if certain else "",
+                            pod=served.pod if certain else "", pod_uid=(served.identity_uid or uid) if certain else "",
+                            container=served.container, container_index=index, allocation_id=allocation_id)
         return container_response(self._enforcement, served.allocation, cards, identity,
                                   metrics_url=self._metrics(), token=self._tokens.mint(allocation_id))
 
@@ -268,34 +308,43 @@ class Allocator:
         with self._lock:
             views = self._all_views()
             wanted = self._choose(kind, len(ids), ids, views)
+        fresh = False
         if wanted is None:
             pods = self._fetch_fresh()
+            fresh = pods is not None
             with self._lock:
                 views = self._all_views(pods)
                 wanted = self._choose(kind, len(ids), ids, views)
                 if wanted is None:
                     raise self._no_match(kind, len(ids), views)
+        certain = self._certain(wanted, kind, len(ids), views, fresh)
         with self._lock:
             if self._served_kind((wanted.uid, wanted.index), kind):  # a concurrent call got there first
                 raise self._no_match(kind, len(ids), views)
             cards = self._cards.by_index()
             key = (wanted.uid, wanted.index)
             existing = self._served.get(key)
-            # a new answer: its id is recorded once kubelet's checkpoint says who holds it
+            # a new answer: its id is recorded once it is certain who holds it
             allocation = replace(existing.allocation if existing else self._plan(wanted, cards), allocation_id="")
             if kind == CORE:
                 self._check_fits(wanted, allocation, cards)
             served = existing or Served(key=key, namespace=wanted.namespace, pod=wanted.pod,
                                         container=wanted.container, allocation=allocation, identity_uid=wanted.uid)
             served.devices[kind] = ids
+            if certain:
+                served.guesses.discard(kind)
+            else:
+                served.guesses.add(kind)
             self._served[key] = served
             self._overrides.pop(key, None)
             if kind == CORE:
-                served.allocation = allocation
-                served.answered_at = time.monotonic()
                 answer_id = new_allocation_id()
+                # sure whose container this is: its record may name the answer now; else kubelet's
+                # checkpoint has to say who holds it first
+                served.allocation = replace(allocation, allocation_id=answer_id) if certain else allocation
+                served.answered_at = time.monotonic()
                 self._given[ids] = (replace(allocation, allocation_id=answer_id), key)
-                response = self._response(served, cards, answer_id)
+                response = self._response(served, cards, answer_id, certain)
             else:
                 response = api_pb2.ContainerAllocateResponse()
             complete = self._pod_complete(wanted.uid, views)
@@ -537,7 +586,7 @@ class Allocator:
             if served.allocation.allocation_id != allocation.allocation_id:
                 dirty.add((wanted.namespace, wanted.pod))
             served.allocation = allocation  # with the id of the answer it holds
-            served.identity_uid = partner[0]
+            served.identity_uid = partner[0] or served.identity_uid
             self._given[ids] = (allocation, key)
             if previous is None or _same_cards(previous, allocation):
                 continue
@@ -557,6 +606,10 @@ class Allocator:
                 name = next((w.container for w in partner_view.containers if w.index == partner[1]), "")
                 self._overrides[partner] = replace(previous, index=partner[1], name=name, allocation_id="")
                 dirty.add((partner_view.namespace, partner_view.name))
+        for wanted, kind, entry in located:  # kubelet confirms who holds these: no guess any more
+            served = self._served.get((wanted.uid, wanted.index))
+            if served is not None and served.devices.get(kind) == entry.device_ids:
+                served.guesses.discard(kind)
 
     def _take_devices(self, wanted: Wanted, kind: str, ids: tuple[str, ...], in_checkpoint: set[tuple[Key, str]],
                       cards: dict[int, Card], dirty: set[tuple[str, str]]) -> None:
@@ -584,7 +637,8 @@ class Allocator:
                 env = dict(api_pb2.ContainerAllocateResponse.FromString(entry.alloc_response).envs)
             except Exception:  # noqa: BLE001 - a foreign or corrupt record: fall back to our own memory
                 env = {}
-        if c.ENV_DEVICE_INDICES in env and c.ENV_POD_UID in env:
+        given = self._given.get(entry.device_ids)
+        if c.ENV_DEVICE_INDICES in env:
             try:
                 indices = [int(i) for i in env[c.ENV_DEVICE_INDICES].split(",") if i]
                 uuids = env.get(c.ENV_DEVICE_UUIDS, "").split(",")
@@ -601,7 +655,8 @@ class Allocator:
                     CardShare(i, uuids[n] if n < len(uuids) else "", c.CORES_PER_CARD,
                               cards[i].memory_units if i in cards else mib // len(indices) // c.MEMORY_UNIT_MIB)
                     for n, i in enumerate(indices))
-            partner_uid = env[c.ENV_POD_UID]
+            # whom the answer was prepared for: named in it when that was certain, else in our memory
+            partner_uid = env.get(c.ENV_POD_UID) or (given[1][0] if given else "")
             view = by_uid.get(partner_uid)
             index = next((w.index for w in view.containers if w.container == env.get(c.ENV_CONTAINER)), -1) \
                 if view is not None else -1
@@ -609,7 +664,6 @@ class Allocator:
             answer_id = self._tokens.verify(env.get(c.ENV_TOKEN)) or ""
             return (ContainerAllocation(index=index, name=env.get(c.ENV_CONTAINER, ""), cards=shares,
                                         allocation_id=answer_id), (partner_uid, index))
-        given = self._given.get(entry.device_ids)
         if given is not None:
             return given[0], given[1]
         return None

@@ -43,12 +43,15 @@ class EnforcementConfig:
 
 @dataclass(frozen=True)
 class Identity:
+    """Who the answer is for; namespace, pod and pod_uid are "" when that is not certain."""
+
     node: str
     namespace: str
     pod: str
     pod_uid: str
     container: str
     container_index: int
+    allocation_id: str = ""
 
 
 def container_response(
@@ -72,9 +75,6 @@ def container_response(
         c.ENV_DEVICE_INDICES: c.card_ids_env([s.index for s in shares]),
         c.ENV_DEVICE_MODEL: ",".join(sorted({cards[s.index].model for s in shares})),
         c.ENV_NODE: identity.node,
-        c.ENV_POD_NAME: identity.pod,
-        c.ENV_POD_NAMESPACE: identity.namespace,
-        c.ENV_POD_UID: identity.pod_uid,
         c.ENV_CONTAINER: identity.container,
         c.ENV_METRICS_URL: metrics_url,
         c.ENV_TOKEN: token,
@@ -98,6 +98,9 @@ def container_response(
             envs[c.ENV_MPS_PINNED_MEMORY_LIMIT] = ",".join(f"{i}={mib}M" for i, mib in enumerate(memory_mib))
             mounts.append(api_pb2.Mount(container_path=MPS_CONTAINER_PIPE_DIR, host_path=config.mps_pipe_dir,
                                         read_only=False))
+    if identity.pod_uid:  # a hint for display; the read token is what identifies the container
+        envs.update({c.ENV_POD_NAME: identity.pod, c.ENV_POD_NAMESPACE: identity.namespace,
+                     c.ENV_POD_UID: identity.pod_uid})
     response = api_pb2.ContainerAllocateResponse(envs=envs, mounts=mounts)
     if config.device_specs:
         response.devices.extend(_device_specs(config, shares, cards))
@@ -116,7 +119,9 @@ def _hami_env(shares: list, memory_mib: list[int], cores: int) -> dict[str, str]
 def _hami_mounts(config: EnforcementConfig, identity: Identity) -> list[api_pb2.Mount]:
     # per-container shared-region directory on the host, as HAMi does, so restarts of the
     # container keep their accounting and other containers never see it
-    cache_dir = os.path.join(config.hami_root, "containers", f"{identity.pod_uid}_{identity.container}")
+    # (named by the allocation id: the pod may not be known for sure, and mountinfo shows the path)
+    cache_dir = os.path.join(config.hami_root, "containers",
+                             identity.allocation_id or f"{identity.pod_uid}_{identity.container}")
     try:
         os.makedirs(cache_dir, mode=0o777, exist_ok=True)
         os.makedirs(HAMI_LOCK_DIR, mode=0o777, exist_ok=True)
