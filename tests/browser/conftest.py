@@ -72,7 +72,9 @@ def labextension_built() -> Path:
 # --- the browser -----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an event loop running in the main
+# thread while it is open, which would break every asyncio test collected after this area.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"no Chromium at {CHROMIUM}: `apt-get install -y chromium` (or set VGPU_CHROMIUM)")
