@@ -131,3 +131,36 @@ def test_reserved_cards_are_taken_only_when_no_other_placement_exists(
         else:
             assert not any(c.is_free for c in others)
     assert place_pod(state, request, reserved=frozenset()) == plain
+
+
+@SETTINGS
+@given(a=states(), b=states(), sizes=st.lists(st.integers(1, 8), min_size=1, max_size=5),
+       limit=st.sampled_from([1, 2, None]))
+def test_reservations_are_disjoint_healthy_and_sized(
+        a: NodeState, b: NodeState, sizes: list[int], limit: int | None) -> None:
+    nodes = {"a": a, "b": b}
+    pending = [{0: Request(100 * n)} for n in sizes]
+    found = reserve(nodes, pending, limit=limit)
+    if limit is not None:
+        assert len(found) <= limit
+    assert [r.holder for r in found] == sorted({r.holder for r in found})  # oldest first, once each
+    for r in found:
+        state = nodes[r.node]
+        assert sizes[r.holder] >= 2 and len(r.cards) == sizes[r.holder]
+        assert all(state.card(i).healthy for i in r.cards)
+        assert r.busy == sum(not state.card(i).is_free for i in r.cards)
+        others = reserved_cards(found, r.node, holder=r.holder)
+        assert others.isdisjoint(r.cards)
+        if r.busy == 0:  # it fits now, on cards nobody else holds
+            placed = place_pod(state, pending[r.holder], reserved=others)
+            assert isinstance(placed, PodPlacement) and not uses_reserved(placed, others)
+    # a pod gets nothing only when, past the earlier reservations, no node has enough healthy cards
+    for position, n in enumerate(sizes):
+        if n < 2 or position in {r.holder for r in found}:
+            continue
+        if limit is not None and len([r for r in found if r.holder < position]) >= limit:
+            continue
+        earlier = [r for r in found if r.holder < position]
+        for name, state in nodes.items():
+            left = [c for c in state.cards if c.healthy and c.index not in reserved_cards(earlier, name)]
+            assert len(left) < n
