@@ -29,6 +29,8 @@ def _interrupt_on_sigterm() -> None:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, handler)
+        # started from a script with `&`, SIGINT arrives ignored; Ctrl-C must still stop us
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _logging(level: str) -> None:

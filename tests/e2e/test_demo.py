@@ -1,0 +1,195 @@
+"""`jupyter-vgpu demo` tried as a new user would: start it, open what it prints, Ctrl-C it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Output(threading.Thread):
+    """Collects a process's output lines as they come."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(daemon=True)
+        self.stream, self.lines = stream, []
+
+    def run(self) -> None:
+        for line in self.stream:
+            self.lines.append(line.rstrip("\n"))
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, pattern: str, process: subprocess.Popen[str], timeout: float) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in list(self.lines):
+                match = re.fullmatch(pattern, line)
+                if match:
+                    return match
+            if process.poll() is not None:
+                time.sleep(0.5)  # the rest of the output
+                raise AssertionError(f"the demo exited with {process.returncode}:\n{self.text()[-4000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no line matching {pattern!r} within {timeout:.0f} s:\n{self.text()[-4000:]}")
+            time.sleep(0.1)
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _processes_mentioning(*needles: str) -> list[str]:
+    """Command lines of live processes that contain any of ``needles``."""
+    hits = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if any(n in cmdline for n in needles):
+                hits.append(f"{entry}: {cmdline[:200]}")
+    return hits
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _api(base: str, token: str, path: str, method: str = "GET", body: Any = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(base + path, data=data, method=method,
+                                     headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
+    port = _free_port()
+    process = subprocess.Popen([str(BIN / "jupyter-vgpu"), "demo", "--no-browser", "--port", str(port)],
+                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
+    output = Output(process.stdout)
+    output.start()
+    try:
+        match = output.wait_for(rf"http://127\.0\.0\.1:{port}/lab\?token=([0-9a-f]{{32,}})", process, 180)
+        token = match.group(1)
+        kubeconfig = output.wait_for(r"\s*kubectl --kubeconfig (\S+) get pods -A.*", process, 10).group(1)
+        workdir = os.path.dirname(kubeconfig)
+        base = f"http://127.0.0.1:{port}/"
+
+        # the lab answers with the token it printed, and refuses without it
+        assert _api(base, token, "api/status")["started"]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(base + "vgpu/api/allocation", timeout=30)
+        assert refused.value.code == 403
+
+        allocation = _api(base, token, "vgpu/api/allocation")
+        assert allocation["state"] == "allocated" and allocation["source"] == "node-api", allocation
+        held = allocation["allocation"]
+        assert (held["cores"], held["memoryMib"], held["pod"]) == (25, 4096, "notebook")
+        (card,) = held["cards"]
+
+        # a real card: the node's inventory (read with the kubeconfig the demo printed) has it
+        from kubernetes import client, config
+
+        from jupyter_vgpu.core import contract as c
+        from jupyter_vgpu.core.inventory import NodeInventory
+
+        core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
+        node = core.read_node(held["node"])
+        inventory = NodeInventory.from_json(node.metadata.annotations[c.DEFAULT_NAMES.node_inventory])
+        assert inventory.card(card["index"]).uuid == card["uuid"]  # type: ignore[union-attr]
+        pods = {(p.metadata.namespace, p.metadata.name) for p in core.list_pod_for_all_namespaces().items}
+        assert ("default", "notebook") in pods and len(pods) > 1, "the neighbours run beside the notebook"
+
+        # live usage that moves
+        first = _api(base, token, "vgpu/api/usage?history=30")
+        assert first["state"] == "live" and first["limits"] == {"cores": 25, "memoryMib": 4096}, first
+        deadline = time.monotonic() + 20
+        while True:
+            time.sleep(2)
+            second = _api(base, token, "vgpu/api/usage?history=30")
+            a, b = first["current"], second["current"]
+            if b["t"] > a["t"] and (a["memoryUsedMib"], a["utilizationPercent"]) != (
+                    b["memoryUsedMib"], b["utilizationPercent"]):
+                break
+            assert time.monotonic() < deadline, f"usage did not move: {a} -> {b}"
+        assert 0 <= b["memoryUsedMib"] <= 4096 and 0 <= b["utilizationPercent"] <= 100
+
+        # the topology marks the card as mine, and other people's pods show only as totals
+        topology = _api(base, token, "vgpu/api/topology")
+        assert topology["state"] == "available", topology
+        gpus = topology["topology"]["gpus"]
+        assert [g["index"] for g in gpus if g["mine"]] == [card["index"]]
+        assert any(g["allocatedCores"] > 0 for g in gpus if not g["mine"]), "neighbours occupy other cards"
+
+        # a kernel too: its own session, so Ctrl-C must reach it through the lab's shutdown
+        kernel = _api(base, token, "api/kernels", "POST", {"name": "python3"})
+        assert kernel["id"]
+        processes = _descendants(process.pid)
+        assert processes, "the demo runs the lab as a child process"
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        try:
+            code = process.wait(90)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+        output.join(10)
+
+    assert code == 0, output.text()[-3000:]
+    assert "jupyter-vgpu demo: stopping" in output.lines
+    deadline = time.monotonic() + 20
+    while [p for p in processes if _alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in processes if _alive(p)], "processes of the demo outlived it"
+    assert not _processes_mentioning(token, workdir)
+    assert not os.path.exists(workdir), "the work dir (kubeconfig, sockets, logs) was left behind"
+    with socket.socket() as sock:  # the lab's port is free again (as a server binds it)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
