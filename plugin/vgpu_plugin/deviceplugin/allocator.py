@@ -76,9 +76,9 @@ class Served:
     identity_uid: str = ""  # whose identity the container's env carries (normally its own pod)
     since: float = field(default_factory=time.monotonic)
     answered_at: float = 0.0  # when its vcuda-core answer was given (monotonic); 0: before this process
-    # kinds answered by a guess among several containers kubelet could have been admitting, until its
-    # checkpoint confirms them
-    guesses: set[str] = field(default_factory=set)
+    # its vcuda-core answer was a guess among several containers kubelet could have been admitting,
+    # until kubelet's checkpoint confirms who holds it
+    guessed: bool = False
 
 
 class Allocator:
@@ -178,8 +178,8 @@ class Allocator:
                     best, chosen = rank, wanted
         return chosen
 
-    def _rivals(self, kind: str, count: int, views: list[PodView]) -> list[Key]:
-        """Every container kubelet could be admitting with ``count`` devices of ``kind``: those waiting,
+    def _rivals(self, count: int, views: list[PodView]) -> list[Key]:
+        """Every container kubelet could be admitting with ``count`` vcuda-core devices: those waiting,
         and those we answered by a guess kubelet's checkpoint has not confirmed (that guess may be wrong,
         and then the container it named is the one still waiting)."""
         rivals: list[Key] = []
@@ -192,17 +192,17 @@ class Allocator:
             for wanted in view.containers:
                 key = (wanted.uid, wanted.index)
                 served = self._served.get(key)
-                if wanted.count(kind) == count and (
-                        not self._served_kind(key, kind) or (served is not None and kind in served.guesses)):
+                if wanted.count(CORE) == count and (
+                        not self._served_kind(key, CORE) or (served is not None and served.guessed)):
                     rivals.append(key)
         return rivals
 
-    def _certain(self, wanted: Wanted, kind: str, count: int, views: list[PodView], fresh: bool) -> bool:
-        """No other waiting container could be the one kubelet is admitting (asked of the API server
-        too, as our cache may lag kubelet's), so the answer may name its pod."""
+    def _certain(self, wanted: Wanted, count: int, views: list[PodView], fresh: bool) -> bool:
+        """For a vcuda-core answer: no other waiting container could be the one kubelet is admitting
+        (asked of the API server too, as our cache may lag kubelet's), so the answer may name its pod."""
         key = (wanted.uid, wanted.index)
         with self._lock:
-            if self._rivals(kind, count, views) != [key]:
+            if self._rivals(count, views) != [key]:
                 return False
         if fresh or self._fresh_pods is None:
             return True
@@ -210,7 +210,7 @@ class Allocator:
         if pods is None:
             return False
         with self._lock:
-            return self._rivals(kind, count, self._all_views(pods)) == [key]
+            return self._rivals(count, self._all_views(pods)) == [key]
 
     def _no_match(self, kind: str, count: int, views: list[PodView]) -> AllocationError:
         resource = self.names.core_resource if kind == CORE else self.names.memory_resource
@@ -317,7 +317,7 @@ class Allocator:
                 wanted = self._choose(kind, len(ids), ids, views)
                 if wanted is None:
                     raise self._no_match(kind, len(ids), views)
-        certain = self._certain(wanted, kind, len(ids), views, fresh)
+        certain = kind == CORE and self._certain(wanted, len(ids), views, fresh)
         with self._lock:
             if self._served_kind((wanted.uid, wanted.index), kind):  # a concurrent call got there first
                 raise self._no_match(kind, len(ids), views)
@@ -331,10 +331,6 @@ class Allocator:
             served = existing or Served(key=key, namespace=wanted.namespace, pod=wanted.pod,
                                         container=wanted.container, allocation=allocation, identity_uid=wanted.uid)
             served.devices[kind] = ids
-            if certain:
-                served.guesses.discard(kind)
-            else:
-                served.guesses.add(kind)
             self._served[key] = served
             self._overrides.pop(key, None)
             if kind == CORE:
@@ -343,6 +339,7 @@ class Allocator:
                 # checkpoint has to say who holds it first
                 served.allocation = replace(allocation, allocation_id=answer_id) if certain else allocation
                 served.answered_at = time.monotonic()
+                served.guessed = not certain
                 self._given[ids] = (replace(allocation, allocation_id=answer_id), key)
                 response = self._response(served, cards, answer_id, certain)
             else:
@@ -608,8 +605,8 @@ class Allocator:
                 dirty.add((partner_view.namespace, partner_view.name))
         for wanted, kind, entry in located:  # kubelet confirms who holds these: no guess any more
             served = self._served.get((wanted.uid, wanted.index))
-            if served is not None and served.devices.get(kind) == entry.device_ids:
-                served.guesses.discard(kind)
+            if kind == CORE and served is not None and served.devices.get(CORE) == entry.device_ids:
+                served.guessed = False
 
     def _take_devices(self, wanted: Wanted, kind: str, ids: tuple[str, ...], in_checkpoint: set[tuple[Key, str]],
                       cards: dict[int, Card], dirty: set[tuple[str, str]]) -> None:
