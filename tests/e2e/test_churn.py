@@ -1,0 +1,287 @@
+"""Hundreds of notebook pods arriving and leaving at once over four simulated GPU nodes.
+
+While they churn, a watcher checks after every pod event that the allocation records
+(pod annotations) never hold more of a card than it has, and a poller checks the
+extender's ledger and every device plugin the same way. Afterwards the extender's ledger
+(in-process and /inspect), the pod annotations, the device plugins' view and the kubelet
+stand-ins' accounting and checkpoints all agree. The fault test restarts the extender, a
+device plugin and a kubelet stand-in in the middle of the churn.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from e2e_support import (
+    NAMES,
+    allocation,
+    create_pod,
+    delete_pod,
+    device_counts,
+    holdings_from_annotations,
+    inspect_cards,
+    inventory,
+    list_pods,
+    overcommitted,
+    pod_body,
+    wait_for,
+)
+
+from jupyter_vgpu.core import contract as c
+
+pytestmark = pytest.mark.slow
+
+CHURN = "vgpu.jupyter.org/churn"
+NODES = (("c-dgx", "dgx-a100.txt", 40960), ("c-p40", "p40-7gpu-pix-phb.txt", 24576),
+         ("c-nv4", "a100-sxm-4gpu-nv4.txt", 40960), ("c-pcie", "a100-pcie-4gpu-2numa.txt", 40960))
+
+
+@pytest.fixture
+def churn_cluster(topology_fixtures: Any) -> Iterator[Any]:
+    from vgpu_plugin.sim.cluster import NodeSpec, SimCluster
+
+    specs = [NodeSpec(name, fixture, memory_mib=memory, seed=i) for i, (name, fixture, memory) in enumerate(NODES)]
+    with SimCluster(specs, fixtures_dir=topology_fixtures, metrics_period=2.0, ready_timeout=90) as sim:
+        yield sim
+
+
+class Watcher:
+    """Checks the invariant continuously: on every pod event (annotations) and every 50 ms
+    (the extender's ledger, each device plugin's usage)."""
+
+    def __init__(self, cluster: Any) -> None:
+        from vgpu_plugin.informer import Informer
+
+        self.cluster = cluster
+        self.capacity = {(node, card.index): card.memory_units
+                         for node in cluster.nodes for card in inventory(cluster, node).cards}
+        self.violations: list[str] = []
+        self.events = 0
+        self.checks = 0
+        self.failed: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._informer = Informer(cluster.core_v1.list_pod_for_all_namespaces, label_selector=CHURN,
+                                  on_event=self._on_event)
+        self._poller = threading.Thread(target=self._poll, daemon=True)
+
+    def start(self) -> Watcher:
+        self._informer.start()
+        assert self._informer.wait_synced(30)
+        self._poller.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._poller.join(10)
+        self._informer.stop()
+
+    def _on_event(self, kind: str, pod: dict[str, Any] | None) -> None:
+        self.events += 1
+        if pod is not None and (pod.get("status") or {}).get("phase") == "Failed":
+            self.failed[pod["metadata"]["name"]] = pod["status"].get("message", "")
+        problems = overcommitted(holdings_from_annotations(self._informer.items()), self.capacity)
+        self.violations += [f"annotations after {kind}: {p}" for p in problems]
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.05):
+            self.checks += 1
+            extender = self.cluster.extender
+            if extender is not None and extender.ledger is not None:
+                self.violations += [f"extender ledger: {p}" for p in extender.ledger.overcommitted()]
+            for name, node in list(self.cluster.nodes.items()):
+                daemon = node.daemon
+                if daemon is None:
+                    continue
+                usage = {(name, card): held for card, held in daemon.allocator.usage().items()}
+                self.violations += [f"device plugin: {p}" for p in overcommitted(usage, self.capacity)]
+
+
+def _random_share(rng: random.Random) -> tuple[int, int | None]:
+    roll = rng.random()
+    if roll < 0.72:
+        return rng.choice((10, 20, 25, 30, 50, 75)), rng.randint(2, 40)
+    if roll < 0.92:
+        return 100, None
+    return 200, None
+
+
+def _churn(cluster: Any, count: int, stay: int, seed: int, workers: int = 12,
+           midway: Callable[[], None] | None = None) -> list[str]:
+    """``count`` pods created, held a little and deleted by ``workers`` threads; the last ``stay``
+    are kept. ``midway`` runs once a third of the pods have been created. The kept pods' names."""
+    rng = random.Random(seed)
+    plan = [(f"nb-{seed}-{i:03d}", *_random_share(rng), rng.uniform(0.1, 1.2), i >= count - stay)
+            for i in range(count)]
+    started = threading.Semaphore(0)
+    errors: list[BaseException] = []
+
+    def run(name: str, cores: int, memory: int | None, hold: float, keep: bool) -> None:
+        try:
+            create_pod(cluster, pod_body(cluster, name, cores, memory, labels={CHURN: "true"}))
+            started.release()
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline:
+                pod = cluster.read_pod("default", name) or {}
+                if (pod.get("status") or {}).get("phase") in ("Running", "Failed"):
+                    break
+                time.sleep(0.1)
+            if not keep:
+                time.sleep(hold)
+                delete_pod(cluster, "default", name)
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            errors.append(error)
+
+    def trigger() -> None:
+        for _ in range(count // 3):
+            started.acquire()
+        if midway is not None:
+            try:
+                midway()
+            except BaseException as error:  # noqa: BLE001 - reported by the test
+                errors.append(error)
+
+    fault = threading.Thread(target=trigger, daemon=True)
+    fault.start()
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(lambda args: run(*args), plan))
+    fault.join(120)
+    assert not errors, errors[:3]
+    return [name for name, *_, keep in plan if keep]
+
+
+def _agreement(cluster: Any) -> dict[str, Any]:
+    """Every component's view of who holds what, once the churn has settled."""
+    pods = [p for p in list_pods(cluster, label_selector=CHURN) if (p.get("status") or {}).get("phase") == "Running"]
+    annotated = holdings_from_annotations(pods)
+    by_node: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in cluster.nodes}
+    for pod in pods:
+        by_node[pod["spec"]["nodeName"]][pod["metadata"]["uid"]] = pod
+
+    views: dict[str, Any] = {"annotations": annotated}
+    claims = cluster.extender.ledger.claims()
+    ledger: Counter[tuple[str, int]] = Counter()
+    ledger_units: Counter[tuple[str, int]] = Counter()
+    for node, holders in claims.items():
+        for _, held in holders.items():
+            for _, card, cores, units in held:
+                ledger[(node, card)] += cores
+                ledger_units[(node, card)] += units
+    views["extender"] = {k: (ledger[k], ledger_units[k]) for k in ledger if ledger[k] or ledger_units[k]}
+    views["extender pods"] = {node: set(holders) for node, holders in claims.items() if holders}
+    views["inspect"] = {(node, i): (card["cores"]["held"], card["memoryMib"]["held"] // c.MEMORY_UNIT_MIB)
+                        for node in cluster.nodes for i, card in inspect_cards(cluster, node).items()
+                        if card["cores"]["held"] or card["memoryMib"]["held"]}
+    views["device plugin"] = {(node, card): held for node, n in cluster.nodes.items()
+                              for card, held in n.daemon.allocator.usage().items() if held != (0, 0)}
+    views["device plugin pods"] = {node: {uid for uid, _ in n.daemon.allocator.served()}
+                                   for node, n in cluster.nodes.items() if n.daemon.allocator.served()}
+    views["pods"] = {node: set(uids) for node, uids in by_node.items() if uids}
+    kubelet_pods, kubelet_devices, expected_devices = {}, {}, {}
+    for node, n in cluster.nodes.items():
+        kubelet = n.kubelet
+        admitted = {uid for uid in by_node[node] if kubelet.admitted(uid) is not None}
+        known = {e.pod_uid for e in _checkpoint(n)}
+        if known:
+            kubelet_pods[node] = known
+        assert admitted == set(by_node[node]), f"{node}: the kubelet stand-in has not admitted every running pod"
+        for resource in NAMES.resources:
+            in_use = kubelet.in_use(resource)
+            checkpointed = {d for e in _checkpoint(n) if e.resource == resource for d in e.device_ids}
+            assert in_use == checkpointed, f"{node} {resource}: kubelet accounting != its checkpoint"
+            kubelet_devices[(node, resource)] = len(in_use)
+            expected_devices[(node, resource)] = sum(
+                c.parse_count(ctr["resources"]["limits"].get(resource, "0"), resource)
+                for pod in by_node[node].values() for ctr in pod["spec"]["containers"])
+        for uid, pod in by_node[node].items():  # each pod's device IDs: as many as it asked for
+            counted = device_counts(d for ctr in kubelet.admitted(uid).containers for ids in ctr.devices.values()
+                                    for d in ids)
+            limits = pod["spec"]["containers"][0]["resources"]["limits"]
+            assert sum(v for (_, kind), v in counted.items() if kind == "core") == int(limits[NAMES.core_resource])
+    views["kubelet checkpoint pods"] = kubelet_pods
+    views["kubelet devices"] = kubelet_devices
+    views["expected devices"] = expected_devices
+    return views
+
+
+def _checkpoint(node: Any) -> list[Any]:
+    from vgpu_plugin.deviceplugin.checkpoint import read_checkpoint
+
+    return list(read_checkpoint(node.kubelet.checkpoint_path))
+
+
+def _settled(cluster: Any) -> dict[str, Any] | None:
+    try:
+        views = _agreement(cluster)
+    except AssertionError:
+        return None
+    agree = (views["annotations"] == views["extender"] == views["inspect"] == views["device plugin"]
+             and views["pods"] == views["extender pods"] == views["device plugin pods"] == views["kubelet checkpoint pods"]
+             and views["kubelet devices"] == views["expected devices"])
+    return views if agree else None
+
+
+def _check_after_churn(cluster: Any, watcher: Watcher, kept: list[str]) -> None:
+    # deleted pods are gone everywhere, kept ones run (or wait for room, never half-placed)
+    wait_for(lambda: {p["metadata"]["name"] for p in list_pods(cluster, label_selector=CHURN)} <= set(kept),
+             60, "deleted pods to go")
+    running = wait_for(lambda: [p for p in list_pods(cluster, label_selector=CHURN)
+                                if p["status"].get("phase") == "Running"] or None, 60, "kept pods to run")
+    views = wait_for(lambda: _settled(cluster), 90, "every component to agree", interval=0.5)
+    if views is None:  # pragma: no cover - wait_for raises first
+        raise AssertionError(_agreement(cluster))
+    assert views["annotations"], "some kept pods must hold shares, or the comparison says nothing"
+    assert len(running) >= len(kept) // 2, f"only {len(running)} of {len(kept)} kept pods run"
+    for pod in running:
+        assert pod["metadata"]["annotations"][NAMES.gpu_assigned] == "true"
+        assert allocation(pod) is not None
+    assert watcher.violations == [], watcher.violations[:10]
+    assert watcher.failed == {}, dict(list(watcher.failed.items())[:5])
+    assert watcher.events > 500 and watcher.checks > 50, (watcher.events, watcher.checks)
+
+
+def test_churn_keeps_every_view_in_agreement(churn_cluster: Any) -> None:
+    watcher = Watcher(churn_cluster).start()
+    try:
+        kept = _churn(churn_cluster, count=240, stay=36, seed=1)
+        _check_after_churn(churn_cluster, watcher, kept)
+    finally:
+        watcher.stop()
+
+
+def test_restarts_during_churn_lose_nothing_and_double_allocate_nothing(churn_cluster: Any) -> None:
+    cluster = churn_cluster
+    watcher = Watcher(cluster).start()
+    restarted: list[str] = []
+
+    def faults() -> None:
+        # pods placed before the faults must keep their cards through them
+        before = {p["metadata"]["uid"]: allocation(p) for p in list_pods(cluster, label_selector=CHURN)
+                  if p["metadata"].get("annotations", {}).get(NAMES.gpu_assigned) == "true"}
+        cluster.restart_extender()
+        restarted.append("extender")
+        cluster.restart_daemon("c-dgx")
+        restarted.append("device plugin on c-dgx")
+        cluster.restart_kubelet("c-p40")
+        restarted.append("kubelet on c-p40")
+        for pod in list_pods(cluster, label_selector=CHURN):
+            uid = pod["metadata"]["uid"]
+            if uid in before and (pod.get("status") or {}).get("phase") == "Running":
+                record = allocation(pod)
+                assert record is not None and record.node == before[uid].node, f"{uid} lost its allocation"
+
+    try:
+        kept = _churn(cluster, count=180, stay=30, seed=2, midway=faults)
+        assert restarted == ["extender", "device plugin on c-dgx", "kubelet on c-p40"]
+        _check_after_churn(cluster, watcher, kept)
+        # after the restarts, new pods still place, allocate and run
+        create_pod(cluster, pod_body(cluster, "after-faults", 10, 4, labels={CHURN: "true"}))
+        cluster.wait_for_pod("default", "after-faults", timeout=60)
+    finally:
+        watcher.stop()
