@@ -65,7 +65,7 @@ class Watcher:
         self.violations: list[str] = []
         self.events = 0
         self.checks = 0
-        self.failed: dict[str, str] = {}
+        self.failed: dict[str, tuple[str, str]] = {}  # pod -> (node, message)
         self._stop = threading.Event()
         self._informer = Informer(cluster.core_v1.list_pod_for_all_namespaces, label_selector=CHURN,
                                   on_event=self._on_event)
@@ -85,7 +85,7 @@ class Watcher:
     def _on_event(self, kind: str, pod: dict[str, Any] | None) -> None:
         self.events += 1
         if pod is not None and (pod.get("status") or {}).get("phase") == "Failed":
-            self.failed[pod["metadata"]["name"]] = pod["status"].get("message", "")
+            self.failed[pod["metadata"]["name"]] = (pod["spec"].get("nodeName", ""), pod["status"].get("message", ""))
         problems = overcommitted(holdings_from_annotations(self._informer.items()), self.capacity)
         self.violations += [f"annotations after {kind}: {p}" for p in problems]
 
@@ -227,7 +227,10 @@ def _settled(cluster: Any) -> dict[str, Any] | None:
     return views if agree else None
 
 
-def _check_after_churn(cluster: Any, watcher: Watcher, kept: list[str]) -> None:
+def _check_after_churn(cluster: Any, watcher: Watcher, kept: list[str],
+                       excusable: Callable[[str, str], bool] = lambda node, message: False) -> None:
+    """``excusable(node, message)``: an admission failure the fault explains (the agreement
+    check then also proves the failed pod holds nothing anywhere)."""
     # deleted pods are gone everywhere, kept ones run (or wait for room, never half-placed)
     wait_for(lambda: {p["metadata"]["name"] for p in list_pods(cluster, label_selector=CHURN)} <= set(kept),
              60, "deleted pods to go")
@@ -242,7 +245,8 @@ def _check_after_churn(cluster: Any, watcher: Watcher, kept: list[str]) -> None:
         assert pod["metadata"]["annotations"][NAMES.gpu_assigned] == "true"
         assert allocation(pod) is not None
     assert watcher.violations == [], watcher.violations[:10]
-    assert watcher.failed == {}, dict(list(watcher.failed.items())[:5])
+    unexplained = {name: why for name, why in watcher.failed.items() if not excusable(*why)}
+    assert unexplained == {}, dict(list(unexplained.items())[:5])
     assert watcher.events > 500 and watcher.checks > 50, (watcher.events, watcher.checks)
 
 
@@ -279,7 +283,11 @@ def test_restarts_during_churn_lose_nothing_and_double_allocate_nothing(churn_cl
     try:
         kept = _churn(cluster, count=180, stay=30, seed=2, midway=faults)
         assert restarted == ["extender", "device plugin on c-dgx", "kubelet on c-p40"]
-        _check_after_churn(cluster, watcher, kept)
+        # As with the real kubelet, a pod admitted in the instant the device plugin's socket is
+        # gone but its stream not yet seen closed fails admission (UnexpectedAdmissionError);
+        # such a pod must then hold nothing anywhere, which the agreement check proves.
+        _check_after_churn(cluster, watcher, kept, excusable=lambda node, message: node == "c-dgx"
+                           and "Allocate failed" in message and "UNAVAILABLE" in message)
         # after the restarts, new pods still place, allocate and run
         create_pod(cluster, pod_body(cluster, "after-faults", 10, 4, labels={CHURN: "true"}))
         cluster.wait_for_pod("default", "after-faults", timeout=60)
