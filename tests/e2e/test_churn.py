@@ -165,6 +165,8 @@ def _agreement(cluster: Any) -> dict[str, Any]:
         by_node[pod["spec"]["nodeName"]][pod["metadata"]["uid"]] = pod
 
     views: dict[str, Any] = {"annotations": annotated}
+    # the device plugin confirms each running pod's record once every container is served
+    views["confirmed"] = all(p["metadata"]["annotations"].get(NAMES.gpu_assigned) == "true" for p in pods)
     claims = cluster.extender.ledger.claims()
     ledger: Counter[tuple[str, int]] = Counter()
     ledger_units: Counter[tuple[str, int]] = Counter()
@@ -223,7 +225,8 @@ def _settled(cluster: Any) -> dict[str, Any] | None:
         return None
     agree = (views["annotations"] == views["extender"] == views["inspect"] == views["device plugin"]
              and views["pods"] == views["extender pods"] == views["device plugin pods"] == views["kubelet checkpoint pods"]
-             and views["kubelet devices"] == views["expected devices"])
+             and views["kubelet devices"] == views["expected devices"]
+             and views["confirmed"])
     return views if agree else None
 
 

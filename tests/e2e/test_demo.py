@@ -167,6 +167,25 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
         assert [g["index"] for g in gpus if g["mine"]] == [card["index"]]
         assert any(g["allocatedCores"] > 0 for g in gpus if not g["mine"]), "neighbours occupy other cards"
 
+        # a share request (the panel's form, %vgpu request): the pod is re-created with the new
+        # share and its lab takes over the same URL and token
+        request = _api(base, token, "vgpu/api/requests", "POST", {"cores": 50, "memory": "8GiB"})
+        assert request["state"] == "pending", request
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                moved = _api(base, token, "vgpu/api/allocation")
+                if (moved.get("allocation") or {}).get("pod") == "notebook-v2":
+                    break
+            except (urllib.error.URLError, OSError):
+                pass  # the old pod's lab is gone, the new one is starting
+            assert time.monotonic() < deadline, f"the lab did not come back on the new share:\n{output.text()[-3000:]}"
+            time.sleep(0.5)
+        assert moved["state"] == "allocated" and (moved["allocation"]["cores"], moved["allocation"]["memoryMib"]) == (
+            50, 8192), moved
+        pods = {(p.metadata.namespace, p.metadata.name) for p in core.list_pod_for_all_namespaces().items}
+        assert ("default", "notebook") not in pods and ("default", "notebook-v2") in pods
+
         # a kernel too: its own session, so Ctrl-C must reach it through the lab's shutdown
         kernel = _api(base, token, "api/kernels", "POST", {"name": "python3"})
         assert kernel["id"]
@@ -193,3 +212,33 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
     with socket.socket() as sock:  # the lab's port is free again (as a server binds it)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", port))
+
+
+def test_sim_runs_the_cluster_alone_for_kubectl_and_stops_clean(tmp_path: Path) -> None:
+    process = subprocess.Popen([str(BIN / "jupyter-vgpu"), "sim", "--neighbours"], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = Output(process.stdout)
+    output.start()
+    try:
+        kubeconfig = output.wait_for(r"\s*kubeconfig: (\S+)", process, 120).group(1)
+        extender = output.wait_for(r"\s*extender:\s+(\S+)\s.*", process, 10).group(1)
+        metrics = output.wait_for(r"\s*node dgx-a100: .*metrics (\S+)", process, 10).group(1)
+        output.wait_for(r"Press Ctrl-C to stop\.", process, 10)
+        nodes = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "--cache-dir", str(tmp_path / "kube-cache"),
+                                "get", "nodes", "-o", "name"], capture_output=True, text=True, timeout=60)
+        assert nodes.returncode == 0, nodes.stderr
+        assert sorted(nodes.stdout.split()) == ["node/dgx-a100", "node/p40-pcie"]
+        with urllib.request.urlopen(extender.rsplit("/scheduler", 1)[0] + "/inspect", timeout=30) as response:
+            inspect = json.loads(response.read())
+        cards = {n["name"]: n["cards"] for n in inspect["nodes"]}
+        assert len(cards["dgx-a100"]) == 8 and len(cards["p40-pcie"]) == 7
+        assert sum(card["cores"]["held"] for node in cards.values() for card in node) > 0, "neighbours hold cards"
+        with urllib.request.urlopen(metrics, timeout=30) as response:
+            assert b"vgpu_card_allocated_cores" in response.read()
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        code = process.wait(60)
+        output.join(10)
+    assert code == 0, output.text()[-3000:]
+    assert not os.path.exists(os.path.dirname(kubeconfig))
