@@ -62,6 +62,8 @@ def start_cluster(*, run_processes: bool, policy: str = "binpack", workdir: str 
 
 def port_is_free(address: str, port: int) -> bool:
     with socket.socket() as sock:
+        # as the server will bind it: connections of a previous server in TIME_WAIT do not count
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((address, port))
         except OSError:

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 
 def port_free(address: str, port: int) -> bool:
     with socket.socket() as sock:
+        # as the server will bind it: connections of a previous server in TIME_WAIT do not count
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((address, port))
         except OSError:
