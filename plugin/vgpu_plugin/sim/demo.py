@@ -101,6 +101,7 @@ class DemoOptions:
     neighbours: bool = True
     policy: str = "binpack"
     lab_timeout: float = 180.0
+    token: str | None = None  # None: a fresh random token; "": none (only behind an authenticating proxy)
 
 
 class Demo:
@@ -110,7 +111,7 @@ class Demo:
         self.options = options
         self.request = c.Request(options.cores, c.parse_memory_size(options.memory))  # RequestError if invalid
         self.say = say
-        self.token = secrets.token_hex(24)
+        self.token = secrets.token_hex(24) if options.token is None else options.token
         self.port = 0
         self.cluster: SimCluster | None = None
         self.base_url = normalize_base_url(options.base_url)
@@ -141,7 +142,8 @@ class Demo:
 
     @property
     def url(self) -> str:
-        return f"http://{self.options.ip}:{self.port}{self.base_url}lab?token={self.token}"
+        lab = f"http://{self.options.ip}:{self.port}{self.base_url}lab"
+        return f"{lab}?token={self.token}" if self.token else lab
 
     @property
     def server_url(self) -> str:

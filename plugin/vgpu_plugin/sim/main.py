@@ -113,6 +113,9 @@ def demo_parser() -> argparse.ArgumentParser:
     p.add_argument("--ip", default="127.0.0.1", help="the lab's address (default 127.0.0.1)")
     p.add_argument("--base-url", default="/", help="the lab's base URL (e.g. behind jupyter-server-proxy)")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser")
+    p.add_argument("--token", default=None,
+                   help="the lab's token (default: a fresh random one); an empty string turns the lab's "
+                        "authentication off - only behind a proxy that authenticates (Binder)")
     p.add_argument("--cores", type=int, default=25,
                    help="the notebook's share of one card's compute in percent, or 100 x whole cards (default 25)")
     p.add_argument("--memory", default="16",
@@ -132,7 +135,11 @@ def demo_main(argv: Sequence[str] | None = None) -> int:
     from .demo import Demo, DemoOptions, NotebookWatcher, open_browser
 
     options = DemoOptions(port=args.port, ip=args.ip, base_url=args.base_url, cores=args.cores, memory=args.memory,
-                          root_dir=args.notebook_dir, neighbours=not args.no_neighbours, policy=args.policy)
+                          root_dir=args.notebook_dir, neighbours=not args.no_neighbours, policy=args.policy,
+                          token=args.token)
+    if args.token == "":
+        print("jupyter-vgpu demo: --token '': the lab asks for no token; anyone who can reach "
+              f"{args.ip}:{args.port or 'its port'} can use it", file=sys.stderr)
     try:
         demo = Demo(options, say=_say)
     except c.RequestError as error:
