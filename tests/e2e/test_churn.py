@@ -239,7 +239,10 @@ def _check_after_churn(cluster: Any, watcher: Watcher, kept: list[str],
              60, "deleted pods to go")
     wait_for(lambda: [p for p in list_pods(cluster, label_selector=CHURN) if p["status"].get("phase") == "Running"],
              60, "kept pods to run")
-    views = wait_for(lambda: _settled(cluster), 90, "every component to agree", interval=0.5)
+    try:
+        views = wait_for(lambda: _settled(cluster), 90, "every component to agree", interval=0.5)
+    except AssertionError:
+        raise AssertionError(f"the components disagree: {_agreement(cluster)}") from None
     running = [p for p in list_pods(cluster, label_selector=CHURN) if p["status"].get("phase") == "Running"]
     assert views["annotations"], "some kept pods must hold shares, or the comparison says nothing"
     assert len(running) >= len(kept) // 2, f"only {len(running)} of {len(kept)} kept pods run"
