@@ -20,7 +20,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,11 +73,10 @@ def port_is_free(address: str, port: int) -> bool:
 
 def pick_port(address: str, wanted: int | None, default: int = 8888, tries: int = 50) -> int:
     """``--port`` must be free; without it, 8888 or the next free one (as `jupyter lab` does)."""
-    if wanted is not None:
-        if wanted and not port_is_free(address, wanted):
+    if wanted:
+        if not port_is_free(address, wanted):
             raise ClusterError(f"port {wanted} on {address} is in use; pick another with --port")
-        if wanted:
-            return wanted
+        return wanted
     for port in range(default, default + tries):
         if port_is_free(address, port):
             return port
@@ -345,5 +344,3 @@ def _wants_gpu(pod: dict[str, Any]) -> bool:
     return any(name in resources for ctr in (pod.get("spec") or {}).get("containers") or []
                for name in ((ctr.get("resources") or {}).get("limits") or {}))
 
-
-__all__: Sequence[str] = ("Demo", "DemoOptions", "NotebookWatcher", "demo_nodes", "start_cluster")
