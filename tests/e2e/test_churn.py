@@ -258,7 +258,7 @@ def _check_after_churn(cluster: Any, watcher: Watcher, kept: list[str],
 def test_churn_keeps_every_view_in_agreement(churn_cluster: Any) -> None:
     watcher = Watcher(churn_cluster).start()
     try:
-        kept = _churn(churn_cluster, count=240, stay=36, seed=1)
+        kept = _churn(churn_cluster, count=300, stay=40, seed=1)
         _check_after_churn(churn_cluster, watcher, kept)
     finally:
         watcher.stop()
@@ -298,3 +298,19 @@ def test_restarts_during_churn_lose_nothing_and_double_allocate_nothing(churn_cl
         cluster.wait_for_pod("default", "after-faults", timeout=60)
     finally:
         watcher.stop()
+
+
+def test_the_invariant_check_sees_an_overcommitted_card() -> None:
+    """The watcher's check is not vacuous: two records sharing card 0 beyond 100 % are caught."""
+    def pod(name: str, cores: int, units: int) -> dict[str, Any]:
+        record = c.PodAllocation("n1", (c.ContainerAllocation(0, "nb", (c.CardShare(0, "GPU-0", cores, units),)),))
+        return {"metadata": {"name": name, "annotations": {NAMES.allocation: record.to_json()}},
+                "status": {"phase": "Running"}}
+
+    capacity = {("n1", 0): 160}
+    assert overcommitted(holdings_from_annotations([pod("a", 60, 40), pod("b", 40, 120)]), capacity) == []
+    assert overcommitted(holdings_from_annotations([pod("a", 60, 40), pod("b", 50, 10)]), capacity) == [
+        "n1 card 0: 110 cores, 50/160 memory units"]
+    assert overcommitted(holdings_from_annotations([pod("a", 10, 100), pod("b", 10, 61)]), capacity)
+    finished = {**pod("b", 90, 10), "status": {"phase": "Succeeded"}}
+    assert overcommitted(holdings_from_annotations([pod("a", 60, 40), finished]), capacity) == []
