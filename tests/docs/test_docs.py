@@ -1,4 +1,4 @@
-"""docs/admin.md and docs/user.md: tested blocks run, and what the prose names exists.
+"""README.md, docs/admin.md and docs/user.md: tested blocks run, and what the prose names exists.
 
 A fenced block whose info string says ``tested`` is run: ``sh tested`` with bash in the
 repository root, ``python tested`` in a fresh interpreter, ``python tested=jupyterhub_config``
@@ -20,7 +20,7 @@ import pytest
 from traitlets.config import Config
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = [REPO / "docs" / "admin.md", REPO / "docs" / "user.md"]
+DOCS = [REPO / "README.md", REPO / "docs" / "admin.md", REPO / "docs" / "user.md"]
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```\s*$", re.M | re.S)
 
 
