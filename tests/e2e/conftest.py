@@ -6,9 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-DGX = "dgx"
-P40 = "p40"
+from e2e_support import DGX, P40
 
 
 @pytest.fixture(scope="module")

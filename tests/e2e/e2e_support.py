@@ -17,6 +17,8 @@ from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.core.inventory import NodeInventory
 
 NAMES = c.DEFAULT_NAMES
+DGX = "dgx"  # the e2e cluster's nodes (tests/e2e/conftest.py)
+P40 = "p40"
 _DEVICE = re.compile(r"^gpu([0-9]+)-(core|mem)-[0-9]+$")
 
 

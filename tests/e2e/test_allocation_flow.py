@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import DGX, P40
 from e2e_support import (
+    DGX,
     NAMES,
+    P40,
     allocation,
     create_pod,
     delete_pod,
