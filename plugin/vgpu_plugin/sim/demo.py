@@ -118,13 +118,17 @@ class Demo:
     # --- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> Demo:
+        import importlib.util
+
+        if importlib.util.find_spec("jupyterlab") is None:
+            raise ClusterError("JupyterLab is not installed here: pip install 'jupyter-vgpu[sim]'")
         self.port = pick_port(self.options.ip, self.options.port)
         try:
             self.cluster = start_cluster(run_processes=True, policy=self.options.policy)
             if self.options.neighbours:
                 start_neighbours(self.cluster, self.neighbours())
             self._create_notebook_pod()
-            self.cluster.wait_for_pod(NOTEBOOK_NAMESPACE, NOTEBOOK_POD, timeout=60)
+            self._wait_for_notebook_pod()
             self._wait_for_lab()
         except BaseException:
             self.stop()
@@ -210,6 +214,29 @@ class Demo:
             labels={ROLE_LABEL: "notebook"})
         body["spec"]["containers"][0]["name"] = NOTEBOOK_CONTAINER
         self.cluster.core_v1.create_namespaced_pod(NOTEBOOK_NAMESPACE, body, _preload_content=False)
+
+    def _wait_for_notebook_pod(self, timeout: float = 60.0) -> None:
+        """Until the notebook pod runs; a scheduler refusal ends the wait with its reason."""
+        assert self.cluster is not None
+        core = self.cluster.core_v1
+        deadline = time.monotonic() + timeout
+        while True:
+            pod = self.cluster.read_pod(NOTEBOOK_NAMESPACE, NOTEBOOK_POD) or {}
+            status = pod.get("status") or {}
+            if status.get("phase") == "Running":
+                return
+            if status.get("phase") == "Failed":
+                raise ClusterError(f"the notebook pod failed: {status.get('message', '')}")
+            uid = (pod.get("metadata") or {}).get("uid")
+            events = json.loads(core.list_namespaced_event(NOTEBOOK_NAMESPACE, _preload_content=False).data)
+            refusals = [e.get("message", "") for e in events.get("items") or []
+                        if (e.get("involvedObject") or {}).get("uid") == uid and e.get("reason") == "FailedScheduling"]
+            if refusals:
+                raise ClusterError(f"the notebook pod's share ({self.request.cores} cores, "
+                                   f"{self.request.memory_units} x 256 MiB) cannot be placed: {refusals[-1]}")
+            if time.monotonic() > deadline:
+                raise ClusterError(f"the notebook pod did not start within {timeout:.0f} s")
+            time.sleep(0.1)
 
     def notebook_pods(self) -> list[dict[str, Any]]:
         """The notebook pod and its successors (a share request re-creates it as <name>-v<n>)."""
