@@ -250,8 +250,10 @@ class SimCluster:
         """Registered with kubelet, capacity published, inventory annotated: schedulable."""
         if not node.daemon.wait_ready(self.ready_timeout):
             raise ClusterError(f"node {node.name}: the device plugin did not register with the kubelet")
-        cards = len(node.gpus.inventory())
-        expected = str(cards * 100)
+        inventory = node.gpus.inventory()
+        expected = str(len(inventory) * 100)
+        # both resources: kubelet publishes each from its own ListAndWatch stream
+        expected_memory = str(sum(card.memory_mib // c.MEMORY_UNIT_MIB for card in inventory))
         seen: dict[str, Any] = {}
 
         def published() -> bool:
@@ -259,16 +261,17 @@ class SimCluster:
             allocatable = (raw.get("status") or {}).get("allocatable") or {}
             annotations = (raw.get("metadata") or {}).get("annotations") or {}
             seen.update(allocatable=allocatable.get(self.names.core_resource),
+                        memory=allocatable.get(self.names.memory_resource),
                         inventory=self.names.node_inventory in annotations)
-            return seen["allocatable"] == expected and seen["inventory"]
+            return seen["allocatable"] == expected and seen["memory"] == expected_memory and seen["inventory"]
 
         try:
-            self.wait_for(published, what=f"node {node.name} to publish {expected} {self.names.core_resource} "
-                                          "and its GPU inventory")
+            self.wait_for(published, what=f"node {node.name} to publish {expected} {self.names.core_resource}, "
+                                          f"{expected_memory} {self.names.memory_resource} and its GPU inventory")
         except ClusterError as error:
             held = sum(h == "Healthy" for h in node.kubelet.devices(self.names.core_resource).values())
             raise ClusterError(
-                f"{error} (last seen: allocatable {seen.get('allocatable')}, inventory annotation "
+                f"{error} (last seen: allocatable {seen.get('allocatable')} / {seen.get('memory')}, inventory annotation "
                 f"{'present' if seen.get('inventory') else 'missing'}; the kubelet stand-in holds {held} healthy "
                 f"{self.names.core_resource} devices)") from None
 
