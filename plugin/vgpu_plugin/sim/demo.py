@@ -28,6 +28,7 @@ from typing import Any
 from jupyter_vgpu.core import contract as c
 
 from .cluster import ClusterError, NodeSpec, SimCluster
+from .demo_notebook import port_free
 from .neighbours import ROLE_LABEL, Neighbour, default_neighbours, start_neighbours
 
 DGX_NODE = "dgx-a100"
@@ -60,25 +61,14 @@ def start_cluster(*, run_processes: bool, policy: str = "binpack", workdir: str 
     return cluster.start()
 
 
-def port_is_free(address: str, port: int) -> bool:
-    with socket.socket() as sock:
-        # as the server will bind it: connections of a previous server in TIME_WAIT do not count
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((address, port))
-        except OSError:
-            return False
-    return True
-
-
 def pick_port(address: str, wanted: int | None, default: int = 8888, tries: int = 50) -> int:
     """``--port`` must be free; without it, 8888 or the next free one (as `jupyter lab` does)."""
     if wanted:
-        if not port_is_free(address, wanted):
+        if not port_free(address, wanted):
             raise ClusterError(f"port {wanted} on {address} is in use; pick another with --port")
         return wanted
     for port in range(default, default + tries):
-        if port_is_free(address, port):
+        if port_free(address, port):
             return port
     with socket.socket() as sock:
         sock.bind((address, 0))
