@@ -32,4 +32,12 @@ case "$what" in
   *) echo "usage: $0 demo|test" >&2; exit 2 ;;
 esac
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]"
+# The guard-rail tests also run against the real PyTorch when a CPU wheel is on this machine's
+# disk (never from the index: that would be a multi-GB CUDA build); without it they say why they skip.
+if [ "$what" = test ]; then
+  torch_wheel=$(ls /opt/wheels/torch-*+cpu-cp3*-*.whl 2>/dev/null | grep "cp$(.venv/bin/python -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')-" | head -n 1 || true)
+  if [ -n "$torch_wheel" ] && ! .venv/bin/python -c "import torch" 2>/dev/null; then
+    .venv/bin/python -m pip install -q --disable-pip-version-check "$torch_wheel" || echo "setup: could not install $torch_wheel; the real-PyTorch test will skip" >&2
+  fi
+fi
 echo "setup: .venv ready ($extras)"
