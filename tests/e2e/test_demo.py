@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
+import shlex
 import signal
 import socket
+import ssl
+import stat
 import subprocess
 import sys
 import threading
@@ -107,6 +111,26 @@ def _api(base: str, token: str, path: str, method: str = "GET", body: Any = None
         return json.loads(response.read())
 
 
+def _assert_api_wants_the_token(kubeconfig: str) -> None:
+    """Only the kubeconfig's owner can read it, and the API answers nobody without its token."""
+    assert stat.S_IMODE(os.stat(kubeconfig).st_mode) == 0o600
+    config = json.loads(Path(kubeconfig).read_text())
+    cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
+    context = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+    pod = {"metadata": {"name": "intruder"}, "spec": {"containers": [{"name": "c", "image": "i", "command": ["id"]}]}}
+    for method, path, body in (("GET", "/api/v1/pods", None), ("POST", "/api/v1/namespaces/default/pods", pod)):
+        request = urllib.request.Request(cluster["server"] + path, method=method, headers={
+            "Content-Type": "application/json"}, data=json.dumps(body).encode() if body else None)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, context=context, timeout=30)
+        assert refused.value.code == 401 and json.loads(refused.value.read())["reason"] == "Unauthorized"
+    request = urllib.request.Request(cluster["server"] + "/api/v1/namespaces/default/pods/intruder",
+                                     headers={"Authorization": f"Bearer {user['token']}"})
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(request, context=context, timeout=30)
+    assert missing.value.code == 404, "the refused create created nothing"
+
+
 def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
     port = _free_port()
     process = subprocess.Popen([str(BIN / "jupyter-vgpu"), "demo", "--no-browser", "--port", str(port)],
@@ -117,7 +141,8 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
     try:
         match = output.wait_for(rf"http://127\.0\.0\.1:{port}/lab\?token=([0-9a-f]{{32,}})", process, 180)
         token = match.group(1)
-        kubeconfig = output.wait_for(r"\s*kubectl --kubeconfig (\S+) get pods -A.*", process, 10).group(1)
+        printed = output.wait_for(r"\s*(kubectl --kubeconfig (\S+) get pods -A.*)", process, 10)
+        kubeconfig = printed.group(2)
         workdir = os.path.dirname(kubeconfig)
         base = f"http://127.0.0.1:{port}/"
 
@@ -145,6 +170,12 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
         assert inventory.card(card["index"]).uuid == card["uuid"]  # type: ignore[union-attr]
         pods = {(p.metadata.namespace, p.metadata.name) for p in core.list_pod_for_all_namespaces().items}
         assert ("default", "notebook") in pods and len(pods) > 1, "the neighbours run beside the notebook"
+
+        # the printed kubectl line works as printed; the API refuses anyone without the kubeconfig's token
+        listed = subprocess.run([*shlex.split(printed.group(1)), "--cache-dir", str(tmp_path / "kube-cache")],
+                                capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0 and "notebook" in listed.stdout, listed.stderr
+        _assert_api_wants_the_token(kubeconfig)
 
         # live usage that moves
         first = _api(base, token, "vgpu/api/usage?history=30")
@@ -228,6 +259,7 @@ def test_sim_runs_the_cluster_alone_for_kubectl_and_stops_clean(tmp_path: Path) 
                                 "get", "nodes", "-o", "name"], capture_output=True, text=True, timeout=60)
         assert nodes.returncode == 0, nodes.stderr
         assert sorted(nodes.stdout.split()) == ["node/dgx-a100", "node/p40-pcie"]
+        _assert_api_wants_the_token(kubeconfig)
         with urllib.request.urlopen(extender.rsplit("/scheduler", 1)[0] + "/inspect", timeout=30) as response:
             inspect = json.loads(response.read())
         cards = {n["name"]: n["cards"] for n in inspect["nodes"]}

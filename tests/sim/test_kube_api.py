@@ -293,8 +293,8 @@ def test_annotation_patches_keep_other_keys(kube, core_v1):
     request = urllib.request.Request(
         f"{kube.url}/api/v1/namespaces/default/pods/p", method="PATCH",
         data=json.dumps({"metadata": {"annotations": {"merge": "2"}}}).encode(),
-        headers={"Content-Type": "application/merge-patch+json"})
-    with urllib.request.urlopen(request) as response:
+        headers={"Content-Type": "application/merge-patch+json", **kube.auth_headers()})
+    with urllib.request.urlopen(request, context=kube.ssl_context(), timeout=30) as response:
         assert json.load(response)["metadata"]["annotations"]["merge"] == "2"
     # A list body goes as a JSON patch.
     core_v1.patch_namespaced_pod("p", "default", [{"op": "add", "path": "/metadata/annotations/json", "value": "3"}])

@@ -11,17 +11,26 @@ field selectors on list and watch, pods/binding, status subresources, the three
 patch formats, optimistic concurrency and finalizers.
 
 ``SimKubeAPI`` runs it on 127.0.0.1 in a background thread and hands out a
-kubeconfig and official-client ``ApiClient`` objects.
+kubeconfig and official-client ``ApiClient`` objects. Every request must carry the
+instance's bearer token (401 otherwise, as an API server without anonymous access
+answers): pods created here can become real processes (the kubelet stand-in's
+run-processes mode), so nobody else on the machine may create them. It serves HTTPS
+with a per-instance self-signed certificate (``kube_tls``), because kubectl sends a
+kubeconfig's token only over TLS.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hmac
 import json
 import os
 import re
+import secrets
+import ssl
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -32,11 +41,30 @@ from kmock._internal import filtering, rendering
 
 from .kube_selectors import SelectorError, compile_selectors
 from .kube_store import RESOURCE_TYPES, ApiError, ResourceType, Store, WatchEvent, resource_type
+from .kube_tls import HOST, ServerIdentity
 
-__all__ = ["KubeEmulator", "SimKubeAPI", "Store", "ApiError"]
+__all__ = ["KubeEmulator", "SimKubeAPI", "Store", "ApiError", "UNAUTHORIZED", "require_bearer_token"]
 
 _JSON = {"Content-Type": "application/json"}
 _T = TypeVar("_T")
+# What kube-apiserver answers a request without valid credentials.
+UNAUTHORIZED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "Unauthorized", "reason": "Unauthorized", "code": 401}
+_Handler = Callable[[aiohttp.web.BaseRequest], Awaitable[aiohttp.web.StreamResponse]]
+
+
+def require_bearer_token(handler: _Handler, token: str) -> _Handler:
+    """``handler`` behind ``Authorization: Bearer <token>``; anything else gets 401 and reaches nothing."""
+    expected = token.encode()
+
+    async def authenticated(request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
+        given = credential.strip().encode("utf-8", "surrogateescape")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given, expected):
+            return aiohttp.web.json_response(UNAUTHORIZED, status=401)
+        return await handler(request)
+
+    return authenticated
 
 
 @dataclass(frozen=True)
@@ -351,12 +379,20 @@ class SimKubeAPI:
     closes the port; ``start()`` again serves the same objects on the same port
     (a restart, as an informer sees it). Store access from other threads goes through
     ``call()``, which runs a function on the server's event loop.
+
+    Clients authenticate with ``token`` (random per instance unless given) over HTTPS
+    (a self-signed certificate per instance): the kubeconfig and ``api_client()`` carry
+    both; raw HTTP clients send ``auth_headers()`` and verify with ``ssl_context()``.
     """
 
     def __init__(self, *, port: int = 0, history: int = 5000, watch_timeout: float = 1800.0,
-                 bookmark_interval: float = 10.0):
+                 bookmark_interval: float = 10.0, token: str | None = None):
+        if token is not None and (not token or not all("!" <= ch <= "~" for ch in token)):
+            raise ValueError("the API token must be non-empty printable ASCII without spaces (it goes in a header)")
         self.store = Store(history=history)
         self.port = port
+        self.token = token if token is not None else secrets.token_urlsafe(32)
+        self.identity = ServerIdentity.generate()
         self.kubeconfig: str | None = None
         self._watch_timeout = watch_timeout
         self._bookmark_interval = bookmark_interval
@@ -368,7 +404,15 @@ class SimKubeAPI:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"https://{HOST}:{self.port}"
+
+    def auth_headers(self) -> dict[str, str]:
+        """The header a raw HTTP request needs (official clients get it from the kubeconfig)."""
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A client context that trusts this server's certificate (for urllib and friends)."""
+        return self.identity.client_context()
 
     @property
     def running(self) -> bool:
@@ -435,26 +479,35 @@ class SimKubeAPI:
         return self.call(lambda: self.store.rv)
 
     def write_kubeconfig(self, path: str | os.PathLike[str]) -> str:
-        """A kubeconfig for kubectl and ``kubernetes.config.load_kube_config`` (JSON is valid YAML)."""
+        """A kubeconfig for kubectl and ``kubernetes.config.load_kube_config`` (JSON is valid YAML).
+
+        It holds the token, so only its owner may read it (mode 0600, also when it existed).
+        """
         config = {
             "apiVersion": "v1", "kind": "Config", "preferences": {},
-            "clusters": [{"name": "vgpu-sim", "cluster": {"server": self.url}}],
-            "users": [{"name": "vgpu-sim", "user": {}}],
+            "clusters": [{"name": "vgpu-sim", "cluster": {
+                "server": self.url,
+                "certificate-authority-data": base64.b64encode(self.identity.cert_pem).decode()}}],
+            "users": [{"name": "vgpu-sim", "user": {"token": self.token}}],
             "contexts": [{"name": "vgpu-sim", "context": {"cluster": "vgpu-sim", "user": "vgpu-sim",
                                                           "namespace": "default"}}],
             "current-context": "vgpu-sim",
         }
-        with open(path, "w", encoding="utf-8") as handle:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with open(fd, "w", encoding="utf-8") as handle:
             json.dump(config, handle, indent=2)
         self.kubeconfig = os.fspath(path)
         return self.kubeconfig
 
     def api_client(self) -> Any:
-        """A fresh official-client ``ApiClient`` pointed at this server."""
+        """A fresh official-client ``ApiClient`` pointed at this server, with its token."""
         import kubernetes.client
 
         configuration = kubernetes.client.Configuration()
         configuration.host = self.url
+        configuration.api_key = {"authorization": f"Bearer {self.token}"}  # as load_kube_config sets it
+        configuration.ca_cert_data = self.identity.cert_pem.decode()
         return kubernetes.client.ApiClient(configuration)
 
     # -- the server thread -----------------------------------------------------------
@@ -479,11 +532,13 @@ class SimKubeAPI:
         # kmock.Server is not used: its DNS interceptor patches aiohttp process-wide and must be
         # unwound LIFO, which several emulators in several threads cannot promise.
         async with emulator:
-            runner = aiohttp.web.ServerRunner(aiohttp.web.Server(emulator, access_log=None), shutdown_timeout=2.0,
+            handler = require_bearer_token(emulator, self.token)
+            runner = aiohttp.web.ServerRunner(aiohttp.web.Server(handler, access_log=None), shutdown_timeout=2.0,
                                               handle_signals=False)
             await runner.setup()
             try:
-                site = aiohttp.web.TCPSite(runner, "127.0.0.1", self.port, reuse_address=True)
+                site = aiohttp.web.TCPSite(runner, HOST, self.port, reuse_address=True,
+                                           ssl_context=self.identity.server_context())
                 await site.start()
                 server = site._server
                 assert isinstance(server, asyncio.base_events.Server)

@@ -76,7 +76,7 @@ def sim_main(argv: Sequence[str] | None = None) -> int:
         lines = [
             "jupyter-vgpu sim: the simulated cluster is up",
             f"  kubeconfig: {cluster.kubeconfig}",
-            f"  API:        {cluster.kube.url}",
+            f"  API:        {cluster.kube.url}   (TLS; token and CA certificate in the kubeconfig)",
             f"  extender:   {cluster.extender.url}   (ledger: {cluster.extender.base_url}/inspect)",
         ]
         lines += [f"  node {n.name}: {len(n.gpus.inventory())} x {n.spec.model}, metrics {n.metrics_url}/metrics"
