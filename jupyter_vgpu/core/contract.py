@@ -591,6 +591,41 @@ def parse_predicate_indices(annotations: Mapping[str, str], names: Names = DEFAU
     return result
 
 
+def allocation_from_predicates(pod: Mapping[str, Any], names: Names = DEFAULT_NAMES) -> PodAllocation | None:
+    """What a pod placed by gpu-admission holds: its ``predicate-gpu-idx-<i>`` cards, sized by its requests.
+
+    gpu-admission writes no record of its own, so the cards come from its keys and the amounts
+    from the containers' requests. Card UUIDs are unknown here (empty), and a whole card holds
+    all of its memory (``memory_units`` 0). None when the pod has no such keys; ValueError
+    naming the key when the keys and the requests disagree.
+    """
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    indices = parse_predicate_indices(annotations, names)
+    if not indices:
+        return None
+    requests = pod_requests(pod, names)
+    spec = pod.get("spec") or {}
+    spec_containers = spec.get("containers") or []
+    containers = []
+    for index, cards in sorted(indices.items()):
+        key = names.predicate_gpu_idx(index)
+        request = requests.get(index)
+        if request is None:
+            raise ValueError(f"{key} names cards but container {index} asks for no vGPU")
+        if request.is_share:
+            if len(cards) != 1:
+                raise ValueError(f"{key}={card_ids_env(cards)}: a share sits on one card")
+            shares: tuple[CardShare, ...] = (CardShare(cards[0], "", request.cores, request.memory_units),)
+        else:
+            if len(cards) != request.cards:
+                raise ValueError(f"{key} names {len(cards)} cards for {request.cards} whole cards")
+            shares = tuple(CardShare(card, "", CORES_PER_CARD, 0) for card in cards)
+        name = str(spec_containers[index].get("name", "")) if index < len(spec_containers) else ""
+        containers.append(ContainerAllocation(index, name, shares))
+    node = str(spec.get("nodeName") or annotations.get(names.predicate_node, ""))
+    return PodAllocation(node=node, containers=tuple(containers))
+
+
 # --- sizes ----------------------------------------------------------------------------------
 
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")

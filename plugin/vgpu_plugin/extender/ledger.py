@@ -179,30 +179,12 @@ def pod_holding(pod: Mapping[str, Any], names: Names,
 def _holding_from_predicates(pod: Mapping[str, Any], names: Names, uid: str, namespace: str,
                              name: str, node: str) -> Holding | Unattributed:
     """gpu-admission's keys name the cards; the pod's requests say how much of each."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
     try:
-        indices = contract.parse_predicate_indices(annotations, names)
-        requests = contract.pod_requests(pod, names)
+        allocation = contract.allocation_from_predicates(pod, names)
     except ValueError as error:  # RequestError is a ValueError
         return Unattributed(uid, namespace, name, node, str(error))
-    containers = []
-    for index, cards in sorted(indices.items()):
-        request = requests.get(index)
-        if request is None:
-            return Unattributed(uid, namespace, name, node,
-                                f"{names.predicate_gpu_idx(index)} names cards but container {index} asks for no vGPU")
-        if request.is_share:
-            if len(cards) != 1:
-                return Unattributed(uid, namespace, name, node,
-                                    f"{names.predicate_gpu_idx(index)}={','.join(map(str, cards))}: a share sits on one card")
-            shares = (CardShare(cards[0], "", request.cores, request.memory_units),)
-        else:
-            if len(cards) != request.cards:
-                return Unattributed(uid, namespace, name, node,
-                                    f"{names.predicate_gpu_idx(index)} names {len(cards)} cards for {request.cards} whole cards")
-            shares = tuple(CardShare(card, "", CORES_PER_CARD, 0) for card in cards)
-        containers.append(ContainerAllocation(index, "", shares))
-    return Holding(uid, namespace, name, node, tuple(containers))
+    assert allocation is not None  # only called when the keys are present
+    return Holding(uid, namespace, name, node, allocation.containers)
 
 
 # --- the ledger ------------------------------------------------------------------------

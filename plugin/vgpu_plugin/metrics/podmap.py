@@ -24,9 +24,7 @@ from jupyter_vgpu.core.contract import (
     ContainerAllocation,
     Names,
     PodAllocation,
-    RequestError,
-    parse_predicate_indices,
-    pod_requests,
+    allocation_from_predicates,
 )
 
 from .cgroup import CgroupIdentity
@@ -92,33 +90,19 @@ def allocation_of(
         except ValueError as error:
             return None, str(error)
     try:
-        predicates = parse_predicate_indices(annotations, names)
-        if not predicates:
-            return None, None
-        requests = pod_requests(pod, names)
-    except (ValueError, RequestError) as error:
+        legacy = allocation_from_predicates(pod, names)
+    except ValueError as error:  # RequestError is a ValueError
         return None, str(error)
-    spec_containers = (pod.get("spec") or {}).get("containers") or []
-    containers = []
-    for index, indices in sorted(predicates.items()):
-        request = requests.get(index)
-        if request is None or index >= len(spec_containers):
-            continue
-        shares = []
-        for card_index in indices[: request.cards]:
-            card = cards.get(card_index)
-            uuid = card.uuid if card else ""
-            if request.is_share:
-                shares.append(CardShare(card_index, uuid, request.cores, request.memory_units))
-            else:
-                units = request.memory_units // request.cards if request.memory_units else (
-                    card.memory_mib // MEMORY_UNIT_MIB if card else 0)
-                shares.append(CardShare(card_index, uuid, CORES_PER_CARD, units))
-        containers.append(ContainerAllocation(index, str(spec_containers[index].get("name", "")), tuple(shares)))
-    if not containers:
+    if legacy is None:
         return None, None
-    node = str((pod.get("spec") or {}).get("nodeName") or annotations.get(names.predicate_node, ""))
-    return PodAllocation(node=node, containers=tuple(containers)), None
+    # fill in what gpu-admission's keys cannot say: the card's UUID and a whole card's memory
+    containers = tuple(
+        ContainerAllocation(container.index, container.name, tuple(
+            CardShare(share.index, card.uuid if card else "", share.cores,
+                      share.memory_units or (card.memory_mib // MEMORY_UNIT_MIB if card else 0))
+            for share in container.cards for card in [cards.get(share.index)]))
+        for container in legacy.containers)
+    return PodAllocation(node=legacy.node, containers=containers), None
 
 
 def held_memory_mib(share: CardShare, card: CardLike | None) -> int:
