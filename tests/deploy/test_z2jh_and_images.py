@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 from types import SimpleNamespace
 
 import pytest
 import tomllib
 import yaml
-from kubernetes_asyncio.config import kube_config
 from render_deploy import DEPLOY, KUSTOMIZATIONS, REPO, render
 from traitlets.config import Config
 
@@ -19,17 +17,7 @@ VALUES = DEPLOY / "z2jh" / "values.yaml"
 USER_SCHEDULER = "jhub-user-scheduler"  # what the chart sets with scheduling.userScheduler.enabled
 
 
-@pytest.fixture(autouse=True)
-def kubespawner_kubeconfig(tmp_path, monkeypatch):
-    path = tmp_path / "kubeconfig"
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": "http://127.0.0.1:9"}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
-        "users": [{"name": "t", "user": {"token": "unused"}}],
-    }))
-    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(path))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+pytestmark = pytest.mark.usefixtures("kubespawner_kubeconfig")
 
 
 def chart_config(values: dict) -> Config:

@@ -23,6 +23,7 @@ import pytest
 from vgpu_plugin.deviceplugin import api_pb2, api_pb2_grpc
 from vgpu_plugin.deviceplugin.daemon import DaemonConfig, NodeDaemon
 from vgpu_plugin.deviceplugin.enforcement import EnforcementConfig
+from vgpu_plugin.sim import waiting
 
 from jupyter_vgpu.core.contract import (
     DEFAULT_NAMES,
@@ -42,14 +43,8 @@ MEMORY = NAMES.memory_resource
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
-        time.sleep(interval)
+    return waiting.wait_for(condition, timeout=timeout, interval=interval, what=what or "a condition",
+                            error=AssertionError)
 
 
 class _Registration(api_pb2_grpc.RegistrationServicer):

@@ -8,7 +8,6 @@ profiles the block promises.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -65,19 +64,6 @@ def test_python_block_runs(doc, index, language, marker, code):
     assert result.returncode == 0, f"{doc} block {index} failed:\n{code}\n{result.stderr}"
 
 
-@pytest.fixture
-def kubespawner_kubeconfig(tmp_path, monkeypatch):
-    from kubernetes_asyncio.config import kube_config
-
-    path = tmp_path / "kubeconfig"
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": "http://127.0.0.1:9"}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
-        "users": [{"name": "t", "user": {"token": "unused"}}],
-    }))
-    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(path))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
 
 
 @pytest.mark.parametrize("doc, index, language, marker, code",

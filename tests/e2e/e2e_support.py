@@ -6,12 +6,13 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import time
 import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from vgpu_plugin.sim import waiting
 
 from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.core.inventory import NodeInventory
@@ -39,14 +40,8 @@ def http(url: str, token: str | None = None, timeout: float = 15.0) -> tuple[int
 
 def wait_for(condition: Callable[[], Any], timeout: float = 60.0, what: str = "a condition",
              interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
+    return waiting.wait_for(condition, timeout=timeout, interval=interval, what=what or "a condition",
+                            error=AssertionError)
 
 
 def pod_body(cluster: Any, name: str, cores: int, memory_units: int | None, *, node: str | None = None,

@@ -8,11 +8,12 @@ Content-Type application/json) and returns (status, decoded JSON).
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import Any
+
+from vgpu_plugin.sim import waiting
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.core.inventory import Card, NodeInventory
@@ -94,14 +95,8 @@ def get(url: str, timeout: float = 30) -> tuple[int, bytes]:
 
 def wait_for(condition: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02,
              message: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
+    return waiting.wait_for(condition, timeout=timeout, interval=interval, what=message or "a condition",
+                            error=AssertionError)
 
 
 def filter_args(pod_obj: dict[str, Any], names: list[str]) -> dict[str, Any]:

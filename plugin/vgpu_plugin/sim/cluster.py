@@ -27,7 +27,6 @@ import logging
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any
 
 from jupyter_vgpu.core import contract as c
 
+from . import waiting
 from .kube import SimKubeAPI
 
 log = logging.getLogger(__name__)
@@ -361,11 +361,5 @@ class SimCluster:
 
     def wait_for(self, condition: Callable[[], Any], *, timeout: float | None = None, interval: float = 0.05,
                  what: str = "a condition") -> Any:
-        deadline = time.monotonic() + (timeout if timeout is not None else self.ready_timeout)
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise ClusterError(f"timed out waiting for {what}")
-            time.sleep(interval)
+        return waiting.wait_for(condition, timeout=timeout if timeout is not None else self.ready_timeout,
+                                interval=interval, what=what, error=ClusterError)

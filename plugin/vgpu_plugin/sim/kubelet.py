@@ -51,6 +51,7 @@ from jupyter_vgpu.core import contract as c
 from ..deviceplugin import api_pb2, api_pb2_grpc
 from ..deviceplugin.checkpoint import PodDeviceEntry, read_checkpoint, write_checkpoint
 from ..deviceplugin.devices import API_VERSION, CHECKPOINT_FILE, HEALTHY, KUBELET_SOCKET
+from . import waiting
 
 log = logging.getLogger(__name__)
 
@@ -388,14 +389,7 @@ class SimKubelet:
 
     def wait_for(self, condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
         """Poll ``condition`` until truthy; its value, or TimeoutError."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"condition not met within {timeout:g}s")
-            time.sleep(interval)
+        return waiting.wait_for(condition, timeout=timeout, interval=interval)
 
     # --- admission --------------------------------------------------------------------------------
 
