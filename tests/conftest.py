@@ -19,8 +19,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from jupyter_vgpu.data import TOPOLOGY_DIR
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
-TOPOLOGY_FIXTURES = REPO.parent / "shared" / "fixtures" / "topology"
 
 
 @pytest.fixture
@@ -56,7 +57,7 @@ def core_v1(kube: object) -> object:
 
 @pytest.fixture(scope="session")
 def topology_fixtures() -> pathlib.Path:
-    return TOPOLOGY_FIXTURES
+    return TOPOLOGY_DIR
 
 
 @pytest.fixture

@@ -33,10 +33,11 @@ from vgpu_plugin.sim.kube import SimKubeAPI
 from vgpu_plugin.tokens import TokenMinter, new_allocation_id
 
 from jupyter_vgpu.core import contract as c
+from jupyter_vgpu.data import TOPOLOGY_DIR
 from jupyter_vgpu.gpu.simulated import SimulatedGPUs
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURE = REPO.parent / "shared" / "fixtures" / "topology" / "dgx-a100.txt"
+FIXTURE = TOPOLOGY_DIR / "dgx-a100.txt"
 NODE = "bench-node"
 
 

@@ -24,9 +24,10 @@ from lab_support import (
     LABEXTENSION_OUT,
     LABEXTENSION_SRC,
     NODE,
-    TOPOLOGY_FIXTURES,
     Cluster,
 )
+
+from jupyter_vgpu.data import TOPOLOGY_DIR
 
 CHROMIUM = os.environ.get("VGPU_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -105,7 +106,7 @@ def cluster() -> Iterator[Cluster]:
     from vgpu_plugin.sim.cluster import NodeSpec, SimCluster
 
     spec = NodeSpec(NODE, "a100-pcie-4gpu-2numa.txt", model="NVIDIA A100-PCIE-40GB", memory_mib=40960, seed=7)
-    with SimCluster([spec], fixtures_dir=TOPOLOGY_FIXTURES, metrics_period=0.5) as sim:
+    with SimCluster([spec], fixtures_dir=TOPOLOGY_DIR, metrics_period=0.5) as sim:
         for name, cores, memory in (("jupyter-bob", 50, "10GiB"), ("jupyter-ada", 25, "4GiB"),
                                     ("jupyter-carol", 30, "6GiB")):
             sim.create_notebook_pod(name, cores=cores, memory=memory, namespace="default")

@@ -26,7 +26,6 @@ from jupyter_vgpu.core.contract import DEFAULT_NAMES, PodAllocation
 REPO = Path(__file__).resolve().parents[2]
 LABEXTENSION_SRC = REPO / "labextension"
 LABEXTENSION_OUT = REPO / "jupyter_vgpu" / "labextension"
-TOPOLOGY_FIXTURES = REPO / ".." / "shared" / "fixtures" / "topology"
 ARTIFACTS = REPO / "tests" / "artifacts"
 BASE_URL = "/user/ada/"
 NODE = "gpu-node-a"

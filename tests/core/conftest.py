@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from jupyter_vgpu.core.topology import Topology, parse_nvidia_smi_topo
+from jupyter_vgpu.data import TOPOLOGY_DIR
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "topology"
-FIXTURE_FILES = sorted(FIXTURES.glob("*.txt"))
-assert FIXTURE_FILES, f"no topology fixtures under {FIXTURES}"
+FIXTURE_FILES = sorted(TOPOLOGY_DIR.glob("*.txt"))
+assert FIXTURE_FILES, f"no topology fixtures under {TOPOLOGY_DIR}"
 
 
 @pytest.fixture(params=FIXTURE_FILES, ids=lambda p: p.stem)
@@ -23,4 +23,4 @@ def fixture_file(request: pytest.FixtureRequest) -> Path:
 @pytest.fixture
 def topology_of() -> Callable[[str], Topology]:
     """Parse a fixture by file name."""
-    return lambda name: parse_nvidia_smi_topo((FIXTURES / name).read_text())
+    return lambda name: parse_nvidia_smi_topo((TOPOLOGY_DIR / name).read_text())

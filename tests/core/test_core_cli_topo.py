@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from jupyter_vgpu.core.cli_topo import place_main, topo_main
+from jupyter_vgpu.data import TOPOLOGY_DIR
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "topology"
-P40 = str(FIXTURES / "p40-7gpu-pix-phb.txt")
-DGX = str(FIXTURES / "dgx-a100.txt")
+P40 = str(TOPOLOGY_DIR / "p40-7gpu-pix-phb.txt")
+DGX = str(TOPOLOGY_DIR / "dgx-a100.txt")
 BIN = Path(sys.executable).parent
 
 

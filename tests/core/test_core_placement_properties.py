@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -17,9 +16,9 @@ from hypothesis import strategies as st
 from jupyter_vgpu.core.contract import Request
 from jupyter_vgpu.core.placement import CardState, NodeState, PodPlacement, Refusal, place_pod
 from jupyter_vgpu.core.topology import TopoGPU, Topology, parse_nvidia_smi_topo
+from jupyter_vgpu.data import TOPOLOGY_DIR
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "topology"
-CAPTURED = [parse_nvidia_smi_topo(p.read_text()) for p in sorted(FIXTURES.glob("*.txt"))]
+CAPTURED = [parse_nvidia_smi_topo(p.read_text()) for p in sorted(TOPOLOGY_DIR.glob("*.txt"))]
 LINKS = ["NV12", "NV4", "NV2", "NV1", "PIX", "PXB", "PHB", "NODE", "SYS"]
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

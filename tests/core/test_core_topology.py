@@ -22,12 +22,11 @@ from jupyter_vgpu.core.topology import (
     nvml_level_to_link,
     parse_nvidia_smi_topo,
 )
-
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "topology"
+from jupyter_vgpu.data import TOPOLOGY_DIR
 
 
 def text_of(name: str) -> str:
-    return (FIXTURES / name).read_text()
+    return (TOPOLOGY_DIR / name).read_text()
 
 
 P40 = "p40-7gpu-pix-phb.txt"
@@ -476,7 +475,7 @@ def test_render_matrix_lists_links_and_numa() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from(sorted(FIXTURES.glob("*.txt"))), st.data())
+@given(st.sampled_from(sorted(TOPOLOGY_DIR.glob("*.txt"))), st.data())
 def test_mangled_captures_parse_or_are_refused_cleanly(path: Path, data: st.DataObject) -> None:
     # a paste damaged anywhere either still parses (and then is a valid topology) or is
     # refused with a TopologyError naming a line -- never any other exception

@@ -34,9 +34,9 @@ from jupyter_vgpu.core.contract import (
     predicate_annotations,
     request_limits,
 )
+from jupyter_vgpu.data import TOPOLOGY_DIR
 from jupyter_vgpu.gpu.simulated import SimulatedGPUs
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "topology"
 NAMES = DEFAULT_NAMES
 CORE = NAMES.core_resource
 MEMORY = NAMES.memory_resource
@@ -142,7 +142,7 @@ def peer(plugin_dir: str) -> Iterator[KubeletPeer]:
 
 
 def sim_gpus(name: str = "a100-sxm-4gpu-nv4.txt", memory_mib: int = 40960, host: str = "node-1") -> SimulatedGPUs:
-    return SimulatedGPUs.from_fixture(FIXTURES / name, model="NVIDIA A100-SXM4-40GB", memory_mib=memory_mib,
+    return SimulatedGPUs.from_fixture(TOPOLOGY_DIR / name, model="NVIDIA A100-SXM4-40GB", memory_mib=memory_mib,
                                       host=host)
 
 

@@ -298,12 +298,11 @@ def test_node_annotation_published_once_and_on_health_change(daemons, peer, gpus
 
 
 def test_node_without_a_driver_says_so(daemons, peer, core_v1):
-    from dp_helpers import FIXTURES
-
     from jupyter_vgpu.core.topology import parse_nvidia_smi_topo
+    from jupyter_vgpu.data import TOPOLOGY_DIR
     from jupyter_vgpu.gpu.simulated import SimulatedGPUs
 
-    topology = parse_nvidia_smi_topo((FIXTURES / "a100-sxm-4gpu-nv4.txt").read_text())
+    topology = parse_nvidia_smi_topo((TOPOLOGY_DIR / "a100-sxm-4gpu-nv4.txt").read_text())
     nodriver = SimulatedGPUs(topology, driver_problem="no NVIDIA driver: simulated node without one")
     ready(daemons, peer, nodriver, core_v1)
     assert peer.list_devices(CORE) == [] and peer.list_devices(MEMORY) == []

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "topology"
+from jupyter_vgpu.data import TOPOLOGY_DIR
 
 
 @pytest.fixture
 def fixtures() -> Path:
-    return FIXTURES
+    return TOPOLOGY_DIR

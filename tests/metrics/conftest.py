@@ -6,15 +6,16 @@ import secrets
 from pathlib import Path
 
 import pytest
-from metrics_support import NODE, TOPOLOGY_FIXTURES, FakeNode
+from metrics_support import NODE, FakeNode
 from vgpu_plugin.tokens import TokenMinter
 
+from jupyter_vgpu.data import TOPOLOGY_DIR
 from jupyter_vgpu.gpu.simulated import SimulatedGPUs
 
 
 @pytest.fixture
 def gpus() -> SimulatedGPUs:
-    return SimulatedGPUs.from_fixture(TOPOLOGY_FIXTURES / "dgx-a100.txt", host=NODE)
+    return SimulatedGPUs.from_fixture(TOPOLOGY_DIR / "dgx-a100.txt", host=NODE)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import secrets
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from vgpu_plugin.tokens import TokenMinter, new_allocation_id
@@ -23,7 +22,6 @@ from jupyter_vgpu.core.contract import (
 from jupyter_vgpu.gpu.base import GPUError
 from jupyter_vgpu.gpu.simulated import SimulatedGPUs
 
-TOPOLOGY_FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "topology"
 NODE = "gpu-node-1"
 RUNTIMES = ("containerd", "cri-o", "docker")
 

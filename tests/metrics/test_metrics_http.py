@@ -9,12 +9,13 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from metrics_support import NODE, TOPOLOGY_FIXTURES, FakeNode, FlakyGPUs, wait_for_samples
+from metrics_support import NODE, FakeNode, FlakyGPUs, wait_for_samples
 from prometheus_client.parser import text_string_to_metric_families
 from vgpu_plugin.metrics import MetricsServer
 from vgpu_plugin.tokens import TokenMinter
 
 from jupyter_vgpu.core import contract as c
+from jupyter_vgpu.data import TOPOLOGY_DIR
 
 MIB = 1024 * 1024
 
@@ -148,7 +149,7 @@ def test_usage_changes_show_up_in_the_next_scrape(server: MetricsServer, fake_no
 
 
 def test_failing_driver_marks_data_stale_and_keeps_serving(tmp_path, minter: TokenMinter) -> None:
-    gpus = FlakyGPUs.from_fixture(TOPOLOGY_FIXTURES / "dgx-a100.txt")
+    gpus = FlakyGPUs.from_fixture(TOPOLOGY_DIR / "dgx-a100.txt")
     node = FakeNode(gpus, str(tmp_path))
     pod = node.pod("jupyter-alice", {"notebook": (25, 16, (0,))})
     node.run(pod, "notebook", 0, memory_mib=1500, utilization=15)

@@ -6,11 +6,12 @@ import threading
 import time
 
 import pytest
-from metrics_support import NODE, TOPOLOGY_FIXTURES, FakeNode, FlakyGPUs
+from metrics_support import NODE, FakeNode, FlakyGPUs
 from vgpu_plugin.metrics.podmap import PodIndex
 from vgpu_plugin.metrics.sampler import ContainerKey, Sampler
 
 from jupyter_vgpu.core.contract import DEFAULT_NAMES
+from jupyter_vgpu.data import TOPOLOGY_DIR
 from jupyter_vgpu.gpu.simulated import SimulatedGPUs
 
 
@@ -69,7 +70,7 @@ def test_occupancy_counts_shares_of_every_pod_on_this_node_only(fake_node: FakeN
 
 def test_history_ring_keeps_the_configured_window(tmp_path) -> None:
     now = [1_000_000.0]
-    gpus = SimulatedGPUs.from_fixture(TOPOLOGY_FIXTURES / "dgx-a100.txt", clock=lambda: now[0])
+    gpus = SimulatedGPUs.from_fixture(TOPOLOGY_DIR / "dgx-a100.txt", clock=lambda: now[0])
     fake_node = FakeNode(gpus, str(tmp_path))
     pod = fake_node.pod("a", {"nb": (25, 16, (0,))})
     pid = fake_node.run(pod, "nb", 0, memory_mib=1000, utilization=10)
@@ -100,7 +101,7 @@ def test_idle_container_records_zero_usage(fake_node: FakeNode) -> None:
 
 
 def test_failed_sample_keeps_last_numbers_and_says_stale(tmp_path) -> None:
-    gpus = FlakyGPUs.from_fixture(TOPOLOGY_FIXTURES / "dgx-a100.txt")
+    gpus = FlakyGPUs.from_fixture(TOPOLOGY_DIR / "dgx-a100.txt")
     node = FakeNode(gpus, str(tmp_path))
     pod = node.pod("a", {"nb": (25, 16, (0,))})
     node.run(pod, "nb", 0, memory_mib=1234, utilization=12)
@@ -131,7 +132,7 @@ def test_data_goes_stale_when_the_sampler_stops(fake_node: FakeNode) -> None:
 def test_node_without_driver_is_stale_with_the_reason(tmp_path) -> None:
     from jupyter_vgpu.core.topology import parse_nvidia_smi_topo
 
-    topology = parse_nvidia_smi_topo((TOPOLOGY_FIXTURES / "dgx-a100.txt").read_text())
+    topology = parse_nvidia_smi_topo((TOPOLOGY_DIR / "dgx-a100.txt").read_text())
     gpus = SimulatedGPUs(topology, driver_problem="no NVIDIA driver: libnvidia-ml.so.1 not found")
     snapshot = Sampler(NODE, gpus, FakeNode(gpus, str(tmp_path)), proc_root=str(tmp_path)).sample_once()
     assert snapshot.cards == ()

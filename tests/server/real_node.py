@@ -17,16 +17,15 @@ from vgpu_plugin.metrics.server import MetricsServer
 from vgpu_plugin.tokens import TokenMinter, new_allocation_id
 
 from jupyter_vgpu.core import contract
+from jupyter_vgpu.data import TOPOLOGY_DIR
 from jupyter_vgpu.gpu.simulated import SimulatedGPUs
-
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "topology"
 
 
 class RealNode:
     def __init__(self, tmp: Path, fixture: str = "a100-sxm-4gpu-nv4.txt", node: str = "gpu-node-1",
                  period: float = 0.2) -> None:
         self.node = node
-        self.gpus = SimulatedGPUs.from_fixture(FIXTURES / fixture, host=node)
+        self.gpus = SimulatedGPUs.from_fixture(TOPOLOGY_DIR / fixture, host=node)
         self.proc_root = tmp / "proc"
         self.proc_root.mkdir(parents=True, exist_ok=True)
         self.pods: list[dict[str, Any]] = []

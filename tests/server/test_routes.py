@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from pathlib import Path
 
 import pytest
 import tornado.httpclient
@@ -17,10 +16,10 @@ import tornado.websocket
 from server_peers import ALLOCATION, TOKEN, as_json, closed_port_url
 
 from jupyter_vgpu.core import contract
+from jupyter_vgpu.data import TOPOLOGY_DIR
 from jupyter_vgpu.server.gpu_manager import VcudaConfig, encode_vcuda_config
 from jupyter_vgpu.server.request_setup import NO_REQUESTER
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "topology"
 ROUTES = ("allocation", "topology", "usage", "requests")
 
 
@@ -255,7 +254,7 @@ class TestLocalGPUs:
     @pytest.fixture
     def vgpu_config(self, monkeypatch):  # type: ignore[no-untyped-def]
         monkeypatch.setenv(contract.ENV_NVIDIA_VISIBLE_DEVICES, "1,2")
-        return {"source": "auto", "local_backend": f"simulated:{FIXTURES / 'a100-sxm-4gpu-nv4.txt'}"}
+        return {"source": "auto", "local_backend": f"simulated:{TOPOLOGY_DIR / 'a100-sxm-4gpu-nv4.txt'}"}
 
     def test_visible_cards_topology_usage(self, run, jp_fetch):  # type: ignore[no-untyped-def]
         allocation = get(run, jp_fetch, "allocation")

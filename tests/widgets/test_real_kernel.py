@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import pytest
 
-FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "topology" / "a100-sxm-4gpu-nv4.txt"
+from jupyter_vgpu.data import TOPOLOGY_DIR
+
+FIXTURE = TOPOLOGY_DIR / "a100-sxm-4gpu-nv4.txt"
 
 
 @pytest.fixture

@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_vgpu.data import TOPOLOGY_DIR
 from jupyter_vgpu.gpu.simulated import SimulatedGPUs
 from jupyter_vgpu.server.facts import SourceSettings
 from jupyter_vgpu.server.local import LocalGPUSource
 from jupyter_vgpu.widgets import render
 from jupyter_vgpu.widgets.views import AllocationCard, Dashboard, TopologyView, UsageChart
-
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "topology"
 
 SHARE = {
     "state": "allocated", "source": "node-api", "message": None,
@@ -26,7 +25,7 @@ SHARE = {
 
 @pytest.fixture
 def gpus():  # type: ignore[no-untyped-def]
-    backend = SimulatedGPUs.from_fixture(FIXTURES / "a100-sxm-4gpu-nv4.txt", seed=7)
+    backend = SimulatedGPUs.from_fixture(TOPOLOGY_DIR / "a100-sxm-4gpu-nv4.txt", seed=7)
     backend.start_process(4242, 1, memory_limit_mib=8192, cores_limit=50, pattern="training")
     yield backend
     backend.close()

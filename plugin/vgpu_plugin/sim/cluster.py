@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_vgpu.core import contract as c
+from jupyter_vgpu.data import TOPOLOGY_DIR
 
 from . import waiting
 from .kube import SimKubeAPI
@@ -41,11 +42,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "NVIDIA A100-SXM4-40GB"
 DEFAULT_MEMORY_MIB = 40960
-
-
-def default_fixtures_dir() -> Path:
-    """The topology captures beside the repository (``<repo>/../shared/fixtures/topology``)."""
-    return Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "topology"
 
 
 @dataclass(frozen=True)
@@ -96,7 +92,7 @@ class SimCluster:
         if duplicates:
             raise ValueError(f"node names must be unique: {', '.join(sorted(duplicates))}")
         self.specs = tuple(nodes)
-        self.fixtures_dir = Path(fixtures_dir) if fixtures_dir else default_fixtures_dir()
+        self.fixtures_dir = Path(fixtures_dir) if fixtures_dir else TOPOLOGY_DIR
         self.policy = policy
         self.enforcement = enforcement
         self.run_processes = run_processes
