@@ -66,10 +66,9 @@ def test_dashboard_topo_usage_display_widgets_with_text(shell, notebook, in_kern
 
 def test_watch_runs_in_the_background_and_stops_on_unload(shell, notebook, in_kernel):  # type: ignore[no-untyped-def]
     magics = shell.magics_manager.registry["VGPUMagics"]
-    started = time.monotonic()
     run(shell, "watch --interval 0.1")
-    assert time.monotonic() - started < 5  # the cell returns; the chart keeps updating
     chart = magics.live[-1]
+    assert chart.running  # the cell has returned and the chart's poll thread goes on
     first = chart.answer["current"]["t"]
     deadline = time.monotonic() + 30
     while chart.answer["current"]["t"] == first:
