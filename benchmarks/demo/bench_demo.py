@@ -34,7 +34,7 @@ def _port() -> int:
 
 
 def cluster_starts(count: int) -> list[float]:
-    from vgpu_plugin.sim.demo import start_cluster
+    from vgpu_plugin.demo.lab import start_cluster
 
     times = []
     for _ in range(count):

@@ -22,10 +22,10 @@ import time
 from concurrent import futures
 
 import grpc
+from simkube.apiserver import SimKubeAPI
 from vgpu_plugin.deviceplugin import api_pb2, api_pb2_grpc
 from vgpu_plugin.deviceplugin.daemon import DaemonConfig, NodeDaemon
 from vgpu_plugin.deviceplugin.enforcement import EnforcementConfig
-from vgpu_plugin.sim.kube import SimKubeAPI
 
 from jupyter_vgpu.core.contract import (
     DEFAULT_NAMES,

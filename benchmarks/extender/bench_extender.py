@@ -337,8 +337,8 @@ def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
     import shutil
     import tempfile
 
-    from vgpu_plugin.sim.kube import SimKubeAPI
-    from vgpu_plugin.sim.kube_store import resource_type
+    from simkube.apiserver import SimKubeAPI
+    from simkube.store import resource_type
 
     nodes = make_nodes(args.nodes, args.gpus)
     pods = make_running_pods(nodes, args.pods, args.seed)

@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 from prometheus_client import generate_latest
+from simkube.apiserver import SimKubeAPI
 from vgpu_plugin.informer import Informer
 from vgpu_plugin.metrics import MetricsServer
-from vgpu_plugin.sim.kube import SimKubeAPI
 from vgpu_plugin.tokens import TokenMinter, new_allocation_id
 
 from jupyter_vgpu.core import contract as c

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import aiohttp.web
 import kubernetes.client
 from kubernetes import watch
-from vgpu_plugin.sim.kube import KubeEmulator, SimKubeAPI
+from simkube.apiserver import KubeEmulator, SimKubeAPI
 
 
 def timed(fn) -> float:

@@ -1,1 +1,1 @@
-"""Node and scheduler side of jupyter-vgpu: device plugin, scheduler extender, metrics, simulated cluster."""
+"""Node and scheduler side of jupyter-vgpu: device plugin, scheduler extender, metrics, the demo cluster."""

@@ -103,7 +103,7 @@ def cluster() -> Iterator[Cluster]:
     """One 4-card A100 PCIe node (two NUMA nodes). Bob (50 %) and Ada (25 % + 4 GiB) are
     placed by the real extender; Carol's 30 % no longer fits beside them and lands on
     another card. Samples every 0.5 s."""
-    from vgpu_plugin.sim.cluster import NodeSpec, SimCluster
+    from vgpu_plugin.demo.cluster import NodeSpec, SimCluster
 
     spec = NodeSpec(NODE, "a100-pcie-4gpu-2numa.txt", model="NVIDIA A100-PCIE-40GB", memory_mib=40960, seed=7)
     with SimCluster([spec], fixtures_dir=TOPOLOGY_DIR, metrics_period=0.5) as sim:

@@ -20,7 +20,7 @@ from render_deploy import DEPLOY
 
 @pytest.mark.slow
 def test_every_dashboard_series_is_served_with_its_labels(topology_fixtures):
-    from vgpu_plugin.sim.cluster import NodeSpec, SimCluster
+    from vgpu_plugin.demo.cluster import NodeSpec, SimCluster
 
     dashboard = json.loads((DEPLOY / "components" / "monitoring" / "dashboard.json").read_text())
     targets = [t for p in dashboard["panels"] for t in p["targets"]]

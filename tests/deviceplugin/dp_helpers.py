@@ -20,10 +20,10 @@ from typing import Any
 
 import grpc
 import pytest
+from simkube import waiting
 from vgpu_plugin.deviceplugin import api_pb2, api_pb2_grpc
 from vgpu_plugin.deviceplugin.daemon import DaemonConfig, NodeDaemon
 from vgpu_plugin.deviceplugin.enforcement import EnforcementConfig
-from vgpu_plugin.sim import waiting
 
 from jupyter_vgpu.core.contract import (
     DEFAULT_NAMES,

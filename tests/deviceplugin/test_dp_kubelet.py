@@ -19,8 +19,8 @@ from dp_helpers import (
     read_pod,
     wait_for,
 )
+from vgpu_plugin.demo.kubelet import SimKubelet
 from vgpu_plugin.deviceplugin.checkpoint import read_checkpoint
-from vgpu_plugin.sim.kubelet import SimKubelet
 
 from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.core.contract import PodAllocation, Request

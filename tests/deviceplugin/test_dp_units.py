@@ -21,6 +21,7 @@ from dp_helpers import (
     place_pod,
     wait_for,
 )
+from vgpu_plugin.demo.kubelet import SimKubelet
 from vgpu_plugin.deviceplugin.checkpoint import (
     CheckpointError,
     PodDeviceEntry,
@@ -28,7 +29,6 @@ from vgpu_plugin.deviceplugin.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from vgpu_plugin.sim.kubelet import SimKubelet
 
 from jupyter_vgpu.core.contract import Request
 

@@ -12,7 +12,7 @@ from e2e_support import DGX, P40
 @pytest.fixture(scope="module")
 def cluster(topology_fixtures: Any) -> Iterator[Any]:
     """A DGX A100 (8 cards, NV12 everywhere) and a PCIe box of 7 P40s (PIX groups 0-2 and 3-6)."""
-    from vgpu_plugin.sim.cluster import NodeSpec, SimCluster
+    from vgpu_plugin.demo.cluster import NodeSpec, SimCluster
 
     nodes = [NodeSpec(DGX, "dgx-a100.txt", model="NVIDIA A100-SXM4-40GB", memory_mib=40960, seed=1),
              NodeSpec(P40, "p40-7gpu-pix-phb.txt", model="Tesla P40", memory_mib=24576, seed=2)]

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from vgpu_plugin.sim import waiting
+from simkube import waiting
 
 from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.core.inventory import NodeInventory

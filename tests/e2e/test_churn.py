@@ -45,7 +45,7 @@ NODES = (("c-dgx", "dgx-a100.txt", 40960), ("c-p40", "p40-7gpu-pix-phb.txt", 245
 
 @pytest.fixture
 def churn_cluster(topology_fixtures: Any) -> Iterator[Any]:
-    from vgpu_plugin.sim.cluster import NodeSpec, SimCluster
+    from vgpu_plugin.demo.cluster import NodeSpec, SimCluster
 
     specs = [NodeSpec(name, fixture, memory_mib=memory, seed=i) for i, (name, fixture, memory) in enumerate(NODES)]
     with SimCluster(specs, fixtures_dir=topology_fixtures, metrics_period=2.0, ready_timeout=90) as sim:

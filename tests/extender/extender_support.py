@@ -13,7 +13,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from vgpu_plugin.sim import waiting
+from simkube import waiting
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.core.inventory import Card, NodeInventory

@@ -194,7 +194,7 @@ def test_api_server_restart_loses_nothing(cluster):
     assert status == 200 and "cannot read pod default/second" in reply["Error"]
     assert cluster.extender.ledger.claims() == claims
     # while it is down, the first pod goes away
-    from vgpu_plugin.sim.kube_store import resource_type
+    from simkube.store import resource_type
 
     cluster.kube.call(cluster.kube.store.delete, resource_type("", "v1", "pods"), "default", "first")
     cluster.kube.start()

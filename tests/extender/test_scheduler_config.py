@@ -8,8 +8,9 @@ import pathlib
 
 import pytest
 import yaml
+from simkube.scheduler import ConfigError, load_config, parse_config
+from vgpu_plugin.demo.cluster import scheduler_config_path
 from vgpu_plugin.extender.server import DEFAULT_PORT, DEFAULT_PREFIX
-from vgpu_plugin.sim.scheduler import ConfigError, default_config_path, load_config, parse_config
 
 from jupyter_vgpu.core import contract
 
@@ -22,7 +23,7 @@ def raw() -> dict:
 
 
 def test_the_deployed_configuration_loads_and_wires_the_extender():
-    assert default_config_path() == CONFIG
+    assert scheduler_config_path() == CONFIG
     config = load_config(CONFIG)
     assert config.profiles == (contract.SCHEDULER_NAME,)
     (ext,) = config.extenders
@@ -66,5 +67,5 @@ def test_errors_name_the_file(tmp_path):
 
 
 def test_extender_url_can_be_pointed_elsewhere():
-    config = load_config().with_extender_url("http://127.0.0.1:40123")
+    config = load_config(CONFIG).with_extender_url("http://127.0.0.1:40123")
     assert config.extenders[0].url("filter") == "http://127.0.0.1:40123/scheduler/filter"

@@ -6,7 +6,9 @@ import json
 
 import pytest
 from extender_support import GIB_UNITS, NAMES, node, pod, wait_for
-from vgpu_plugin.sim.scheduler import SimScheduler, fit_error, load_config
+from simkube.scheduler import SimScheduler, fit_error, load_config
+from vgpu_plugin.demo.cluster import scheduler_config_path
+from vgpu_plugin.informer import Informer
 
 from jupyter_vgpu.core import contract
 
@@ -16,8 +18,8 @@ def scheduled(cluster):
     cluster.add_node(node("gpu-a", count=2, memory_gib=16))
     cluster.add_node(node("gpu-b", count=2, memory_gib=16, cpu="2"))
     cluster.start_extender()
-    scheduler = SimScheduler(cluster.kube.api_client(), extender_url=cluster.extender.base_url, seed=1,
-                             initial_backoff=0.2, max_backoff=1.0)
+    scheduler = SimScheduler(cluster.kube.api_client(), scheduler_config_path(), informer=Informer,
+                             extender_url=cluster.extender.base_url, seed=1, initial_backoff=0.2, max_backoff=1.0)
     scheduler.start()
     try:
         yield cluster, scheduler
@@ -91,12 +93,12 @@ def test_fit_error_format():
 def test_full_node_mode_works_too(cluster):
     cluster.add_node(node("gpu-a", count=1, memory_gib=16))
     cluster.start_extender()
-    config = load_config()
+    config = load_config(scheduler_config_path())
     ext = config.extenders[0]
     import dataclasses
 
     full = dataclasses.replace(config, extenders=(dataclasses.replace(ext, node_cache_capable=False),))
-    scheduler = SimScheduler(cluster.kube.api_client(), full, extender_url=cluster.extender.base_url)
+    scheduler = SimScheduler(cluster.kube.api_client(), full, informer=Informer, extender_url=cluster.extender.base_url)
     with scheduler:
         cluster.add_pod(pod("nb", cores=50, memory_units=4 * GIB_UNITS))
         wait_for(lambda: cluster.read_pod("nb")["spec"].get("nodeName") == "gpu-a", message="bound")

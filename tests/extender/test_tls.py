@@ -13,7 +13,9 @@ import urllib.request
 
 import pytest
 from extender_support import GIB_UNITS, node, pod, wait_for
-from vgpu_plugin.sim.scheduler import SimScheduler, load_config
+from simkube.scheduler import SimScheduler, load_config
+from vgpu_plugin.demo.cluster import scheduler_config_path
+from vgpu_plugin.informer import Informer
 
 x509 = pytest.importorskip("cryptography.x509")  # installed with the hub extra (certipy)
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
@@ -77,11 +79,12 @@ def test_mutual_tls_between_scheduler_and_extender(cluster, pki):
     member.load_cert_chain(*pki["client"])
     assert get_healthz(member) == b"ok"
 
-    config = load_config()
+    config = load_config(scheduler_config_path())
     tls = {"certFile": pki["client"][0], "keyFile": pki["client"][1], "caFile": pki["ca"]}
     config = dataclasses.replace(config, extenders=tuple(
         dataclasses.replace(ext, enable_https=True, tls=tls) for ext in config.extenders))
-    with SimScheduler(cluster.kube.api_client(), config, extender_url=extender.base_url, initial_backoff=0.2):
+    with SimScheduler(cluster.kube.api_client(), config, informer=Informer, extender_url=extender.base_url,
+                      initial_backoff=0.2):
         cluster.add_pod(pod("nb", cores=20, memory_units=2 * GIB_UNITS))
         wait_for(lambda: cluster.read_pod("nb")["spec"].get("nodeName") == "gpu-a", message="bound over mTLS")
 

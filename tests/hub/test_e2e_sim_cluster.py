@@ -31,9 +31,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def cluster(topology_fixtures):
     try:
-        from vgpu_plugin.sim.cluster import NodeSpec, SimCluster
+        from vgpu_plugin.demo.cluster import NodeSpec, SimCluster
     except ImportError as error:
-        pytest.fail(f"the simulated cluster (vgpu_plugin.sim.cluster) is not there: {error}")
+        pytest.fail(f"the simulated cluster (vgpu_plugin.demo.cluster) is not there: {error}")
     node = NodeSpec("gpu-a", "a100-sxm-4gpu-nv4.txt", model="NVIDIA A100-SXM4-80GB", memory_mib=81920)
     workdir = tempfile.mkdtemp(prefix="vghub-", dir="/tmp")  # short: unix socket paths live here
     try:

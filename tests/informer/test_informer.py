@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import kubernetes.client
 import pytest
+from simkube.store import resource_type
 from vgpu_plugin.informer import Informer
-from vgpu_plugin.sim.kube_store import resource_type
 
 POD = resource_type("", "v1", "pods")  # for writes straight into the store while the API is down
 

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_request_in_the_demo_moves_the_lab_to_the_new_share(tmp_path):  # type: ignore[no-untyped-def]
-    from vgpu_plugin.sim.demo import Demo, DemoOptions
+    from vgpu_plugin.demo.lab import Demo, DemoOptions
 
     demo = Demo(DemoOptions(neighbours=False, root_dir=str(tmp_path)), say=lambda message: None).start()
 

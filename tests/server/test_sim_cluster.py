@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def cluster():  # type: ignore[no-untyped-def]
-    from vgpu_plugin.sim.cluster import NodeSpec, SimCluster
+    from vgpu_plugin.demo.cluster import NodeSpec, SimCluster
 
     with SimCluster([NodeSpec("gpu-a", "a100-sxm-4gpu-nv4.txt")], metrics_period=0.2) as sim:
         yield sim

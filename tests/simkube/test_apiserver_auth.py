@@ -15,7 +15,7 @@ import urllib.request
 import kubernetes.client
 import pytest
 from kubernetes.client.rest import ApiException
-from vgpu_plugin.sim.kube import UNAUTHORIZED, SimKubeAPI
+from simkube.apiserver import UNAUTHORIZED, SimKubeAPI
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "intruder"},
        "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "id"]}]}}

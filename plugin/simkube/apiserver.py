@@ -5,7 +5,7 @@ kmock (``KubernetesScaffold``) supplies the HTTP handling, request parsing, the
 reaction DSL, so a test can still inject faults (``emulator['get /api/v1/pods'] << 500``
 wins over the defaults). kmock's own ``KubernetesEmulator`` is not used as the store:
 it has no resourceVersion, ignores selectors and cannot bind pods. The store here
-(``kube_store.Store``) gives the API server's semantics: an increasing cluster-wide
+(``store.Store``) gives the API server's semantics: an increasing cluster-wide
 resourceVersion, watch resumption with 410 Gone for compacted versions, label and
 field selectors on list and watch, pods/binding, status subresources, the three
 patch formats, optimistic concurrency and finalizers.
@@ -15,7 +15,7 @@ kubeconfig and official-client ``ApiClient`` objects. Every request must carry t
 instance's bearer token (401 otherwise, as an API server without anonymous access
 answers): pods created here can become real processes (the kubelet stand-in's
 run-processes mode), so nobody else on the machine may create them. It serves HTTPS
-with a per-instance self-signed certificate (``kube_tls``), because kubectl sends a
+with a per-instance self-signed certificate (``tls``), because kubectl sends a
 kubeconfig's token only over TLS.
 """
 
@@ -36,12 +36,12 @@ from typing import Any, TypeVar
 
 import aiohttp.web
 import attrs
-from kmock import KubernetesResourceNotFoundError, KubernetesScaffold, ResourceInfo, resource
-from kmock._internal import filtering, rendering
+from kmock import KubernetesResourceNotFoundError, Payload, Request, ResourceInfo, resource
 
-from .kube_selectors import SelectorError, compile_selectors
-from .kube_store import RESOURCE_TYPES, ApiError, ResourceType, Store, WatchEvent, resource_type
-from .kube_tls import HOST, ServerIdentity
+from ._kmock_private import Response, ScaffoldHooks
+from .selectors import SelectorError, compile_selectors
+from .store import RESOURCE_TYPES, ApiError, ResourceType, Store, WatchEvent, resource_type
+from .tls import HOST, ServerIdentity
 
 __all__ = ["KubeEmulator", "SimKubeAPI", "Store", "ApiError", "UNAUTHORIZED", "require_bearer_token"]
 
@@ -98,8 +98,8 @@ def _truthy(value: str | None) -> bool:
 
 
 @attrs.define(kw_only=True)
-class KubeEmulator(KubernetesScaffold):
-    """kmock's scaffold serving the resources in ``kube_store.RESOURCE_TYPES`` from a ``Store``."""
+class KubeEmulator(ScaffoldHooks):
+    """kmock's scaffold serving the resources in ``store.RESOURCE_TYPES`` from a ``Store``."""
 
     store: Store = attrs.field(factory=Store)
     watch_timeout: float = 1800.0  # the longest a watch stays open without timeoutSeconds
@@ -114,24 +114,24 @@ class KubeEmulator(KubernetesScaffold):
             self.resources[resource(rt.group, rt.version, rt.plural)] = ResourceInfo(
                 namespaced=rt.namespaced, kind=rt.kind, singular=rt.singular, verbs=set(rt.verbs),
                 shortnames=set(rt.short_names), subresources=set(rt.subresources))
-        self.fallback[filtering.FnCriteria(self._is_api_request)] << self._serve
+        self.fallback[self._is_api_request] << self._serve  # a callable is a criterion
         # The official client asks for discovery documents with a trailing slash.
-        self.fallback["get", re.compile(r"/api/[^/]+/|/apis/[^/]+/[^/]+/")] << self._serve_version
-        self.fallback["get", re.compile(r"/apis/")] << self._serve_apis
-        self.fallback["get", re.compile(r"/api/")] << self._serve_api
-        self.fallback["get", re.compile(r"/version/")] << self._serve_server_version
+        self.fallback["get", re.compile(r"/api/[^/]+/|/apis/[^/]+/[^/]+/")] << self.serve_resource_list
+        self.fallback["get", re.compile(r"/apis/")] << self.serve_api_groups
+        self.fallback["get", re.compile(r"/api/")] << self.serve_api_versions
+        self.fallback["get", re.compile(r"/version/")] << self.serve_server_version
         self.fallback["get /openapi/v3"] << self._serve_openapi_root
         self.fallback["get", re.compile(r"/openapi/v3/apis?/.+")] << self._serve_openapi_group
-        self._builtin_reactions = len(self._payloads)
+        self._builtin_reactions = self.reaction_count
 
     # -- discovery: kmock's version documents say groupVersion "/v1" for the core group and
     # give subresources the parent's verbs; kubectl needs these exact.
 
-    async def _serve_api(self, request: rendering.Request) -> rendering.Payload:
+    async def serve_api_versions(self, request: Request) -> Payload:
         return {"kind": "APIVersions", "versions": ["v1"],
                 "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": request.url.host or ""}]}
 
-    async def _serve_version(self, request: rendering.Request) -> rendering.Payload:
+    async def serve_resource_list(self, request: Request) -> Payload:
         parts = [p for p in request.url.path.split("/") if p]
         group, version = ("", parts[1]) if parts[0] == "api" else (parts[1], parts[2])
         types = [rt for rt in RESOURCE_TYPES if (rt.group, rt.version) == (group, version)]
@@ -156,7 +156,7 @@ class KubeEmulator(KubernetesScaffold):
     # -- OpenAPI v3, only as much as kubectl needs to validate on the server side
     # (it looks for the fieldValidation parameter on each kind's write operations).
 
-    async def _serve_openapi_root(self) -> rendering.Payload:
+    async def _serve_openapi_root(self) -> Payload:
         versions = sorted({(rt.group, rt.version) for rt in RESOURCE_TYPES})
         paths = {}
         for group, version in versions:
@@ -164,7 +164,7 @@ class KubeEmulator(KubernetesScaffold):
             paths[prefix] = {"serverRelativeURL": f"/openapi/v3/{prefix}?hash=sim"}
         return {"paths": paths}
 
-    async def _serve_openapi_group(self, request: rendering.Request) -> rendering.Payload:
+    async def _serve_openapi_group(self, request: Request) -> Payload:
         parts = [p for p in request.url.path.split("/")[3:] if p]
         group, version = ("", parts[1]) if parts[0] == "api" else (parts[1], parts[2])
         paths: dict[str, Any] = {}
@@ -183,7 +183,7 @@ class KubeEmulator(KubernetesScaffold):
         return {"openapi": "3.0.0", "info": {"title": "Kubernetes (simulated)", "version": "v1.32.0"},
                 "paths": paths, "components": {"schemas": {}}}
 
-    async def _serve_server_version(self, request: rendering.Request) -> rendering.Payload:
+    async def serve_server_version(self, request: Request) -> Payload:
         return {"major": "1", "minor": "32", "gitVersion": "v1.32.0-vgpu-sim", "gitCommit": "", "gitTreeState": "",
                 "buildDate": "", "goVersion": "", "compiler": "", "platform": "linux/amd64"}
 
@@ -198,38 +198,31 @@ class KubeEmulator(KubernetesScaffold):
         # and list); build that request here and let the rest go through kmock as usual.
         if raw_request.path.rstrip("/") not in ("/api/v1/namespaces",):
             return await super().__call__(raw_request)
-        body = await raw_request.read()
-        request = rendering.Request(
-            id=len(self._requests), raw_request=raw_request, url=raw_request.url, method=raw_request.method,
-            params=dict(raw_request.query), headers=dict(raw_request.headers), body=body,
-            text=body.decode("utf-8", "replace"))
-        self._requests.append(request)
-        return await self._handle(request)
+        return await self.serve_unparsed(raw_request)
 
-    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+    async def handle(self, request: Request) -> aiohttp.web.StreamResponse:
         # kmock keeps every request for test assertions; bound that list for long-running demos.
-        if len(self._requests) > self.request_log_limit:
-            del self._requests[: len(self._requests) - self.request_log_limit // 2]
+        self.trim_request_log(self.request_log_limit)
         # kmock matches a request by rescanning its request log for every reaction; with no
         # reactions added by a test, API requests go straight to the store.
-        if len(self._payloads) == self._builtin_reactions and self._is_api_request(request):
+        if self.reaction_count == self._builtin_reactions and self._is_api_request(request):
             response: aiohttp.web.StreamResponse = await (await self._serve(request))(request)
             return response
-        return await super()._handle(request)
+        return await self.react(request)
 
     @staticmethod
-    def _is_api_request(request: rendering.Request) -> bool:
+    def _is_api_request(request: Request) -> bool:
         return _route(request.url.path) is not None
 
-    async def _serve(self, request: rendering.Request) -> rendering.Response:
+    async def _serve(self, request: Request) -> Response:
         route = _route(request.url.path)
         assert route is not None  # the criteria guarantee it
         try:
             return self._dispatch(request, route)
         except ApiError as error:
-            return rendering.Response(status=error.code, headers=_JSON, payload=error.status())
+            return Response(status=error.code, headers=_JSON, payload=error.status())
 
-    def _dispatch(self, request: rendering.Request, route: _Route) -> rendering.Response:
+    def _dispatch(self, request: Request, route: _Route) -> Response:
         rt, ns, name, sub = route.rt, route.namespace, route.name, route.subresource
         params = request.params
         method = request.method.value if hasattr(request.method, "value") else str(request.method)
@@ -247,7 +240,7 @@ class KubeEmulator(KubernetesScaffold):
                 items = self.store.list(rt, ns, predicate)
                 body = {"kind": f"{rt.kind}List", "apiVersion": rt.api_version,
                         "metadata": {"resourceVersion": str(self.store.rv)}, "items": items}
-                return rendering.Response(status=200, headers=_JSON, payload=body)
+                return Response(status=200, headers=_JSON, payload=body)
             return self._ok(self.store.get(rt, ns, name))
 
         if rt.namespaced and ns is None and method in ("POST", "PUT", "PATCH", "DELETE"):
@@ -275,11 +268,11 @@ class KubeEmulator(KubernetesScaffold):
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {request.url.path}")
 
     @staticmethod
-    def _ok(body: Mapping[str, Any], status: int = 200) -> rendering.Response:
-        return rendering.Response(status=status, headers=_JSON, payload=dict(body))
+    def _ok(body: Mapping[str, Any], status: int = 200) -> Response:
+        return Response(status=status, headers=_JSON, payload=dict(body))
 
     @staticmethod
-    def _body(request: rendering.Request, optional: bool = False) -> Any:
+    def _body(request: Request, optional: bool = False) -> Any:
         if not request.body:
             if optional:
                 return {}
@@ -302,7 +295,7 @@ class KubeEmulator(KubernetesScaffold):
     # -- watch ---------------------------------------------------------------------
 
     def _start_watch(self, route: _Route, params: Mapping[str, str],
-                     predicate: Callable[[Mapping[str, Any]], bool]) -> rendering.Response:
+                     predicate: Callable[[Mapping[str, Any]], bool]) -> Response:
         since = params.get("resourceVersion") or "0"
         if not since.isdigit():
             raise ApiError(400, "BadRequest", f"invalid resourceVersion {since!r}: must be an integer")
@@ -311,7 +304,7 @@ class KubeEmulator(KubernetesScaffold):
         except ValueError:
             raise ApiError(400, "BadRequest", "timeoutSeconds must be a number") from None
         stream = self._watch(route, int(since), timeout, _truthy(params.get("allowWatchBookmarks")), predicate)
-        return rendering.Response(status=200, headers=_JSON, payload=stream)
+        return Response(status=200, headers=_JSON, payload=stream)
 
     async def _watch(self, route: _Route, since: int, timeout: float, bookmarks: bool,
                      predicate: Callable[[Mapping[str, Any]], bool]) -> AsyncIterator[Any]:
@@ -540,9 +533,7 @@ class SimKubeAPI:
                 site = aiohttp.web.TCPSite(runner, HOST, self.port, reuse_address=True,
                                            ssl_context=self.identity.server_context())
                 await site.start()
-                server = site._server
-                assert isinstance(server, asyncio.base_events.Server)
-                self.port = server.sockets[0].getsockname()[1]
+                self.port = runner.addresses[0][1]
                 self._emulator = emulator
                 ready.set()
                 await self._stopping.wait()

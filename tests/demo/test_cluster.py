@@ -1,5 +1,5 @@
 """The simulated cluster end to end: API, scheduler stand-in, extender, kubelet stand-in,
-device plugin and metrics, all real, wired by ``vgpu_plugin.sim.cluster``."""
+device plugin and metrics, all real, wired by ``vgpu_plugin.demo.cluster``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import urllib.request
 
 import pytest
-from vgpu_plugin.sim.cluster import ClusterError, NodeSpec, SimCluster
+from vgpu_plugin.demo.cluster import ClusterError, NodeSpec, SimCluster
 
 from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.core.contract import PodAllocation

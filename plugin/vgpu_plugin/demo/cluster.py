@@ -7,12 +7,12 @@
 
 What runs, each talking its real protocol to the next:
 
-- the Kubernetes API (``sim.kube.SimKubeAPI``), with a kubeconfig under ``workdir``;
+- the Kubernetes API (``simkube.apiserver.SimKubeAPI``), with a kubeconfig under ``workdir``;
 - the scheduler extender (``extender.Extender``, HTTP on 127.0.0.1) and the kube-scheduler
-  stand-in (``sim.scheduler.SimScheduler``) configured from ``deploy/scheduler/config.yaml``
-  with the extender's address swapped in;
+  stand-in (``simkube.scheduler.SimScheduler``) configured from ``deploy/scheduler/config.yaml``
+  (``scheduler_config_path()``) with the extender's address swapped in;
 - per node: simulated GPUs from a topology fixture (``jupyter_vgpu.gpu.simulated``), the
-  kubelet stand-in (``sim.kubelet.SimKubelet``, which registers the Node) and the node
+  kubelet stand-in (``demo.kubelet.SimKubelet``, which registers the Node) and the node
   daemon (``deviceplugin.daemon.NodeDaemon``: device plugin gRPC servers on unix sockets,
   node annotation, health, and the metrics server on an ephemeral port).
 
@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from simkube import waiting
+from simkube.apiserver import SimKubeAPI
+
 from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.data import TOPOLOGY_DIR
-
-from . import waiting
-from .kube import SimKubeAPI
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class NodeSpec:
 class SimNode:
     spec: NodeSpec
     gpus: Any  # jupyter_vgpu.gpu.simulated.SimulatedGPUs
-    kubelet: Any  # sim.kubelet.SimKubelet
+    kubelet: Any  # demo.kubelet.SimKubelet
     daemon: Any  # deviceplugin.daemon.NodeDaemon
     plugin_dir: str
     state_dir: str
@@ -74,6 +74,13 @@ class SimNode:
     def metrics_url(self) -> str | None:
         server = self.daemon.metrics_server if self.daemon is not None else None
         return f"http://127.0.0.1:{server.port}" if server is not None else None
+
+
+def scheduler_config_path() -> Path:
+    """deploy/scheduler/config.yaml in a checkout; the copy the wheel packs beside this module otherwise."""
+    here = Path(__file__).resolve()
+    checkout = here.parents[3] / "deploy" / "scheduler" / "config.yaml"
+    return checkout if checkout.exists() else here.with_name("scheduler-config.yaml")
 
 
 class ClusterError(RuntimeError):
@@ -185,10 +192,12 @@ class SimCluster:
             raise ClusterError("the extender did not sync its node and pod caches")
 
     def _start_scheduler(self) -> None:
-        from .scheduler import SimScheduler
+        from simkube.scheduler import SimScheduler
 
-        self.scheduler = SimScheduler(self.api_client(), self.scheduler_config,
-                                      extender_url=self.extender.base_url).start()
+        from ..informer import Informer
+
+        self.scheduler = SimScheduler(self.api_client(), self.scheduler_config or scheduler_config_path(),
+                                      informer=Informer, extender_url=self.extender.base_url).start()
         if not (self.scheduler.nodes.wait_synced(self.ready_timeout)
                 and self.scheduler.pods.wait_synced(self.ready_timeout)):
             raise ClusterError("the scheduler did not sync its node and pod caches")

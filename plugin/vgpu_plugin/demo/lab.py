@@ -28,8 +28,8 @@ from typing import Any
 from jupyter_vgpu.core import contract as c
 
 from .cluster import ClusterError, NodeSpec, SimCluster
-from .demo_notebook import port_free
 from .neighbours import ROLE_LABEL, Neighbour, default_neighbours, start_neighbours
+from .notebook import port_free
 
 DGX_NODE = "dgx-a100"
 PCIE_NODE = "p40-pcie"
@@ -193,7 +193,7 @@ class Demo:
                *self._extra_labextensions()]
         if os.geteuid() == 0:  # containers and CI run as root; jupyter refuses without this
             lab.append("--allow-root")
-        return [sys.executable, "-m", "vgpu_plugin.sim.demo_notebook", f"--address={self.options.ip}",
+        return [sys.executable, "-m", "vgpu_plugin.demo.notebook", f"--address={self.options.ip}",
                 f"--port={self.port}", "--", *lab]
 
     def _create_notebook_pod(self) -> None:

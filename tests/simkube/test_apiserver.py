@@ -13,7 +13,7 @@ import kubernetes.client
 import pytest
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
-from vgpu_plugin.sim.kube import SimKubeAPI
+from simkube.apiserver import SimKubeAPI
 
 
 def pod(name: str, labels: dict[str, str] | None = None, **spec: object) -> dict:

@@ -45,13 +45,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from simkube import waiting
 
 from jupyter_vgpu.core import contract as c
 
 from ..deviceplugin import api_pb2, api_pb2_grpc
 from ..deviceplugin.checkpoint import PodDeviceEntry, read_checkpoint, write_checkpoint
 from ..deviceplugin.devices import API_VERSION, CHECKPOINT_FILE, HEALTHY, KUBELET_SOCKET
-from . import waiting
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from .kube_patch import PatchError, apply_patch
+from .patch import PatchError, apply_patch
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ def sim_main(argv: Sequence[str] | None = None) -> int:
     _logging(args.log_level)
     _interrupt_on_sigterm()
     from .cluster import ClusterError
-    from .demo import DGX_NODE, PCIE_NODE, start_cluster
+    from .lab import DGX_NODE, PCIE_NODE, start_cluster
     from .neighbours import default_neighbours, start_neighbours
 
     cluster = None
@@ -132,7 +132,7 @@ def demo_main(argv: Sequence[str] | None = None) -> int:
     _logging(args.log_level)
     _interrupt_on_sigterm()
     from .cluster import ClusterError
-    from .demo import Demo, DemoOptions, NotebookWatcher, open_browser
+    from .lab import Demo, DemoOptions, NotebookWatcher, open_browser
 
     options = DemoOptions(port=args.port, ip=args.ip, base_url=args.base_url, cores=args.cores, memory=args.memory,
                           root_dir=args.notebook_dir, neighbours=not args.no_neighbours, policy=args.policy,

@@ -1,4 +1,4 @@
-"""A kube-scheduler stand-in: schedules ``vgpu-scheduler`` pods through the extender.
+"""A kube-scheduler stand-in: schedules its profiles' pods, through HTTP extenders if configured.
 
 It does what kube-scheduler does for a profile with an HTTP extender, and speaks the
 same JSON: node-level resource fit (allocatable minus the requests of the pods on the
@@ -10,8 +10,10 @@ Events with kube-scheduler's message ("0/3 nodes are available: 1 Insufficient c
 <extender reason>.") and the pod is retried with exponential backoff; successes get a
 ``Scheduled`` Event. Binds run on a small pool, as kube-scheduler's binding cycles do.
 
-The configuration is the real file, ``deploy/scheduler/config.yaml``, checked against
-the kubescheduler.config.k8s.io/v1 schema by ``load_config`` (unknown fields fail).
+The configuration is a real KubeSchedulerConfiguration file, checked against the
+kubescheduler.config.k8s.io/v1 schema by ``load_config`` (unknown fields fail). The node
+and pod caches come from the caller's informer (``informer=``, see ``ObjectCache``), the
+same list+watch cache the components under test use.
 
 Not modelled: preemption, affinity beyond nodeSelector, volume and port checks, the
 default plugins' own scores (the extender's scores decide), percentageOfNodesToScore
@@ -37,12 +39,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -232,18 +234,11 @@ def _replace(obj: Any, **changes: Any) -> Any:
     return dataclasses.replace(obj, **changes)
 
 
-def default_config_path() -> Path:
-    """deploy/scheduler/config.yaml in a checkout; the copy packaged beside this module otherwise."""
-    here = Path(__file__).resolve()
-    checkout = here.parents[3] / "deploy" / "scheduler" / "config.yaml"
-    return checkout if checkout.exists() else here.with_name("scheduler-config.yaml")
-
-
-def load_config(path: str | os.PathLike[str] | None = None) -> SchedulerConfig:
+def load_config(path: str | os.PathLike[str]) -> SchedulerConfig:
     """Read and validate a KubeSchedulerConfiguration (YAML) as kube-scheduler would."""
     import yaml
 
-    source = Path(path) if path is not None else default_config_path()
+    source = Path(path)
     try:
         data = yaml.safe_load(source.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as error:
@@ -439,15 +434,36 @@ class _Queued:
     in_flight: bool = False
 
 
+class ObjectCache(Protocol):
+    """A list+watch cache of one kind of object, as the scheduler uses it.
+
+    Made by ``informer(list_func, on_event=callback)``: ``list_func`` is an official-client
+    list method, ``callback(kind, obj)`` gets ``ADDED``/``MODIFIED``/``DELETED`` with the
+    object as a plain dict, and ``RELISTED`` with ``None`` after a full list.
+    """
+
+    @property
+    def synced(self) -> bool: ...
+
+    def start(self) -> Any: ...
+
+    def stop(self) -> None: ...
+
+    def wait_synced(self, timeout: float) -> bool: ...
+
+    def items(self) -> list[dict[str, Any]]: ...
+
+    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None: ...
+
+
 class SimScheduler:
     """Schedules pods whose ``schedulerName`` is the configuration's profile. start()/stop()."""
 
-    def __init__(self, api_client: Any, config: SchedulerConfig | str | os.PathLike[str] | None = None, *,
-                 extender_url: str | None = None, seed: int | None = None, bind_workers: int = 4,
-                 initial_backoff: float | None = None, max_backoff: float | None = None) -> None:
+    def __init__(self, api_client: Any, config: SchedulerConfig | str | os.PathLike[str], *,
+                 informer: Callable[..., ObjectCache], extender_url: str | None = None, seed: int | None = None,
+                 bind_workers: int = 4, initial_backoff: float | None = None,
+                 max_backoff: float | None = None) -> None:
         from kubernetes import client
-
-        from ..informer import Informer
 
         if not isinstance(config, SchedulerConfig):
             config = load_config(config)
@@ -459,8 +475,8 @@ class SimScheduler:
         self.max_backoff = max_backoff if max_backoff is not None else config.pod_max_backoff
         self._core = client.CoreV1Api(api_client)
         self._random = random.Random(seed)
-        self.nodes = Informer(self._core.list_node, on_event=self._on_node)
-        self.pods = Informer(self._core.list_pod_for_all_namespaces, on_event=self._on_pod)
+        self.nodes = informer(self._core.list_node, on_event=self._on_node)
+        self.pods = informer(self._core.list_pod_for_all_namespaces, on_event=self._on_pod)
         self._queue: dict[tuple[str, str], _Queued] = {}
         self._assumed: dict[str, tuple[str, dict[str, Any]]] = {}  # uid -> (node, pod)
         self._events: dict[tuple[str, str, str], tuple[str, int]] = {}  # (uid, reason, message) -> (name, count)

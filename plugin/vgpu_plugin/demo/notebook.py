@@ -1,6 +1,6 @@
 """The demo notebook pod's entrypoint: wait for the lab's port, then become ``jupyter lab``.
 
-    python -m vgpu_plugin.sim.demo_notebook --port 8888 -- python -m jupyterlab --port=8888 ...
+    python -m vgpu_plugin.demo.notebook --port 8888 -- python -m jupyterlab --port=8888 ...
 
 A share request re-creates the notebook pod make-before-break: the new pod runs while the
 old one still holds the port the user's browser points at. The new pod's process waits
@@ -30,7 +30,7 @@ def port_free(address: str, port: int) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vgpu_plugin.sim.demo_notebook")
+    parser = argparse.ArgumentParser(prog="python -m vgpu_plugin.demo.notebook")
     parser.add_argument("--address", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--wait", type=float, default=300.0, help="seconds to wait for the port")

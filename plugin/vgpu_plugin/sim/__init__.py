@@ -1,1 +1,0 @@
-"""Simulated cluster: the Kubernetes API (kmock + extensions), scheduler and kubelet stand-ins, demo."""
