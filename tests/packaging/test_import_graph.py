@@ -9,7 +9,7 @@ import grimp
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("jupyter_vgpu", "vgpu_plugin")
+PACKAGES = ("jupyter_vgpu", "vgpu_plugin", "simkube")
 
 
 @pytest.fixture(scope="module")
@@ -67,4 +67,12 @@ def test_the_notebook_side_never_imports_the_node_side(graph):
     notebook = [m for m in graph.modules if m.startswith("jupyter_vgpu")]
     bad = sorted(f"{m} imports {i}" for m in notebook for i in graph.find_modules_directly_imported_by(m)
                  if i.startswith("vgpu_plugin"))
+    assert not bad, "\n".join(bad)
+
+
+def test_the_simulated_api_knows_nothing_of_the_project(graph):
+    simkube = [m for m in graph.modules if m == "simkube" or m.startswith("simkube.")]
+    assert simkube
+    bad = sorted(f"{m} imports {i}" for m in simkube for i in graph.find_modules_directly_imported_by(m)
+                 if i.startswith(("jupyter_vgpu", "vgpu_plugin")))
     assert not bad, "\n".join(bad)
