@@ -14,6 +14,7 @@ import hmac
 import logging
 import os
 import threading
+
 import tornado.web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
