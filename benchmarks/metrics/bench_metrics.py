@@ -125,8 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         while len(informer.items()) < args.containers and time.monotonic() < deadline:
             time.sleep(0.05)
         minter = TokenMinter(secrets.token_bytes(32))
+        scrape_token = secrets.token_hex(16)  # what Prometheus sends to the scrape port
         server = MetricsServer(NODE, gpus, informer, minter, address="127.0.0.1", port=0, period=args.period,
-                               proc_root=proc_root)
+                               proc_root=proc_root, scrape_token=scrape_token)
         server.start()
         try:
             while server.sampler.samples_taken < 2:
@@ -178,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                 "sample_once_ms_median": round(statistics.median(durations), 3),
                 "render_ms_median": render_ms,
                 "scrape": {
-                    "/metrics": measure_latency(server.port, "/metrics", args.requests),
-                    "/metric": measure_latency(server.port, "/metric", args.requests),
+                    "/metrics": measure_latency(server.scrape_port, "/metrics", args.requests, scrape_token),
+                    "/metric": measure_latency(server.scrape_port, "/metric", args.requests, scrape_token),
                     "/api/v1/usage?history=600": measure_latency(server.port, "/api/v1/usage?history=600",
                                                                  args.requests, token),
                     "/api/v1/topology": measure_latency(server.port, "/api/v1/topology", args.requests, token),

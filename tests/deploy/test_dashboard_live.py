@@ -1,6 +1,7 @@
 """The Grafana dashboard against what a node daemon really serves.
 
-A simulated cluster runs one notebook pod; its node daemon's /metrics is scraped and every
+A simulated cluster runs one notebook pod; its node daemon's /metrics is scraped (scrape port,
+bearer token, as the ServiceMonitor does) and every
 series the dashboard queries must be there with the labels the dashboard uses.
 """
 
@@ -39,7 +40,9 @@ def test_every_dashboard_series_is_served_with_its_labels(topology_fixtures):
             served: dict[str, set[str]] = {}
             deadline = time.monotonic() + 30
             while not set(wanted) <= set(served) and time.monotonic() < deadline:
-                with urllib.request.urlopen(cluster.node("gpu-a").metrics_url + "/metrics", timeout=10) as response:
+                request = urllib.request.Request(cluster.node("gpu-a").scrape_url + "/metrics",
+                                                 headers={"Authorization": f"Bearer {cluster.scrape_token}"})
+                with urllib.request.urlopen(request, timeout=10) as response:
                     text = response.read().decode()
                 for family in text_string_to_metric_families(text):
                     for sample in family.samples:

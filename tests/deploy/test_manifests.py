@@ -45,6 +45,13 @@ SERVICE_MONITOR_SCHEMA = {
                             "port": {"type": "string"},
                             "path": {"type": "string"},
                             "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                            "authorization": {"type": "object", "additionalProperties": False,
+                                              "required": ["type", "credentials"], "properties": {
+                                "type": {"const": "Bearer"},
+                                "credentials": {"type": "object", "additionalProperties": False,
+                                                "required": ["name", "key"],
+                                                "properties": {"name": {"type": "string"}, "key": {"type": "string"}}},
+                            }},
                             "relabelings": {"type": "array", "items": {"type": "object", "additionalProperties": False, "properties": {
                                 "sourceLabels": {"type": "array", "items": {"type": "string"}},
                                 "targetLabel": {"type": "string"}, "action": {"type": "string"},
@@ -193,17 +200,70 @@ def test_env_and_flags_are_ones_the_code_reads(kustomization, kind, name, contai
         assert baseline["enforcement"] in contract.ENFORCEMENT_BACKENDS
 
 
-def test_metrics_port_service_and_servicemonitor_agree():
+def test_node_api_is_the_only_host_port_and_the_scrape_port_needs_the_monitors_token():
+    from vgpu_plugin.metrics.flags import DEFAULT_SCRAPE_PORT
+
     objects = render("overlays/monitoring")
     node = container(objects, "DaemonSet", "vgpu-node", "node")
-    (port,) = [p for p in node["ports"] if p["name"] == "metrics"]
-    assert port["containerPort"] == contract.DEFAULT_METRICS_PORT
+    ports = {p["name"]: p for p in node["ports"]}
+    assert set(ports) == {"node-api", "metrics"}
+    assert ports["node-api"]["containerPort"] == ports["node-api"]["hostPort"] == contract.DEFAULT_METRICS_PORT
+    assert ports["metrics"]["containerPort"] == DEFAULT_SCRAPE_PORT and "hostPort" not in ports["metrics"]
+    env = env_of(node)
+    assert int(env["VGPU_METRICS_PORT"]) == contract.DEFAULT_METRICS_PORT
+    assert int(env["VGPU_METRICS_SCRAPE_PORT"]) == DEFAULT_SCRAPE_PORT
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert node[probe]["httpGet"] == {"path": "/healthz", "port": "node-api"}
     service = find(objects, "Service", "vgpu-node-metrics")
     pod_labels = find(objects, "DaemonSet", "vgpu-node")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["metrics"]
     monitor = find(objects, "ServiceMonitor", "vgpu-node")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert {e["port"] for e in monitor["spec"]["endpoints"]} <= {p["name"] for p in service["spec"]["ports"]}
+    # the monitor sends the token the daemon reads: the same Secret key, mounted where the env says
+    pod = find(objects, "DaemonSet", "vgpu-node")["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if "secret" in v]
+    (mount,) = [m for m in node["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount["readOnly"] is True and volume["secret"]["optional"] is True
+    for endpoint in monitor["spec"]["endpoints"]:
+        credentials = endpoint["authorization"]["credentials"]
+        assert credentials["name"] == volume["secret"]["secretName"]
+        assert env["VGPU_METRICS_SCRAPE_TOKEN_FILE"] == f"{mount['mountPath']}/{credentials['key']}"
+
+
+def _ingress_allowed(policies: list[dict], pod_labels: dict, port_name: str) -> list[list | None]:
+    """The ``from`` lists of every ingress rule admitting this port on a pod with these labels
+    (None: from anywhere)."""
+    sources = []
+    for policy in policies:
+        selector = policy["spec"]["podSelector"].get("matchLabels") or {}
+        if not selector.items() <= pod_labels.items():
+            continue
+        for rule in policy["spec"].get("ingress") or []:
+            ports = [p["port"] for p in rule.get("ports") or []]
+            if not ports or port_name in ports:
+                sources.append(rule.get("from"))
+    return sources
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_network_policies_admit_only_whom_each_port_is_for(kustomization):
+    objects = render(kustomization)
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    assert all(p["metadata"]["namespace"] == "vgpu-system" for p in policies)
+    (deny,) = [p for p in policies if p["spec"]["podSelector"] == {} and not p["spec"].get("ingress")]
+    assert deny["spec"]["policyTypes"] == ["Ingress"]
+    node_labels = find(objects, "DaemonSet", "vgpu-node")["spec"]["template"]["metadata"]["labels"]
+    named_ports = {p["name"] for p in container(objects, "DaemonSet", "vgpu-node", "node")["ports"]}
+    for policy in policies:
+        for rule in policy["spec"].get("ingress") or []:
+            assert {p["port"] for p in rule.get("ports") or []} <= named_ports, policy["metadata"]["name"]
+    assert _ingress_allowed(policies, node_labels, "node-api") == [None]  # notebooks on any node
+    (sources,) = _ingress_allowed(policies, node_labels, "metrics")
+    assert sources == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    scheduler_labels = find(objects, "Deployment", "vgpu-scheduler")["spec"]["template"]["metadata"]["labels"]
+    assert _ingress_allowed(policies, scheduler_labels, "any") == []
 
 
 def test_grafana_dashboard_uses_real_metric_names():
@@ -264,25 +324,3 @@ def test_priority_classes_and_service_accounts_exist(kustomization):
             pod = obj["spec"]["template"]["spec"]
             assert pod["priorityClassName"] in classes
             assert pod["serviceAccountName"] in accounts
-
-
-def test_node_restriction_component_names_the_node_daemons_account(tmp_path):
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(DEPLOY / "base", tmp_path)],
-        "components": [os.path.relpath(DEPLOY / "components/node-restriction", tmp_path)],
-    }))
-    objects = render(str(tmp_path))
-    for obj in objects:
-        if obj["kind"] != "ServiceMonitor":
-            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
-    policy = find(objects, "ValidatingAdmissionPolicy", "vgpu-node-own-node-only")
-    binding = find(objects, "ValidatingAdmissionPolicyBinding", "vgpu-node-own-node-only")
-    assert binding["spec"]["policyName"] == policy["metadata"]["name"] and binding["spec"]["validationActions"] == ["Deny"]
-    account = find(objects, "ServiceAccount", "vgpu-node")["metadata"]
-    (condition,) = policy["spec"]["matchConditions"]
-    assert f"'system:serviceaccount:{account['namespace']}:{account['name']}'" in condition["expression"]
-    rules = find(objects, "ClusterRole", "vgpu-node")["rules"]
-    written = {r for rule in rules if {"patch", "update"} & set(rule["verbs"]) for r in rule["resources"]}
-    covered = {r for rule in policy["spec"]["matchConstraints"]["resourceRules"] for r in rule["resources"]}
-    assert written <= covered, f"the daemon can write {written - covered} outside the policy"

@@ -175,3 +175,61 @@ def test_the_scanner_sees_calls_and_informers(tmp_path, monkeypatch):
         ("", "pods", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
         ("", "pods/binding", "create"), ("events.k8s.io", "events", "create"),
     }
+
+
+# --- once the admission policy is in place (deploy/base/admission-policy.yaml) ------------------
+
+WRITE_VERBS = {"patch", "update"}
+
+
+def _forbidden_writes(resource: str) -> list[tuple[str, str, dict, dict]]:
+    """(what, the request's subresource, old, new) changes no account of ours may make, on an
+    object bound to / being the node its token names (the node daemon's best case)."""
+    from test_admission_policy import changed, cordon, node, pod, set_image
+
+    placed = pod()
+    if resource == "pods":
+        return [
+            ("patch a pod's image", "", placed, changed(placed, spec=set_image)),
+            ("add a container to a pod", "", placed, changed(placed, spec=lambda s: s["containers"].append(
+                {"name": "miner", "image": "evil/miner"}))),
+            ("relabel a pod", "", placed, changed(placed, labels={"app": "other"})),
+            ("rewrite a pod's other annotations", "", placed, changed(placed, annotations={"hub.jupyter.org/username": "x"})),
+        ]
+    if resource == "nodes":
+        own = node("gpu-a")
+        return [
+            ("cordon a node", "", own, changed(own, spec=cordon)),
+            ("taint a node", "", own, changed(own, spec=lambda s: s.setdefault("taints", []).append(
+                {"key": "evict", "effect": "NoExecute"}))),
+            ("relabel a node", "", own, changed(own, labels={"node-role.kubernetes.io/control-plane": ""})),
+            ("rewrite a node's other annotations", "", own, changed(own, annotations={"volumes.kubernetes.io/x": "1"})),
+        ]
+    return []
+
+
+@pytest.mark.parametrize("component", sorted(COMPONENTS))
+def test_no_account_can_patch_pod_specs_or_arbitrary_node_fields(component):
+    """Every pod or node write the component's roles grant is confined by the admission policy:
+    evaluated on the policy's CEL, each change beyond the vGPU annotations is denied."""
+    from admission_cel import PolicyEvaluator
+    from test_admission_policy import policy_objects, request
+
+    service_account, _, roles = COMPONENTS[component]
+    objects = render("base")
+    writes = {(group, resource) for group, resource, verb in granted(objects, roles, service_account)
+              if verb in WRITE_VERBS}
+    assert writes, f"{component} writes nothing? then this test has nothing to prove"
+    policy, _, params = policy_objects(objects)
+    evaluator = PolicyEvaluator(policy, params)
+    user = f"system:serviceaccount:vgpu-system:{service_account}"
+    assert user in params["data"].values(), f"the policy does not know {user}"
+    for group, resource in sorted(writes):
+        probes = _forbidden_writes(resource)
+        assert group == "" and probes, f"{component} may write {group}/{resource}: the policy does not confine it"
+        for what, sub, old, new in probes:
+            req = request(user, "UPDATE", resource, sub=sub, node_claim="gpu-a")
+            assert evaluator.matches(req), f"the policy does not see {component}'s {resource} updates"
+            verdict = evaluator.admit(req, new, old)
+            assert not verdict.allowed, f"{component} ({user}) could {what}"
+            assert not any(m.startswith("evaluation error") for m in verdict.denied), verdict.denied

@@ -60,10 +60,19 @@ async def test_values_give_cpu_and_vgpu_profiles_with_the_right_schedulers():
     assert any(r["name"] == "server" for r in c.JupyterHub.load_roles)
 
 
-def test_values_network_policy_lets_notebooks_reach_the_metrics_port():
+def test_values_network_policy_opens_the_node_api_and_not_the_scrape_port():
+    from vgpu_plugin.metrics.flags import DEFAULT_SCRAPE_PORT
+
     values = yaml.safe_load(VALUES.read_text())
-    ports = [p["port"] for rule in values["singleuser"]["networkPolicy"]["egress"] for p in rule["ports"]]
-    assert contract.DEFAULT_METRICS_PORT in ports
+    egress = values["singleuser"]["networkPolicy"]["egress"]
+    ports = [p["port"] for rule in egress for p in rule["ports"]]
+    assert contract.DEFAULT_METRICS_PORT in ports and DEFAULT_SCRAPE_PORT not in ports
+    import ipaddress
+
+    for rule in egress:
+        for target in rule["to"]:
+            # no catch-all private range: the admin names their nodes' network
+            assert ipaddress.ip_network(target["ipBlock"]["cidr"]).prefixlen >= 16, target
 
 
 def _dockerfile(path):

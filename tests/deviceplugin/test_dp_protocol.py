@@ -317,10 +317,13 @@ def test_metrics_server_runs_in_the_daemon(daemons, peer, core_v1):
 
     gpus = sim_gpus()
     make_node(core_v1)
-    daemon = daemons(gpus, metrics={"address": "127.0.0.1", "port": 0}, metrics_url=None)
+    scrape_token = "scrape-token-for-the-daemon-test"
+    daemon = daemons(gpus, metrics={"address": "127.0.0.1", "port": 0, "scrape_token": scrape_token},
+                     metrics_url=None)
     wait_registered(peer)
-    url = daemon.metrics_server.url
-    body = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+    request = urllib.request.Request(f"{daemon.metrics_server.scrape_url}/metrics",
+                                     headers={"Authorization": f"Bearer {scrape_token}"})
+    body = urllib.request.urlopen(request, timeout=10).read().decode()
     assert "vgpu_card_memory_total_bytes" in body
     place_pod(core_v1, gpus, "nb", [(Request(25, 16), (2,))])
     _, core = peer.admit(CORE, 25, all_ids("core"))

@@ -126,7 +126,8 @@ def test_share_pod_through_every_component_and_back(cluster: Any, pods: list[str
     assert http(env[c.ENV_METRICS_URL] + "/api/v1/allocation")[0] == 401
     labels = {"node": DGX, "namespace": "default", "pod": "share-a", "container": "notebook",
               "gpu": str(share.index), "uuid": card.uuid}
-    text = wait_for(lambda: (t := http(node.metrics_url + "/metrics")[1])
+    assert http(node.scrape_url + "/metrics")[0] == 401  # every tenant's series: Prometheus's token only
+    text = wait_for(lambda: (t := http(node.scrape_url + "/metrics", cluster.scrape_token)[1])
                     and _metric(t, c.METRIC_CONTAINER_REQUEST_CORES, **labels) is not None and t,
                     30, "the pod's series in /metrics")
     assert _metric(text, c.METRIC_CONTAINER_REQUEST_CORES, **labels) == 25

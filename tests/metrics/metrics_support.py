@@ -23,6 +23,7 @@ from jupyter_vgpu.gpu.base import GPUError
 from jupyter_vgpu.gpu.simulated import SimulatedGPUs
 
 NODE = "gpu-node-1"
+SCRAPE_TOKEN = "scrape-token-for-the-tests-0123456789"  # what Prometheus sends to the scrape port
 RUNTIMES = ("containerd", "cri-o", "docker")
 
 

@@ -15,10 +15,27 @@ def parse(argv: list[str]) -> dict:
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("ADDRESS", "PORT", "PERIOD", "HISTORY", "REQUIRE_TOKEN", "PROC_ROOT"):
+    for name in ("ADDRESS", "PORT", "PERIOD", "HISTORY", "REQUIRE_TOKEN", "PROC_ROOT", "SCRAPE_ADDRESS",
+                 "SCRAPE_PORT", "SCRAPE_TOKEN_FILE"):
         monkeypatch.delenv(f"VGPU_METRICS_{name}", raising=False)
     assert parse([]) == {"address": "0.0.0.0", "port": 5678, "period": 1.0, "history_seconds": 900.0,
-                         "require_token": True, "proc_root": "/proc"}
+                         "require_token": True, "proc_root": "/proc", "scrape_address": "0.0.0.0",
+                         "scrape_port": 5679, "scrape_token_file": None}
+
+
+def test_scrape_port_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VGPU_METRICS_SCRAPE_PORT", "9400")
+    monkeypatch.setenv("VGPU_METRICS_SCRAPE_TOKEN_FILE", "/var/run/secrets/scrape/token")
+    options = parse([])
+    assert (options["scrape_port"], options["scrape_token_file"]) == (9400, "/var/run/secrets/scrape/token")
+    options = parse(["--metrics-scrape-port", "0", "--metrics-scrape-address", "10.1.2.3"])
+    assert (options["scrape_port"], options["scrape_address"]) == (0, "10.1.2.3")
+
+
+def test_one_port_for_both_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VGPU_METRICS_SCRAPE_PORT", raising=False)
+    with pytest.raises(ValueError, match="different ports"):
+        parse(["--metrics-port", "5679"])
 
 
 def test_environment_then_flags(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,7 +9,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from metrics_support import NODE, FakeNode, FlakyGPUs, wait_for_samples
+from metrics_support import NODE, SCRAPE_TOKEN, FakeNode, FlakyGPUs, wait_for_samples
 from prometheus_client.parser import text_string_to_metric_families
 from vgpu_plugin.metrics import MetricsServer
 from vgpu_plugin.tokens import TokenMinter
@@ -23,15 +23,17 @@ MIB = 1024 * 1024
 @pytest.fixture
 def server(fake_node: FakeNode, minter: TokenMinter) -> Iterator[MetricsServer]:
     server = MetricsServer(NODE, fake_node.gpus, fake_node, minter, address="127.0.0.1", port=0,
-                           period=0.05, proc_root=fake_node.proc_root, enforcement="hami-core")
+                           period=0.05, proc_root=fake_node.proc_root, enforcement="hami-core",
+                           scrape_token=SCRAPE_TOKEN)
     server.start()
     yield server
     server.stop()
 
 
 def scrape(server: MetricsServer, path: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    """name -> {sorted labels: value}, through prometheus-client's own parser."""
-    with urllib.request.urlopen(server.url + path, timeout=30) as response:
+    """name -> {sorted labels: value} from the scrape port, through prometheus-client's own parser."""
+    request = urllib.request.Request(server.scrape_url + path, headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
         assert response.status == 200
         assert response.headers["Content-Type"].startswith("text/plain; version=")
         text = response.read().decode()
@@ -154,7 +156,7 @@ def test_failing_driver_marks_data_stale_and_keeps_serving(tmp_path, minter: Tok
     pod = node.pod("jupyter-alice", {"notebook": (25, 16, (0,))})
     node.run(pod, "notebook", 0, memory_mib=1500, utilization=15)
     server = MetricsServer(NODE, gpus, node, minter, address="127.0.0.1", port=0, period=0.05,
-                           proc_root=node.proc_root)
+                           proc_root=node.proc_root, scrape_token=SCRAPE_TOKEN)
     server.start()
     try:
         wait_for_samples(server.sampler, 2)

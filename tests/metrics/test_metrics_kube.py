@@ -10,7 +10,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from metrics_support import NODE, FakeNode, cgroup_text, token_of, wait_for_samples
+from metrics_support import NODE, SCRAPE_TOKEN, FakeNode, cgroup_text, token_of, wait_for_samples
 from prometheus_client.parser import text_string_to_metric_families
 from vgpu_plugin.informer import Informer
 from vgpu_plugin.metrics import MetricsServer
@@ -50,7 +50,8 @@ def wait_until(condition, timeout: float = 60.0) -> None:
 
 
 def gm_total(server: MetricsServer) -> dict[str, float]:
-    with urllib.request.urlopen(server.url + "/metric", timeout=30) as response:
+    request = urllib.request.Request(server.scrape_url + "/metric", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
         text = response.read().decode()
     return {
         s.labels["pod_name"]: s.value
@@ -64,6 +65,7 @@ def test_informer_fed_server_maps_processes_and_follows_pod_lifecycle(kube: Any,
     minter = TokenMinter(secrets.token_bytes(32))
     informer = Informer(core_v1.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={NODE}").start()
     server = MetricsServer(NODE, fake_node.gpus, informer, minter, address="127.0.0.1", port=0, period=0.05,
+                           scrape_token=SCRAPE_TOKEN,
                            proc_root=fake_node.proc_root)
     try:
         assert informer.wait_synced(30)

@@ -23,7 +23,7 @@ from jupyter_vgpu.gpu.simulated import SimulatedGPUs
 
 class RealNode:
     def __init__(self, tmp: Path, fixture: str = "a100-sxm-4gpu-nv4.txt", node: str = "gpu-node-1",
-                 period: float = 0.2) -> None:
+                 period: float = 0.2, require_token: bool = True) -> None:
         self.node = node
         self.gpus = SimulatedGPUs.from_fixture(TOPOLOGY_DIR / fixture, host=node)
         self.proc_root = tmp / "proc"
@@ -31,7 +31,8 @@ class RealNode:
         self.pods: list[dict[str, Any]] = []
         self.minter = TokenMinter(secrets.token_bytes(32))
         self.server = MetricsServer(node, self.gpus, self, self.minter, address="127.0.0.1", port=0,
-                                    period=period, proc_root=str(self.proc_root), enforcement="hami-core")
+                                    period=period, proc_root=str(self.proc_root), enforcement="hami-core",
+                                    require_token=require_token)
         self._pid = 4000
 
     def items(self) -> list[dict[str, Any]]:  # the metrics server's pod source

@@ -218,6 +218,15 @@ class TestNodeAPIRefusesToken:
 
 class TestGpuManager:
     @pytest.fixture
+    def real_node(self, tmp_path):  # type: ignore[no-untyped-def]
+        """gpu-manager serves /metric to anyone; the stand-in's scrape port does so with tokens off."""
+        from real_node import RealNode
+
+        node = RealNode(tmp_path, require_token=False).start()
+        yield node
+        node.stop()
+
+    @pytest.fixture
     def vgpu_config(self, real_node, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
         real_node.add_notebook("jupyter-bob", card=3, cores=30, memory_units=32)
         config_dir = tmp_path / "vcuda" / "0123abcd"
@@ -229,7 +238,7 @@ class TestGpuManager:
         monkeypatch.setenv("POD_NAMESPACE", "jupyter")
         monkeypatch.setenv(contract.ENV_NVIDIA_VISIBLE_DEVICES, "3")
         return {"source": "auto", "vcuda_config_dir": str(tmp_path / "vcuda"),
-                "gpu_manager_metric_url": real_node.server.url + "/metric"}
+                "gpu_manager_metric_url": real_node.server.scrape_url + "/metric"}
 
     def test_gpu_manager_limits_and_usage(self, run, jp_fetch):  # type: ignore[no-untyped-def]
         allocation = get(run, jp_fetch, "allocation")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -75,6 +76,12 @@ class SimNode:
         server = self.daemon.metrics_server if self.daemon is not None else None
         return f"http://127.0.0.1:{server.port}" if server is not None else None
 
+    @property
+    def scrape_url(self) -> str | None:
+        """Prometheus /metrics and /metric (bearer SimCluster.scrape_token)."""
+        server = self.daemon.metrics_server if self.daemon is not None else None
+        return f"http://127.0.0.1:{server.scrape_port}" if server is not None else None
+
 
 def scheduler_config_path() -> Path:
     """deploy/scheduler/config.yaml in a checkout; the copy the wheel packs beside this module otherwise."""
@@ -107,6 +114,7 @@ class SimCluster:
         self.scheduler_config = scheduler_config
         self.names = names
         self.ready_timeout = ready_timeout
+        self.scrape_token = secrets.token_hex(16)  # what Prometheus would send to every node's scrape port
         # Unix socket paths must stay under ~100 characters: keep the work dir short.
         self._own_workdir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="vgsim-", dir="/tmp")
@@ -248,7 +256,7 @@ class SimCluster:
             enforcement=EnforcementConfig(mode=self.enforcement,
                                           hami_root=os.path.join(node.state_dir, "hami")),
             metrics={"address": "127.0.0.1", "port": 0, "proc_root": node.proc_root,
-                     "period": self.metrics_period})
+                     "period": self.metrics_period, "scrape_port": 0, "scrape_token": self.scrape_token})
         return NodeDaemon(config, node.gpus, self.api_client())
 
     def _wait_node_ready(self, node: SimNode) -> None:

@@ -305,8 +305,9 @@ class Demo:
             f"  kubectl --kubeconfig {cluster.kubeconfig} get pods -A -o wide",
             f"  curl -s {cluster.extender.base_url}/inspect        # the extender's ledger: who holds which card",
         ]
-        lines += [f"  curl -s {n.metrics_url}/metrics         # node {n.name}: Prometheus metrics"
-                  for n in cluster.nodes.values() if n.metrics_url]
+        lines += [f"  curl -s -H 'Authorization: Bearer {cluster.scrape_token}' {n.scrape_url}/metrics"
+                  f"   # node {n.name}: Prometheus metrics (scrape token)"
+                  for n in cluster.nodes.values() if n.scrape_url]
         lines += ["", "Press Ctrl-C to stop everything.", ""]
         return lines
 

@@ -79,8 +79,9 @@ def sim_main(argv: Sequence[str] | None = None) -> int:
             f"  API:        {cluster.kube.url}   (TLS; token and CA certificate in the kubeconfig)",
             f"  extender:   {cluster.extender.url}   (ledger: {cluster.extender.base_url}/inspect)",
         ]
-        lines += [f"  node {n.name}: {len(n.gpus.inventory())} x {n.spec.model}, metrics {n.metrics_url}/metrics"
-                  for n in cluster.nodes.values()]
+        lines += [f"  node {n.name}: {len(n.gpus.inventory())} x {n.spec.model}, node API {n.metrics_url}, "
+                  f"metrics {n.scrape_url}/metrics" for n in cluster.nodes.values()]
+        lines.append(f"  scrape token (Authorization: Bearer ...): {cluster.scrape_token}")
         lines += ["",
                   f"  kubectl --kubeconfig {cluster.kubeconfig} get nodes,pods -A",
                   "  pods asking for vGPU use schedulerName: " + c.SCHEDULER_NAME

@@ -166,7 +166,9 @@ class Sampler:
         history_seconds: float = 900.0,
         proc_root: str = "/proc",
         inventory_refresh: float = 30.0,
+        lookup_rebuild_interval: float | None = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if period <= 0:
             raise ValueError(f"sample period must be positive, not {period!r}")
@@ -181,6 +183,16 @@ class Sampler:
         self._proc_root = proc_root
         self._inventory_refresh = inventory_refresh
         self._clock = clock
+        self._monotonic = monotonic
+        # a token lookup the snapshot cannot answer rebuilds the pod index from the live cache at
+        # most this often: a genuine token whose pod is gone must not buy a rebuild per request
+        self._lookup_interval = (min(self.period, 1.0) if lookup_rebuild_interval is None
+                                 else float(lookup_rebuild_interval))
+        self._lookup_lock = threading.Lock()
+        self._lookup_index: PodIndex | None = None
+        self._lookup_key: tuple[Any, ...] | None = None
+        self._lookup_at = -math.inf
+        self.lookup_rebuilds = 0
         self._history_len = math.ceil(history_seconds / period) + 1
         self._history: dict[ContainerKey, UsageRing] = {}
         self._history_lock = threading.Lock()
@@ -243,32 +255,40 @@ class Sampler:
 
     def find_allocation(self, allocation_id: str) -> tuple[PodEntry, int] | None:
         """(pod, container index) holding an allocation id; falls back to the live cache for
-        records newer than the snapshot."""
+        records newer than the snapshot (a container admitted since the last sample).
+
+        The fallback rebuilds only when the cache changed since the last rebuild (by
+        resourceVersions), and at most once per ``lookup_rebuild_interval`` either way.
+        """
         found = self._snapshot.pods.by_allocation_id(allocation_id)
-        if found is None:
-            found = self._build_pods().by_allocation_id(allocation_id)
-        return found
+        if found is not None:
+            return found
+        return self._lookup_pods().by_allocation_id(allocation_id)
+
+    def _lookup_pods(self) -> PodIndex:
+        with self._lookup_lock:
+            now = self._monotonic()
+            if self._lookup_index is not None and now - self._lookup_at < self._lookup_interval:
+                return self._lookup_index
+            items = self._pods.items()
+            key = _cache_key(items, self._inventory_generation)
+            if self._lookup_index is None or key is None or key != self._lookup_key:
+                self._lookup_index = PodIndex.build(items, self.node, self._names, self._cards_by_index())
+                self._lookup_key = key
+                self.lookup_rebuilds += 1
+            self._lookup_at = now
+            return self._lookup_index
 
     # --- sampling ----------------------------------------------------------------------
 
     def _cards_by_index(self) -> dict[int, Any]:
         return {card.index: card for card in self._inventory}
 
-    def _build_pods(self) -> PodIndex:
-        return PodIndex.build(self._pods.items(), self.node, self._names, self._cards_by_index())
-
     def _current_pods(self) -> PodIndex:
         """The pod index, rebuilt only when a pod (its resourceVersion) or the inventory changed:
         parsing every allocation annotation each period would be most of the sampler's work."""
         items = self._pods.items()
-        versions: list[tuple[Any, Any]] | None = []
-        for pod in items:
-            metadata = pod.get("metadata") or {}
-            if metadata.get("resourceVersion") is None:  # not from an API server: cannot tell changes
-                versions = None
-                break
-            versions.append((metadata.get("uid"), metadata["resourceVersion"]))
-        key = (tuple(versions), self._inventory_generation) if versions is not None else None
+        key = _cache_key(items, self._inventory_generation)
         if key is None or key != self._pods_key:
             self._pods_index = PodIndex.build(items, self.node, self._names, self._cards_by_index())
             self._pods_key = key
@@ -412,6 +432,18 @@ class Sampler:
                 ring.append(t, used.memory_used_mib if used else 0.0, used.utilization_percent if used else 0.0)
             for gone in self._history.keys() - keys:  # the pod ended or gave its share back
                 del self._history[gone]
+
+
+def _cache_key(items: list[dict[str, Any]], generation: int) -> tuple[Any, ...] | None:
+    """What identifies this state of the pod cache: every pod's (uid, resourceVersion), and the
+    inventory generation; None for pods not from an API server (no way to tell changes)."""
+    versions = []
+    for pod in items:
+        metadata = pod.get("metadata") or {}
+        if metadata.get("resourceVersion") is None:
+            return None
+        versions.append((metadata.get("uid"), metadata["resourceVersion"]))
+    return (tuple(versions), generation)
 
 
 def _inventory_disagrees(sample: Any, inventory: list[Any]) -> bool:

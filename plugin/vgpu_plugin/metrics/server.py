@@ -1,10 +1,18 @@
-"""The node metrics HTTP server: Prometheus text, gpu-manager compatibility and the per-pod API.
+"""The node metrics HTTP server: the per-pod API, Prometheus text and gpu-manager compatibility.
 
-Runs in the node daemon's process on its own thread and event loop, beside the sampler
+Two listeners, one per audience:
+
+- the node API port (5678, a hostPort: notebooks reach it at their node's IP): ``/healthz``
+  and the per-pod JSON API, where each caller sees only its own container (read token);
+- the scrape port (5679, not on the host): ``/metrics`` and ``/metric``, which name every
+  tenant on the node, for Prometheus only (bearer scrape token, see scrape.py).
+
+Both run in the node daemon's process on one thread and event loop, beside the sampler
 thread, with non-blocking ``start()`` / ``stop()``:
 
-    server = MetricsServer("node-1", backend, pod_informer, TokenMinter(secret), port=5678)
-    server.start()          # binds (errors raise here), starts sampling and serving
+    server = MetricsServer("node-1", backend, pod_informer, TokenMinter(secret), port=5678,
+                           scrape_port=5679, scrape_token_file="/var/run/secrets/.../token")
+    server.start()          # binds both (errors raise here), starts sampling and serving
     ...
     server.stop()
 """
@@ -21,7 +29,6 @@ from typing import Any
 import tornado.httpserver
 import tornado.netutil
 import tornado.web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from jupyter_vgpu.core.contract import (
@@ -33,18 +40,16 @@ from jupyter_vgpu.core.contract import (
 
 from .api import AllocationHandler, ApiContext, HealthHandler, TopologyHandler, UsageHandler
 from .collectors import GpuManagerCollector, NodeCollector
+from .flags import DEFAULT_SCRAPE_PORT
 from .sampler import PodSource, Sampler
+from .scrape import PrometheusHandler, ScrapeAuth
 
 log = logging.getLogger(__name__)
 
 
-class _PrometheusHandler(tornado.web.RequestHandler):
-    def initialize(self, registry: CollectorRegistry) -> None:
-        self.registry = registry
-
-    def get(self) -> None:
-        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
-        self.finish(generate_latest(self.registry))
+def _local_url(address: str, port: int | None) -> str:
+    host = "127.0.0.1" if address in ("", "0.0.0.0", "::") else address
+    return f"http://{host}:{port}"
 
 
 class MetricsServer:
@@ -61,54 +66,88 @@ class MetricsServer:
         period: float = 1.0,
         history_seconds: float = 900.0,
         require_token: bool = True,
+        scrape_address: str | None = None,
+        scrape_port: int | None = None,
+        scrape_token: str | None = None,
+        scrape_token_file: str | None = None,
         proc_root: str = "/proc",
         enforcement: str = "none",
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """``backend`` is a jupyter_vgpu.gpu GPUBackend; ``pods`` anything with ``items()``
         returning pod dicts (the node daemon's pod informer); ``token_minter`` a
-        vgpu_plugin.tokens.TokenMinter over the node's secret."""
+        vgpu_plugin.tokens.TokenMinter over the node's secret. ``scrape_token`` (or the file
+        ``scrape_token_file`` holding it) is what Prometheus must send to the scrape port;
+        ``require_token=False`` turns off both tokens, for debugging only. ``scrape_port`` None:
+        5679, or a free port when ``port`` is 0 too."""
+        if scrape_port is None:
+            scrape_port = 0 if port == 0 else DEFAULT_SCRAPE_PORT
+        if port != 0 and port == scrape_port:
+            raise ValueError(f"the node API and the scrape endpoint need different ports, both are {port}")
         if enforcement not in ENFORCEMENT_BACKENDS:
             raise ValueError(f"enforcement {enforcement!r} is not one of {', '.join(ENFORCEMENT_BACKENDS)}")
         self.node_name = node_name
         self.address = address
         self._requested_port = port
+        self.scrape_address = address if scrape_address is None else scrape_address
+        self._requested_scrape_port = scrape_port
+        self.scrape_auth = ScrapeAuth(scrape_token, scrape_token_file, required=require_token)
         self.sampler = Sampler(node_name, backend, pods, names, period=period, history_seconds=history_seconds,
-                               proc_root=proc_root, clock=clock)
+                               proc_root=proc_root, clock=clock, monotonic=monotonic)
         self.context = ApiContext(self.sampler, token_minter, enforcement, require_token, clock)
         if not require_token:
-            log.warning("metrics API tokens are OFF: any caller can read any pod's allocation and usage")
+            log.warning("metrics tokens are OFF: any caller can read any pod's allocation and usage, "
+                        "and scrape every tenant's series")
         self.metrics_registry = CollectorRegistry(auto_describe=False)
         self.metrics_registry.register(NodeCollector(self.sampler.snapshot, clock))
         self.gpu_manager_registry = CollectorRegistry(auto_describe=False)
         self.gpu_manager_registry.register(GpuManagerCollector(self.sampler.snapshot))
         self.port: int | None = None
+        self.scrape_port: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._http: tornado.httpserver.HTTPServer | None = None
+        self._http: list[tornado.httpserver.HTTPServer] = []
         self._thread: threading.Thread | None = None
 
     def make_app(self) -> tornado.web.Application:
+        """The node API (the hostPort): health and each caller's own container, nothing else."""
         context = {"context": self.context}
         return tornado.web.Application([
-            (r"/metrics", _PrometheusHandler, {"registry": self.metrics_registry}),
-            (r"/metric", _PrometheusHandler, {"registry": self.gpu_manager_registry}),
             (r"/healthz", HealthHandler, context),
             (r"/api/v1/allocation", AllocationHandler, context),
             (r"/api/v1/usage", UsageHandler, context),
             (r"/api/v1/topology", TopologyHandler, context),
         ])
 
+    def make_scrape_app(self) -> tornado.web.Application:
+        """The scrape port: every tenant's series, for the holder of the scrape token."""
+        return tornado.web.Application([
+            (r"/metrics", PrometheusHandler, {"registry": self.metrics_registry, "auth": self.scrape_auth}),
+            (r"/metric", PrometheusHandler, {"registry": self.gpu_manager_registry, "auth": self.scrape_auth}),
+        ])
+
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.address in ("", "0.0.0.0", "::") else self.address
-        return f"http://{host}:{self.port}"
+        """The node API's base URL (as seen from this host)."""
+        return _local_url(self.address, self.port)
+
+    @property
+    def scrape_url(self) -> str:
+        return _local_url(self.scrape_address, self.scrape_port)
 
     def start(self) -> None:
-        """Bind (an address in use raises here), then sample and serve in background threads."""
+        """Bind both ports (an address in use raises here), then sample and serve in background threads."""
         if self._thread is not None:
             return
         sockets = tornado.netutil.bind_sockets(self._requested_port, self.address or None)
+        try:
+            scrape_sockets = tornado.netutil.bind_sockets(self._requested_scrape_port, self.scrape_address or None)
+        except OSError:
+            for sock in sockets:
+                sock.close()
+            raise
         self.port = sockets[0].getsockname()[1]
+        self.scrape_port = scrape_sockets[0].getsockname()[1]
         ready = threading.Event()
         failure: list[BaseException] = []
 
@@ -116,8 +155,10 @@ class MetricsServer:
             loop = asyncio.new_event_loop()
             asyncio.set_event_loop(loop)
             try:
-                self._http = tornado.httpserver.HTTPServer(self.make_app(), xheaders=False)
-                self._http.add_sockets(sockets)
+                for app, socks in ((self.make_app(), sockets), (self.make_scrape_app(), scrape_sockets)):
+                    http = tornado.httpserver.HTTPServer(app, xheaders=False)
+                    http.add_sockets(socks)
+                    self._http.append(http)
                 self._loop = loop
             except BaseException as error:  # hand it to start()'s caller
                 failure.append(error)
@@ -137,20 +178,24 @@ class MetricsServer:
         if failure:
             self._thread = None
             self.sampler.stop()
-            for sock in sockets:
+            for sock in sockets + scrape_sockets:
                 sock.close()
             raise failure[0]
-        log.info("metrics server for node %s on %s", self.node_name, self.url)
+        log.info("metrics server for node %s: node API on %s, scrape endpoint on %s (%s)", self.node_name,
+                 self.url, self.scrape_url, self.scrape_auth.describe())
 
     def stop(self, timeout: float = 10.0) -> None:
-        loop, http = self._loop, self._http
-        if loop is not None and http is not None and self._thread is not None:
+        loop, servers = self._loop, list(self._http)
+        if loop is not None and self._thread is not None:
             async def shutdown() -> None:
-                http.stop()
-                await http.close_all_connections()
+                for http in servers:
+                    http.stop()
+                for http in servers:
+                    await http.close_all_connections()
                 loop.stop()
 
             asyncio.run_coroutine_threadsafe(shutdown(), loop)
             self._thread.join(timeout)
-        self._thread = self._loop = self._http = None
+        self._thread = self._loop = None
+        self._http = []
         self.sampler.stop(timeout)
