@@ -24,7 +24,7 @@ from ..tokens import TokenMinter, load_or_create_secret
 from .allocator import Allocator
 from .checkpoint import CheckpointError, read_checkpoint
 from .devices import CHECKPOINT_FILE, CORE, DEFAULT_PLUGIN_DIR, KUBELET_SOCKET, MEMORY, SOCKETS
-from .enforcement import EnforcementConfig
+from .enforcement import EnforcementConfig, mount_sources, remove_stale_hami_dirs
 from .publisher import NodePublisher
 from .server import DevicePluginService, ResourceServer
 from .state import CardsState
@@ -50,6 +50,8 @@ class DaemonConfig:
     publish_period: float = 60.0
     watch_period: float = 0.2
     sync_timeout: float = 60.0
+    hami_gc_period: float = 60.0                   # how often HAMi-core cache dirs of gone containers are removed
+    hami_gc_min_age: float = 300.0                 # a cache dir younger than this is kept (not yet in the checkpoint)
 
 
 class NodeDaemon:
@@ -184,6 +186,7 @@ class NodeDaemon:
         registered_for: tuple[int, int, int] | None = None
         checkpoint_seen = _identity(self.checkpoint_path)
         last_reconcile = 0.0
+        last_gc = 0.0
         backoff_until = 0.0
         while not self._stopping.is_set():
             kubelet = _identity(os.path.join(cfg.plugin_dir, KUBELET_SOCKET))
@@ -221,7 +224,31 @@ class NodeDaemon:
                     self.allocator.reconcile(self._checkpoint_entries())
                 except Exception:
                     log.exception("reconciliation failed")
+            if cfg.enforcement.mode == "hami-core" and now - last_gc >= cfg.hami_gc_period:
+                last_gc = now
+                self.collect_hami_dirs()
             self._reconcile_now.wait(cfg.watch_period)
+
+    def collect_hami_dirs(self) -> list[str]:
+        """Remove HAMi-core cache dirs that no container in kubelet's checkpoint mounts any more.
+
+        Nothing is removed while the checkpoint is missing or unreadable: then nobody can say
+        which containers are alive.
+        """
+        if not os.path.exists(self.checkpoint_path):
+            return []
+        try:
+            entries = read_checkpoint(self.checkpoint_path)
+        except (CheckpointError, OSError) as error:
+            log.warning("not removing HAMi-core cache dirs: kubelet's checkpoint is unreadable (%s)", error)
+            return []
+        live = mount_sources(entry.alloc_response for entry in entries)
+        try:
+            return remove_stale_hami_dirs(self.config.enforcement, live, min_age=self.config.hami_gc_min_age,
+                                          now=time.time())
+        except OSError as error:
+            log.warning("removing HAMi-core cache dirs failed: %s", error)
+            return []
 
     def _list_pods(self) -> list[dict[str, Any]]:
         response = self._core_api.list_pod_for_all_namespaces(
