@@ -231,3 +231,16 @@ def test_the_daemon_removes_a_gone_containers_cache_dir_on_its_loop(daemons, pee
     assert os.path.isdir(cache), "the container is still in kubelet's checkpoint"
     write_checkpoint(checkpoint, [], {})  # kubelet dropped the pod
     wait_for(lambda: not os.path.exists(cache), what="the gone container's cache dir removed")
+
+
+def test_a_mig_card_is_advertised_unhealthy_and_no_health_event_makes_it_shareable():
+    from vgpu_plugin.deviceplugin.devices import CORE, device_list
+    from vgpu_plugin.deviceplugin.state import CardsState
+
+    gpus = sim_gpus()
+    gpus.set_mig_mode(1, current=True)
+    state = CardsState(gpus.inventory())
+    health = {d.ID.split("-")[0]: d.health for d in device_list(CORE, state.cards())}
+    assert health == {"gpu0": "Healthy", "gpu1": "Unhealthy", "gpu2": "Healthy", "gpu3": "Healthy"}
+    assert state.set_health(1, True, "card restored") is False
+    assert not state.by_index()[1].healthy
