@@ -8,7 +8,12 @@ import stat
 from pathlib import Path
 
 import pytest
-from vgpu_plugin.deviceplugin.mps_daemon import MPSControlDaemon, MPSDaemonConfig, ceiling_commands, main
+from vgpu_plugin.deviceplugin.mps_daemon import (
+    MPSControlDaemon,
+    MPSDaemonConfig,
+    ceiling_commands,
+    main,
+)
 
 CONTROL = """#!/bin/sh
 # stand-in nvidia-cuda-mps-control: -d starts the daemon; otherwise one command on stdin
