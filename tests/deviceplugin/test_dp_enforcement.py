@@ -244,3 +244,18 @@ def test_a_mig_card_is_advertised_unhealthy_and_no_health_event_makes_it_shareab
     assert health == {"gpu0": "Healthy", "gpu1": "Unhealthy", "gpu2": "Healthy", "gpu3": "Healthy"}
     assert state.set_health(1, True, "card restored") is False
     assert not state.by_index()[1].healthy
+
+
+def test_where_minor_and_index_differ_dev_nodes_use_the_minor_and_the_rest_the_index(tmp_path, caplog):
+    from dataclasses import replace
+
+    from vgpu_plugin.deviceplugin.devices import minor_mismatches
+
+    cards = {card.index: card for card in sim_gpus().inventory()}
+    cards[0] = replace(cards[0], minor=5)  # e.g. a card probed late by the driver
+    identity = Identity(node="n1", namespace="ns", pod="nb", pod_uid="u", container="c", container_index=0)
+    answer = container_response(EnforcementConfig(mode="none", device_specs=True, dev_root=str(tmp_path)), _share(),
+                                cards, identity, metrics_url="http://x", token="t")
+    assert [d.container_path for d in answer.devices][-1] == "/dev/nvidia5"
+    assert answer.envs[c.ENV_DEVICE_INDICES] == "0" and answer.envs[c.ENV_NVIDIA_VISIBLE_DEVICES] == cards[0].uuid
+    assert minor_mismatches(list(cards.values())) == ["index 0 = /dev/nvidia5"]

@@ -23,7 +23,7 @@ from jupyter_vgpu.core.contract import DEFAULT_NAMES, Names
 from ..tokens import TokenMinter, load_or_create_secret
 from .allocator import Allocator
 from .checkpoint import CheckpointError, read_checkpoint
-from .devices import CHECKPOINT_FILE, CORE, DEFAULT_PLUGIN_DIR, KUBELET_SOCKET, MEMORY, SOCKETS
+from .devices import CHECKPOINT_FILE, CORE, DEFAULT_PLUGIN_DIR, KUBELET_SOCKET, MEMORY, SOCKETS, minor_mismatches
 from .enforcement import EnforcementConfig, mount_sources, remove_stale_hami_dirs
 from .publisher import NodePublisher
 from .server import DevicePluginService, ResourceServer
@@ -97,6 +97,11 @@ class NodeDaemon:
         self.cards.replace_cards(self.backend.inventory() if self.backend.available() else [])
         if not self.backend.available():
             log.warning("node %s: no usable GPUs (%s); advertising no devices", cfg.node, self.backend.problem())
+        mismatched = minor_mismatches(self.cards.cards())
+        if mismatched:
+            log.warning("node %s: NVML indices differ from /dev/nvidia minor numbers (%s); predicate-gpu-idx "
+                        "annotations here are NVML indices, which TKEStack gpu-manager would read as minors: "
+                        "do not run gpu-manager on this node", cfg.node, ", ".join(mismatched))
         core_api = client.CoreV1Api(self._api_client)
         self._core_api = core_api
         self.informer = Informer(core_api.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={cfg.node}",
