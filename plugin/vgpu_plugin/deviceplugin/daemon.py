@@ -23,7 +23,15 @@ from jupyter_vgpu.core.contract import DEFAULT_NAMES, Names
 from ..tokens import TokenMinter, load_or_create_secret
 from .allocator import Allocator
 from .checkpoint import CheckpointError, read_checkpoint
-from .devices import CHECKPOINT_FILE, CORE, DEFAULT_PLUGIN_DIR, KUBELET_SOCKET, MEMORY, SOCKETS, minor_mismatches
+from .devices import (
+    CHECKPOINT_FILE,
+    CORE,
+    DEFAULT_PLUGIN_DIR,
+    KUBELET_SOCKET,
+    MEMORY,
+    SOCKETS,
+    minor_mismatches,
+)
 from .enforcement import EnforcementConfig, mount_sources, remove_stale_hami_dirs
 from .publisher import NodePublisher
 from .server import DevicePluginService, ResourceServer
