@@ -190,11 +190,11 @@ def remove_stale_hami_dirs(config: EnforcementConfig, live: Iterable[str], *, mi
                            now: float) -> list[str]:
     """Remove the per-container cache directories no live container uses; the names removed.
 
-    ``live`` holds the host paths still in use (from kubelet's checkpoint and the answers being
-    given). A directory younger than ``min_age`` seconds is kept: kubelet writes its checkpoint
-    only after Allocate, so a brand-new answer's directory is not yet listed there.
+    ``live`` holds the host paths containers still mount (the Allocate answers kept in kubelet's
+    checkpoint). A directory younger than ``min_age`` seconds is kept: kubelet writes its
+    checkpoint only after Allocate, so a brand-new answer's directory is not yet listed there.
     """
-    root = os.path.join(config.hami_root, HAMI_CONTAINERS)
+    root = os.path.normpath(os.path.join(config.hami_root, HAMI_CONTAINERS))
     keep = {os.path.normpath(path) for path in live}
     try:
         names = os.listdir(root)
