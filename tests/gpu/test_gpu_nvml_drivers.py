@@ -165,3 +165,14 @@ def test_nvml_numa_is_the_fallback_when_sysfs_has_none(tmp_path, sysfs):
         _sysfs(tmp_path, "0000:07:00.0", sysfs)
     backend = NVMLBackend(library=fake_pynvml.make_module(cards=cards), sysfs_root=str(tmp_path))
     assert backend.inventory()[0].numa == 1
+
+
+def test_bindings_whose_newest_call_raises_the_version_mismatch_fall_back_too():
+    # older nvidia-ml-py releases expose only the unversioned wrapper for the newest version
+    cards = fake_pynvml.default_cards()
+    cards[0].processes = {77: 512}
+    nv = fake_pynvml.make_module(cards=cards, driver="r470")
+    nv.nvmlDeviceGetComputeRunningProcesses_v3 = nv.nvmlDeviceGetComputeRunningProcesses
+    lister = ProcessLister(nv, "Compute")
+    assert [(p.pid, p.used_bytes) for p in lister.running(cards[0], 80 << 30)] == [(77, 512 << 20)]
+    assert lister.version == "_v2"
