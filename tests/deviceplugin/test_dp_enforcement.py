@@ -259,3 +259,15 @@ def test_where_minor_and_index_differ_dev_nodes_use_the_minor_and_the_rest_the_i
     assert [d.container_path for d in answer.devices][-1] == "/dev/nvidia5"
     assert answer.envs[c.ENV_DEVICE_INDICES] == "0" and answer.envs[c.ENV_NVIDIA_VISIBLE_DEVICES] == cards[0].uuid
     assert minor_mismatches(list(cards.values())) == ["index 0 = /dev/nvidia5"]
+
+
+def test_the_daemon_logs_a_mig_card_and_advertises_it_unhealthy(daemons, peer, core_v1, caplog):
+    make_node(core_v1)
+    gpus = sim_gpus()
+    gpus.set_mig_mode(3, current=True)
+    with caplog.at_level("WARNING"):
+        daemons(gpus)
+        wait_registered(peer)
+    assert "card 3" in caplog.text and "MIG mode is enabled" in caplog.text
+    health = {d.ID.split("-")[0]: d.health for d in peer.list_devices(c.DEFAULT_NAMES.core_resource)}
+    assert health["gpu3"] == "Unhealthy" and health["gpu0"] == "Healthy"

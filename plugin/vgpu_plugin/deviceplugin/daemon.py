@@ -105,6 +105,10 @@ class NodeDaemon:
         self.cards.replace_cards(self.backend.inventory() if self.backend.available() else [])
         if not self.backend.available():
             log.warning("node %s: no usable GPUs (%s); advertising no devices", cfg.node, self.backend.problem())
+        for card in self.cards.cards():
+            if card.unavailable:
+                log.warning("node %s: card %d (%s) is kept out of sharing: %s", cfg.node, card.index, card.uuid,
+                            card.unavailable)
         mismatched = minor_mismatches(self.cards.cards())
         if mismatched:
             log.warning("node %s: NVML indices differ from /dev/nvidia minor numbers (%s); predicate-gpu-idx "
