@@ -15,6 +15,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "topo": ("jupyter_vgpu.core.cli_topo:topo_main", "show a node's GPU topology from `nvidia-smi topo -m` text"),
     "place": ("jupyter_vgpu.core.cli_topo:place_main", "choose card(s) for a request on a topology"),
     "device-plugin": ("vgpu_plugin.deviceplugin.main:main", "run the node daemon (kubelet device plugin + metrics)"),
+    "mps-control-daemon": ("vgpu_plugin.deviceplugin.mps_daemon:main",
+                           "run NVIDIA's MPS control daemon with server-side per-client ceilings"),
     "extender": ("vgpu_plugin.extender.main:main", "run the kube-scheduler extender"),
     "sim": ("vgpu_plugin.demo.main:sim_main", "run the simulated cluster alone"),
     "demo": ("vgpu_plugin.demo.main:demo_main", "simulated cluster + JupyterLab on a vGPU notebook pod"),

@@ -21,6 +21,8 @@ OUTPUT = ROOT / "docs" / "configuration.md"
 DAEMONS = [
     ("jupyter-vgpu device-plugin", "vgpu_plugin.deviceplugin.main:build_parser",
      "The node daemon (DaemonSet): device plugin, health, node annotation and the metrics endpoint."),
+    ("jupyter-vgpu mps-control-daemon", "vgpu_plugin.deviceplugin.mps_daemon:build_parser",
+     "NVIDIA's MPS control daemon with server-side ceilings (DaemonSet of overlays/mps)."),
     ("jupyter-vgpu extender", "vgpu_plugin.extender.main:parser",
      "The kube-scheduler extender (sidecar of the vgpu-scheduler Deployment)."),
     ("jupyter-vgpu sim", "vgpu_plugin.demo.main:sim_parser", "The simulated cluster alone."),

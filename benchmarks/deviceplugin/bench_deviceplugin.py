@@ -102,7 +102,8 @@ def main() -> int:
                 core_v1.create_namespaced_binding("default", binding, _preload_content=False)
             placements.append((name, card, binding))
         config = DaemonConfig(node="bench", plugin_dir=plugin_dir, state_dir=state_dir,
-                              enforcement=EnforcementConfig(mode="hami-core", hami_root=os.path.join(state_dir, "hami")),
+                              enforcement=EnforcementConfig(mode="hami-core", hami_root=os.path.join(state_dir, "hami"),
+                                                            hami_lock_dir=os.path.join(state_dir, "vgpulock")),
                               metrics_url="http://127.0.0.1:5678")
         daemon = NodeDaemon(config, gpus, api.api_client()).start()
         if not daemon.wait_ready(30):

@@ -22,6 +22,11 @@ class Card:
     bus_id: str | None = None
     numa: int | None = None
     healthy: bool = True
+    mig: bool = False
+    """MIG mode is on (or pending) on this card."""
+    unavailable: str | None = None
+    """Why a card that is not faulty is still kept out of sharing (MIG mode); such a card is
+    published with ``healthy`` false too, so readers that know only ``healthy`` skip it."""
 
     @property
     def memory_units(self) -> int:
@@ -29,7 +34,7 @@ class Card:
         return self.memory_mib // MEMORY_UNIT_MIB
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "index": self.index,
             "uuid": self.uuid,
             "model": self.model,
@@ -39,6 +44,12 @@ class Card:
             "numa": self.numa,
             "healthy": self.healthy,
         }
+        # written only when set: the annotation of a node without MIG stays as it was
+        if self.mig:
+            data["mig"] = True
+        if self.unavailable is not None:
+            data["unavailable"] = self.unavailable
+        return data
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "card") -> Card:
@@ -54,6 +65,8 @@ class Card:
                 bus_id=_opt_str(data.get("busId"), f"{where}.busId"),
                 numa=_opt_int(data.get("numa"), f"{where}.numa"),
                 healthy=_bool(data.get("healthy", True), f"{where}.healthy"),
+                mig=_bool(data.get("mig", False), f"{where}.mig"),
+                unavailable=_opt_str(data.get("unavailable"), f"{where}.unavailable"),
             )
         except KeyError as error:
             raise ValueError(f"{where} lacks {error.args[0]!r}") from None

@@ -45,6 +45,15 @@ XID_DESCRIPTIONS = {
 }
 
 
+def mig_reason(current: bool, pending: bool) -> str | None:
+    """Why a card in MIG mode (now, or after its next reset) is kept out of sharing; None otherwise."""
+    if current:
+        return "MIG mode is enabled; MIG partitions are not shared by jupyter-vgpu"
+    if pending:
+        return "MIG mode is pending (enabled at the card's next reset); MIG partitions are not shared by jupyter-vgpu"
+    return None
+
+
 def describe_xid(xid: int) -> str:
     """'XID 79 (GPU has fallen off the bus)'."""
     what = XID_DESCRIPTIONS.get(xid, "critical error")

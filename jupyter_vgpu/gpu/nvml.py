@@ -22,7 +22,9 @@ from jupyter_vgpu.gpu.base import (
     ProcessSample,
     Sample,
     describe_xid,
+    mig_reason,
 )
+from jupyter_vgpu.gpu.nvml_processes import FAMILIES, ProcessLister
 
 if TYPE_CHECKING:
     from jupyter_vgpu.core.inventory import Card
@@ -75,6 +77,7 @@ class NVMLBackend:
         self._topology_done = False
         self._unhealthy: dict[int, str] = {}
         self._last_process_ts: dict[int, int] = {}
+        self._listers: dict[str, ProcessLister] = {}
         self._event_set: Any = None
         self._events_ready = False
         self._pending: queue.Queue[HealthEvent] = queue.Queue()
@@ -154,13 +157,31 @@ class NVMLBackend:
         memory = nv.nvmlDeviceGetMemoryInfo(handle)
         minor = self._optional(lambda: int(nv.nvmlDeviceGetMinorNumber(handle)))
         bus_id = self._optional(lambda: _text(nv.nvmlDeviceGetPciInfo(handle).busId))
-        numa = self._optional(lambda: int(nv.nvmlDeviceGetNumaNodeId(handle)))
-        if numa is None and bus_id:
-            numa = self._sysfs_numa(bus_id)
+        # sysfs names the CPU node the card hangs off; on Grace-Hopper NVML's NUMA id is the
+        # node of the GPU's own memory, so NVML is only the fallback
+        numa = self._sysfs_numa(bus_id) if bus_id else None
+        if numa is None or numa < 0:
+            numa = self._optional(lambda: int(nv.nvmlDeviceGetNumaNodeId(handle)))
         if numa is not None and numa < 0:
             numa = None
+        mig = self._mig_mode(handle)
+        reason = mig_reason(*mig) if mig else None
+        if reason:
+            log.warning("GPU%d (%s) %s; it is kept out of sharing", index, uuid, reason)
         return Card(index=index, uuid=uuid, model=name, memory_mib=int(memory.total) // _MIB,
-                    minor=minor, bus_id=bus_id, numa=numa)
+                    minor=minor, bus_id=bus_id, numa=numa, mig=reason is not None, unavailable=reason)
+
+    def _mig_mode(self, handle: Any) -> tuple[bool, bool] | None:
+        """(current, pending) MIG mode; None for a card or driver without MIG."""
+        nv = self._library
+        try:
+            current, pending = nv.nvmlDeviceGetMigMode(handle)
+        except Exception as error:
+            if getattr(error, "value", None) is None and not isinstance(error, AttributeError):
+                raise
+            return None  # NOT_SUPPORTED (no MIG on this card), FUNCTION_NOT_FOUND (driver before R450)
+        enabled = getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1)
+        return int(current) == enabled, int(pending) == enabled
 
     def _optional(self, query: Any) -> Any:
         """A value NVML may not support on this card or driver (None then)."""
@@ -198,7 +219,8 @@ class NVMLBackend:
         if not self.available():
             return []
         with self._lock:
-            return [replace(card, healthy=card.index not in self._unhealthy) for card in self._cards]
+            return [replace(card, healthy=card.index not in self._unhealthy and card.unavailable is None)
+                    for card in self._cards]
 
     def topology(self) -> Topology | None:
         if not self.available():
@@ -266,8 +288,8 @@ class NVMLBackend:
         for card, handle in zip(self._cards, self._handles, strict=True):
             try:
                 memory = nv.nvmlDeviceGetMemoryInfo(handle)
-                utilization = nv.nvmlDeviceGetUtilizationRates(handle)
-                per_process = self._process_samples(nv, card, handle)
+                busy = self._utilization(nv, card, handle)
+                per_process = self._process_samples(nv, card, handle, int(memory.total))
             except Exception as error:
                 if getattr(error, "value", None) is None:
                     raise
@@ -277,25 +299,37 @@ class NVMLBackend:
             cards.append(CardSample(
                 index=card.index, uuid=card.uuid, memory_used_mib=int(memory.used) // _MIB,
                 memory_total_mib=int(memory.total) // _MIB,
-                utilization_percent=float(utilization.gpu),
-                healthy=card.index not in self._unhealthy,
+                utilization_percent=busy,
+                healthy=card.index not in self._unhealthy and card.unavailable is None,
             ))
             processes.extend(per_process)
         return Sample(taken_at=now, cards=cards, processes=processes)
 
-    def _process_samples(self, nv: Any, card: Card, handle: Any) -> list[ProcessSample]:
+    def _utilization(self, nv: Any, card: Card, handle: Any) -> float:
+        try:
+            return float(nv.nvmlDeviceGetUtilizationRates(handle).gpu)
+        except Exception as error:
+            # a MIG parent has no whole-card utilisation: that is its nature, not a fault
+            if card.mig and getattr(error, "value", None) == getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3):
+                return 0.0
+            raise
+
+    def _process_samples(self, nv: Any, card: Card, handle: Any, total_bytes: int) -> list[ProcessSample]:
+        # MPS clients appear only in the MPS list (the compute list shows the MPS server instead)
         memory_by_pid: dict[int, int] = {}
-        for query in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        for family in FAMILIES:
+            lister = self._listers.get(family)
+            if lister is None:
+                lister = self._listers[family] = ProcessLister(nv, family)
             try:
-                running = getattr(nv, query)(handle)
+                running = lister.running(handle, total_bytes)
             except Exception as error:
                 if getattr(error, "value", None) == getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3):
                     continue
                 raise
             for proc in running:
-                used = proc.usedGpuMemory
-                memory_by_pid[int(proc.pid)] = max(memory_by_pid.get(int(proc.pid), 0),
-                                                   int(used) // _MIB if used is not None else 0)
+                used = proc.used_bytes
+                memory_by_pid[proc.pid] = max(memory_by_pid.get(proc.pid, 0), used // _MIB if used is not None else 0)
         utilization_by_pid: dict[int, float] = {}
         since = self._last_process_ts.get(card.index, 0)
         try:
@@ -412,7 +446,8 @@ class NVMLBackend:
         card = matching[0]
         if xid in self._ignored_xids:
             log.info("GPU%d: %s, an application error; the card stays healthy", card.index, reason)
-            return HealthEvent(card.index, uuid, card.index not in self._unhealthy, reason)
+            return HealthEvent(card.index, uuid, card.index not in self._unhealthy and card.unavailable is None,
+                               reason)
         self._set_health(card.index, False, reason)
         return HealthEvent(card.index, uuid, False, reason)
 

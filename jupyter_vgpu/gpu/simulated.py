@@ -28,6 +28,7 @@ from jupyter_vgpu.gpu.base import (
     ProcessSample,
     Sample,
     describe_xid,
+    mig_reason,
 )
 
 if TYPE_CHECKING:
@@ -94,6 +95,7 @@ class SimulatedGPUs:
         self._processes: dict[int, _Process] = {}
         self._lost: set[int] = set()
         self._failed: dict[int, str] = {}  # card -> reason for a non-application XID
+        self._mig: dict[int, tuple[bool, bool]] = {}  # card -> (current, pending) MIG mode, as NVML reports it
         self._events: queue.Queue[HealthEvent] = queue.Queue()
 
     @classmethod
@@ -134,6 +136,7 @@ class SimulatedGPUs:
             return []
         with self._lock:
             unhealthy = self._lost | set(self._failed)
+            mig = {index: mig_reason(*mode) for index, mode in self._mig.items()}
         return [
             Card(
                 index=gpu.index,
@@ -143,7 +146,9 @@ class SimulatedGPUs:
                 minor=gpu.index,
                 bus_id=f"00000000:{0x10 + 0x10 * i:02X}:00.0",
                 numa=gpu.numa,
-                healthy=gpu.index not in unhealthy,
+                healthy=gpu.index not in unhealthy and mig.get(gpu.index) is None,
+                mig=mig.get(gpu.index) is not None,
+                unavailable=mig.get(gpu.index),
             )
             for i, gpu in enumerate(self._topology.gpus)
         ]
@@ -158,7 +163,7 @@ class SimulatedGPUs:
         with self._lock:
             processes = list(self._processes.values())
             lost = set(self._lost)
-            failed = set(self._failed)
+            failed = set(self._failed) | {index for index, mode in self._mig.items() if any(mode)}
         per_card: dict[int, list[ProcessSample]] = {}
         for proc in processes:
             for card in proc.cards:
@@ -254,8 +259,21 @@ class SimulatedGPUs:
         with self._lock:
             if xid not in APPLICATION_XIDS:
                 self._failed[card_index] = reason
-            healthy = card_index not in self._failed and card_index not in self._lost
+            healthy = card_index not in self._failed and card_index not in self._lost and card_index not in self._mig
         self._events.put(HealthEvent(card_index, self._uuid(card_index), healthy, reason))
+
+    def set_mig_mode(self, card_index: int, current: bool, pending: bool | None = None) -> None:
+        """Turn MIG mode on or off for a card (``pending`` defaults to ``current``, as after a reset).
+
+        Like the NVML backend, the inventory then keeps the card out of sharing and says why.
+        """
+        self._check_card(card_index)
+        with self._lock:
+            mode = (current, current if pending is None else pending)
+            if any(mode):
+                self._mig[card_index] = mode
+            else:
+                self._mig.pop(card_index, None)
 
     def lose_card(self, card_index: int) -> None:
         """The card falls off the bus: unhealthy, and its processes vanish from samples."""

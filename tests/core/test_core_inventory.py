@@ -70,3 +70,25 @@ GOOD_CARD = {"index": 0, "uuid": "GPU-1", "model": "A100", "memoryMib": 40960}
 def test_malformed_annotations_are_refused_with_the_reason(text: str, pattern: str) -> None:
     with pytest.raises(ValueError, match=pattern):
         NodeInventory.from_json(text)
+
+
+def test_a_mig_card_carries_its_reason_and_older_annotations_still_read() -> None:
+    reason = "MIG mode is enabled; MIG partitions are not shared by jupyter-vgpu"
+    mig = Card(0, "GPU-0", "A100", 40960, healthy=False, mig=True, unavailable=reason)
+    inventory = NodeInventory("n", (mig, Card(1, "GPU-1", "A100", 40960)), None)
+    data = json.loads(inventory.to_json())
+    assert data["cards"][0]["mig"] is True and data["cards"][0]["unavailable"] == reason
+    assert data["cards"][0]["healthy"] is False, "readers that know only 'healthy' must skip it too"
+    assert "mig" not in data["cards"][1] and "unavailable" not in data["cards"][1]
+    assert NodeInventory.from_json(inventory.to_json()) == inventory
+    older = NodeInventory.from_json(json.dumps({"node": "n", "cards": [GOOD_CARD]}))
+    assert older.cards[0].mig is False and older.cards[0].unavailable is None
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("mig", "yes", r"cards\[0\].mig 'yes' is not true or false"),
+    ("unavailable", 5, r"cards\[0\].unavailable 5 is not a string"),
+])
+def test_malformed_mig_fields_are_refused(field: str, value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        NodeInventory.from_json(json.dumps({"node": "n", "cards": [dict(GOOD_CARD, **{field: value})]}))

@@ -96,6 +96,11 @@ def test_backend_overlays_combine_with_monitoring(tmp_path, backend):
     assert env_of(container(objects, "DaemonSet", "vgpu-node", "node"))["VGPU_ENFORCEMENT"] == name
 
 
+# The one privileged container, as NVIDIA's own: the MPS control daemon sets the cards'
+# compute mode and starts each MPS server under its client's uid.
+PRIVILEGED = {("vgpu-mps-control-daemon", "mps-control-daemon")}
+
+
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
 def test_least_privilege_pods(kustomization):
     objects = render(kustomization)
@@ -111,6 +116,10 @@ def test_least_privilege_pods(kustomization):
         assert pod["serviceAccountName"] != "default"
         for c in pod["containers"] + pod.get("initContainers", []):
             security = c.get("securityContext") or {}
+            if (where, c["name"]) in PRIVILEGED:
+                assert security.get("privileged") is True and not pod.get("automountServiceAccountToken", True), (
+                    f"{where}/{c['name']}: privileged, so it gets no API token")
+                continue
             assert not security.get("privileged"), f"{where}/{c['name']} is privileged"
             assert security.get("allowPrivilegeEscalation") is False, f"{where}/{c['name']}"
             assert security.get("readOnlyRootFilesystem") is True, f"{where}/{c['name']}"
@@ -324,3 +333,38 @@ def test_priority_classes_and_service_accounts_exist(kustomization):
             pod = obj["spec"]["template"]["spec"]
             assert pod["priorityClassName"] in classes
             assert pod["serviceAccountName"] in accounts
+
+
+def test_mps_clients_and_the_control_daemon_share_pipes_and_shm():
+    """NVIDIA's layout: the daemon's /dev/shm is a host directory that every client gets as its
+    /dev/shm, and the pipe directory the clients get is the daemon's."""
+    objects = render("overlays/mps")
+    node = env_of(container(objects, "DaemonSet", "vgpu-node", "node"))
+    spec = find(objects, "DaemonSet", "vgpu-mps-control-daemon")["spec"]["template"]["spec"]
+    daemon = container(objects, "DaemonSet", "vgpu-mps-control-daemon", "mps-control-daemon")
+    volumes = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
+    mounted = {m["mountPath"]: volumes[m["name"]] for m in daemon["volumeMounts"]}
+
+    def host_path(container_path: str) -> str:
+        for mount_path, host in sorted(mounted.items(), key=lambda item: -len(item[0])):
+            if container_path == mount_path or container_path.startswith(mount_path.rstrip("/") + "/"):
+                return host + container_path[len(mount_path):]
+        raise AssertionError(f"{container_path} is not on a host path")
+
+    daemon_env = env_of(daemon)
+    assert mounted["/dev/shm"] == node["VGPU_MPS_SHM_DIR"] != "/dev/shm"
+    assert daemon_env["VGPU_MPS_SHM_DIR"] == "/dev/shm"
+    assert host_path(daemon_env["VGPU_MPS_PIPE_DIR"]) == node["VGPU_MPS_PIPE_DIR"]
+    assert host_path(daemon_env["VGPU_MPS_LOG_DIR"]) != node["VGPU_MPS_PIPE_DIR"], "clients must not see the logs"
+
+
+def test_mps_control_daemon_flags_are_ones_the_code_reads(monkeypatch):
+    daemon = container(render("overlays/mps"), "DaemonSet", "vgpu-mps-control-daemon", "mps-control-daemon")
+    subcommand, *args = daemon["args"]
+    env = {k: v for k, v in env_of(daemon).items() if k.startswith("VGPU_") and v is not None}
+    factory = _parser_factory(subcommand)
+    baseline = _parse(factory, env, args, monkeypatch)
+    assert baseline is not None
+    for variable, value in env.items():
+        changed = {"true": "false"}.get(value, str(int(value) - 1) if value.isdigit() else value + "-changed")
+        assert _parse(factory, {**env, variable: changed}, args, monkeypatch) != baseline, variable

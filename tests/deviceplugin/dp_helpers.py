@@ -165,7 +165,8 @@ class DaemonFactory:
         config.setdefault("watch_period", 0.05)
         config.setdefault("metrics_url", "http://10.0.0.1:5678")
         enforcement_config = config.pop("enforcement_config", None) or EnforcementConfig(
-            mode=enforcement, hami_root=os.path.join(self.state_dir, "hami"))
+            mode=enforcement, hami_root=os.path.join(self.state_dir, "hami"),
+            hami_lock_dir=os.path.join(self.state_dir, "vgpulock"))
         daemon = NodeDaemon(DaemonConfig(node=node, plugin_dir=self.plugin_dir, state_dir=self.state_dir,
                                          enforcement=enforcement_config, metrics=metrics, **config),
                             backend, self.kube.api_client())

@@ -249,7 +249,7 @@ def test_other_enforcement_backends(daemons, peer, gpus, core_v1, mode):
     if mode == "mps":
         assert env[c.ENV_MPS_ACTIVE_THREAD_PERCENTAGE] == "25"
         assert env[c.ENV_MPS_PINNED_MEMORY_LIMIT] == "0=4096M"
-        assert [m.container_path for m in core.mounts] == [env[c.ENV_MPS_PIPE_DIRECTORY]]
+        assert [m.container_path for m in core.mounts] == [env[c.ENV_MPS_PIPE_DIRECTORY], "/dev/shm"]
     else:
         assert list(core.mounts) == []
 
@@ -257,7 +257,10 @@ def test_other_enforcement_backends(daemons, peer, gpus, core_v1, mode):
 def test_device_specs_and_cdi_when_configured(daemons, peer, gpus, core_v1, tmp_path):
     from vgpu_plugin.deviceplugin.enforcement import EnforcementConfig
 
-    config = EnforcementConfig(mode="none", device_specs=True, cdi=True)
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "nvidia-uvm-tools").write_text("")
+    config = EnforcementConfig(mode="none", device_specs=True, cdi=True, dev_root=str(dev))
     ready(daemons, peer, gpus, core_v1, enforcement_config=config)
     place_pod(core_v1, gpus, "nb", [(Request(25, 16), (2,))])
     _, core = peer.admit(CORE, 25, all_ids("core"))

@@ -2,18 +2,34 @@
 
 This machine has no GPU, so the NVML backend's queries are exercised against this
 stand-in, injected through ``NVMLBackend(library=...)``. It mirrors pynvml's calling
-conventions (handles, ``NVMLError`` with ``.value``, bytes from string queries,
-``nvmlEventSetWait`` raising a timeout) for a 4-card box: cards 0-1 and 2-3 joined by
-two NVLinks each, PCIe host bridge between the pairs inside one NUMA node... except that
-card 3 is on NUMA 1, reached through SYS. It is never used by product code.
+conventions (handles, bytes from string queries, ``nvmlEventSetWait`` raising a timeout)
+for a 4-card box: cards 0-1 and 2-3 joined by two NVLinks each, PCIe host bridge between
+the pairs inside one NUMA node... except that card 3 is on NUMA 1, reached through SYS.
+It is never used by product code.
+
+What nvidia-ml-py raises is not imitated but used: errors are the installed ``pynvml``'s
+own classes (``pynvml.NVMLError(value)`` gives the ``NVMLError_*`` subclass, and
+``NVMLLibraryMismatchError`` has no ``.value``). The running-process queries go further:
+they ARE the installed nvidia-ml-py's functions (``nvmlDeviceGet*RunningProcesses``,
+``_v2``, ``_v3`` and ``_nvmlGetFunctionPointer``), run over ``FakeDriver``, a stand-in for
+``libnvidia-ml.so.1`` that exports only the C symbols a driver generation has and fills the
+caller's buffer with the struct layout that driver really writes. So "an R470 driver under
+nvidia-ml-py 13" raises exactly what it raises on a real node, and an R525-era driver's
+larger ``_v3`` records come out of the real wrapper as the same garbage.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import queue
+import threading
 import time
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+import pynvml as _real
 
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_NOT_SUPPORTED = 3
@@ -29,13 +45,110 @@ NVML_NVLINK_DEVICE_TYPE_SWITCH = 2
 NVML_TOPOLOGY_SINGLE = 10
 NVML_TOPOLOGY_HOSTBRIDGE = 30
 NVML_TOPOLOGY_SYSTEM = 50
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_DEVICE_MIG_DISABLE = 0
+NVML_DEVICE_MIG_ENABLE = 1
 nvmlEventTypeXidCriticalError = 0x8
 
+NVMLError = _real.NVMLError
+NVMLLibraryMismatchError = _real.NVMLLibraryMismatchError
 
-class NVMLError(Exception):
-    def __init__(self, value: int) -> None:
-        super().__init__(f"NVML error {value}")
-        self.value = value
+# --- a stand-in libnvidia-ml.so.1 for the running-process queries -------------------------------------
+
+
+class _V1(ctypes.Structure):  # nvmlProcessInfo_v1_t
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+
+class _V2(ctypes.Structure):  # nvmlProcessInfo_v2_t, also what nvidia-ml-py >= 12.535 reads for _v3
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
+                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+
+
+class _V3CC(ctypes.Structure):  # the _v3 record R525-R535 drivers write (with confidential-computing memory)
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
+                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint),
+                ("usedGpuCcProtectedMemory", ctypes.c_ulonglong)]
+
+
+NO_INSTANCE = 0xFFFFFFFF
+FAMILIES = ("Compute", "Graphics", "MPSCompute")
+# which process-query symbols a driver generation exports, and the record it writes for each
+DRIVERS: dict[str, dict[str, type[ctypes.Structure]]] = {
+    "r418": {"": _V1},                                  # before the versioned functions
+    "r470": {"": _V1, "_v2": _V2},                      # what nvidia-ml-py >= 12.535 meets on R470
+    "r525": {"": _V1, "_v2": _V2, "_v3": _V3CC},        # _v3 with the larger record
+    "r550": {"": _V1, "_v2": _V2, "_v3": _V2},
+}
+
+
+class FakeDriver:
+    """Exports ``nvmlDeviceGet<family>RunningProcesses<suffix>`` for the suffixes its generation has.
+
+    Each export follows the C contract: ``fn(device, unsigned int *count, nvmlProcessInfo *infos)``;
+    with too small a count it sets the count and returns NVML_ERROR_INSUFFICIENT_SIZE.
+    """
+
+    def __init__(self, generation: str) -> None:
+        self.generation = generation
+        self.calls: list[str] = []
+        for family in FAMILIES:
+            for suffix, record in DRIVERS[generation].items():
+                name = f"nvmlDeviceGet{family}RunningProcesses{suffix}"
+                setattr(self, name, self._export(name, family, record))
+
+    def _export(self, name: str, family: str, record: type[ctypes.Structure]):  # noqa: ANN202
+        def query(device: FakeCard, count_ref, infos) -> int:  # noqa: ANN001
+            self.calls.append(name)
+            if device.lost:
+                return NVML_ERROR_GPU_IS_LOST
+            processes = device.running(family)
+            count = count_ref._obj  # ctypes.byref(c_uint)
+            if not processes:
+                count.value = 0
+                return _real.NVML_SUCCESS
+            if infos is None or count.value < len(processes):
+                count.value = len(processes)
+                return _real.NVML_ERROR_INSUFFICIENT_SIZE
+            rows = (record * len(processes))()
+            for row, (pid, mib) in zip(rows, processes, strict=True):
+                row.pid, row.usedGpuMemory = pid, mib * 1024 * 1024
+                if hasattr(row, "gpuInstanceId"):
+                    row.gpuInstanceId = row.computeInstanceId = NO_INSTANCE
+                if hasattr(row, "usedGpuCcProtectedMemory"):
+                    row.usedGpuCcProtectedMemory = 0
+            ctypes.memmove(infos, rows, ctypes.sizeof(rows))  # the caller's buffer is big enough: 2n+5 entries
+            count.value = len(processes)
+            return _real.NVML_SUCCESS
+
+        return query
+
+
+_DRIVER_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def _loaded(driver: FakeDriver) -> Iterator[None]:
+    """The installed nvidia-ml-py with ``driver`` as its loaded library, for one call."""
+    with _DRIVER_LOCK:
+        cache = _real._nvmlGetFunctionPointer_cache
+        saved_lib, saved_cache = _real.nvmlLib, dict(cache)
+        _real.nvmlLib = driver
+        cache.clear()
+        try:
+            yield
+        finally:
+            _real.nvmlLib = saved_lib
+            cache.clear()
+            cache.update(saved_cache)
+
+
+def _through(driver: FakeDriver, function):  # noqa: ANN001, ANN202
+    def call(*args):  # noqa: ANN002, ANN202
+        with _loaded(driver):
+            return function(*args)
+
+    return call
 
 
 @dataclass
@@ -50,17 +163,35 @@ class FakeCard:
     used_mib: int = 0
     utilization: int = 0
     processes: dict[int, int] = field(default_factory=dict)  # pid -> MiB
+    mps_clients: dict[int, int] = field(default_factory=dict)  # pid -> MiB, listed only as MPS processes
     process_util: dict[int, int] = field(default_factory=dict)  # pid -> smUtil
     lost: bool = False
+    mig: tuple[int, int] | None = None  # (current, pending); None: the card has no MIG (NOT_SUPPORTED)
+
+    def running(self, family: str) -> list[tuple[int, int]]:
+        if family == "Compute":
+            return sorted(self.processes.items())
+        if family == "MPSCompute":
+            return sorted(self.mps_clients.items())
+        return []
 
 
-def make_module(*, init_error: int | None = None, cards: list[FakeCard] | None = None) -> types.ModuleType:
-    """A module object with pynvml's function names over the given cards."""
+def make_module(*, init_error: int | None = None, cards: list[FakeCard] | None = None,
+                driver: str = "r550") -> types.ModuleType:
+    """A module object with pynvml's function names over the given cards, on a driver generation."""
     nv = types.ModuleType("fake_pynvml")
     for name, value in globals().items():
         if name.startswith(("NVML_", "nvmlEventType")):
             setattr(nv, name, value)
     nv.NVMLError = NVMLError
+    nv.NVMLLibraryMismatchError = NVMLLibraryMismatchError
+    nv.driver = FakeDriver(driver)
+    for family in FAMILIES:
+        for suffix in ("", "_v2", "_v3"):
+            name = f"nvmlDeviceGet{family}RunningProcesses{suffix}"
+            if hasattr(_real, name):
+                setattr(nv, name, _through(nv.driver, getattr(_real, name)))
+    nv._nvmlGetFunctionPointer = _through(nv.driver, _real._nvmlGetFunctionPointer)
     if cards is None:
         cards = default_cards()
     nv.cards = cards
@@ -88,6 +219,13 @@ def make_module(*, init_error: int | None = None, cards: list[FakeCard] | None =
     nv.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=h.bus_id.encode())
     nv.nvmlDeviceGetNumaNodeId = lambda h: h.numa
 
+    def mig_mode(h: FakeCard) -> list[int]:
+        if h.mig is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return list(h.mig)
+
+    nv.nvmlDeviceGetMigMode = mig_mode
+
     def memory(h: FakeCard) -> types.SimpleNamespace:
         check(h)
         mib = 1024 * 1024
@@ -95,17 +233,14 @@ def make_module(*, init_error: int | None = None, cards: list[FakeCard] | None =
                                      free=(h.total_mib - h.used_mib) * mib)
 
     nv.nvmlDeviceGetMemoryInfo = memory
-    nv.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=check(h).utilization, memory=0)
 
-    def compute_processes(h: FakeCard) -> list[types.SimpleNamespace]:
+    def utilization(h: FakeCard) -> types.SimpleNamespace:
         check(h)
-        return [types.SimpleNamespace(pid=pid, usedGpuMemory=mib * 1024 * 1024) for pid, mib in h.processes.items()]
+        if h.mig is not None and h.mig[0] == NVML_DEVICE_MIG_ENABLE:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)  # a MIG parent has no whole-card utilisation
+        return types.SimpleNamespace(gpu=h.utilization, memory=0)
 
-    def graphics_processes(h: FakeCard) -> list[types.SimpleNamespace]:
-        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-
-    nv.nvmlDeviceGetComputeRunningProcesses = compute_processes
-    nv.nvmlDeviceGetGraphicsRunningProcesses = graphics_processes
+    nv.nvmlDeviceGetUtilizationRates = utilization
 
     def process_utilization(h: FakeCard, since: int) -> list[types.SimpleNamespace]:
         check(h)

@@ -187,3 +187,18 @@ def test_open_backend_accepts_bundled_names_and_paths(fixtures):
         open_backend("cuda")
     with pytest.raises(FileNotFoundError, match="no bundled topology"):
         open_backend("sim:no-such-box")
+
+
+def test_mig_mode_keeps_a_simulated_card_out_of_sharing_with_its_reason(fixtures):
+    gpus = make(fixtures)
+    gpus.set_mig_mode(2, current=False, pending=True)
+    card = gpus.inventory()[2]
+    assert (card.mig, card.healthy) == (True, False) and "pending" in card.unavailable
+    assert not gpus.sample().cards[2].healthy
+    published = node_inventory(gpus, "n").cards[2]
+    assert published.unavailable == card.unavailable
+    gpus.inject_xid(2, 13)  # an application XID reports the card as it is: still not shareable
+    assert gpus.next_health_event(1.0).healthy is False
+    gpus.set_mig_mode(2, current=False)
+    card = gpus.inventory()[2]
+    assert (card.mig, card.healthy, card.unavailable) == (False, True, None)

@@ -126,6 +126,20 @@ CASES = {
         v1(f"/kubepods/burstable/pod{UID}"),
         CgroupIdentity(UID, None, "burstable", None, "cgroupfs"),
     ),
+    # the reader (the node daemon) in a private cgroup namespace, cgroupfs driver: paths relative
+    # to its own root, which is /kubepods/burstable/pod<daemon>/<daemon container>
+    "v2 cgroupfs private namespace, same QoS as the reader": (
+        v2(f"/../../pod{UID}/{CID}"),
+        CgroupIdentity(UID, CID, "unknown", None, "cgroupfs"),
+    ),
+    "v2 cgroupfs private namespace, other QoS": (
+        v2(f"/../../../besteffort/pod{UID}/crio-{CID}"),
+        CgroupIdentity(UID, CID, "besteffort", "cri-o", "cgroupfs"),
+    ),
+    "v2 systemd private namespace": (
+        v2(f"/../../kubepods-burstable-pod{UID_}.slice/cri-containerd-{CID}.scope"),
+        CgroupIdentity(UID, CID, "burstable", "containerd", "systemd"),
+    ),
 }
 
 
@@ -146,6 +160,8 @@ NOT_KUBERNETES = {
     "empty": "",
     "garbage": "not a cgroup file\n\x00\x01\n",
     "pod-like name outside kubepods": f"0::/system.slice/pod{UID}/{CID}\n",
+    "pod-like name below a non-pod dir in a private namespace": f"0::/../system.slice/pod{UID}/{CID}\n",
+    "pod-like name at a private namespace's root": f"0::/pod{UID}/{CID}\n",
 }
 
 

@@ -254,7 +254,8 @@ class SimCluster:
         config = DaemonConfig(
             node=node.name, plugin_dir=node.plugin_dir, names=self.names, state_dir=node.state_dir,
             enforcement=EnforcementConfig(mode=self.enforcement,
-                                          hami_root=os.path.join(node.state_dir, "hami")),
+                                          hami_root=os.path.join(node.state_dir, "hami"),
+                                          hami_lock_dir=os.path.join(node.state_dir, "vgpulock")),
             metrics={"address": "127.0.0.1", "port": 0, "proc_root": node.proc_root,
                      "period": self.metrics_period, "scrape_port": 0, "scrape_token": self.scrape_token})
         return NodeDaemon(config, node.gpus, self.api_client())

@@ -23,8 +23,16 @@ from jupyter_vgpu.core.contract import DEFAULT_NAMES, Names
 from ..tokens import TokenMinter, load_or_create_secret
 from .allocator import Allocator
 from .checkpoint import CheckpointError, read_checkpoint
-from .devices import CHECKPOINT_FILE, CORE, DEFAULT_PLUGIN_DIR, KUBELET_SOCKET, MEMORY, SOCKETS
-from .enforcement import EnforcementConfig
+from .devices import (
+    CHECKPOINT_FILE,
+    CORE,
+    DEFAULT_PLUGIN_DIR,
+    KUBELET_SOCKET,
+    MEMORY,
+    SOCKETS,
+    minor_mismatches,
+)
+from .enforcement import EnforcementConfig, mount_sources, remove_stale_hami_dirs
 from .publisher import NodePublisher
 from .server import DevicePluginService, ResourceServer
 from .state import CardsState
@@ -50,6 +58,8 @@ class DaemonConfig:
     publish_period: float = 60.0
     watch_period: float = 0.2
     sync_timeout: float = 60.0
+    hami_gc_period: float = 60.0                   # how often HAMi-core cache dirs of gone containers are removed
+    hami_gc_min_age: float = 300.0                 # a cache dir younger than this is kept (not yet in the checkpoint)
 
 
 class NodeDaemon:
@@ -95,6 +105,15 @@ class NodeDaemon:
         self.cards.replace_cards(self.backend.inventory() if self.backend.available() else [])
         if not self.backend.available():
             log.warning("node %s: no usable GPUs (%s); advertising no devices", cfg.node, self.backend.problem())
+        for card in self.cards.cards():
+            if card.unavailable:
+                log.warning("node %s: card %d (%s) is kept out of sharing: %s", cfg.node, card.index, card.uuid,
+                            card.unavailable)
+        mismatched = minor_mismatches(self.cards.cards())
+        if mismatched:
+            log.warning("node %s: NVML indices differ from /dev/nvidia minor numbers (%s); predicate-gpu-idx "
+                        "annotations here are NVML indices, which TKEStack gpu-manager would read as minors: "
+                        "do not run gpu-manager on this node", cfg.node, ", ".join(mismatched))
         core_api = client.CoreV1Api(self._api_client)
         self._core_api = core_api
         self.informer = Informer(core_api.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={cfg.node}",
@@ -184,6 +203,7 @@ class NodeDaemon:
         registered_for: tuple[int, int, int] | None = None
         checkpoint_seen = _identity(self.checkpoint_path)
         last_reconcile = 0.0
+        last_gc = 0.0
         backoff_until = 0.0
         while not self._stopping.is_set():
             kubelet = _identity(os.path.join(cfg.plugin_dir, KUBELET_SOCKET))
@@ -221,7 +241,31 @@ class NodeDaemon:
                     self.allocator.reconcile(self._checkpoint_entries())
                 except Exception:
                     log.exception("reconciliation failed")
+            if cfg.enforcement.mode == "hami-core" and now - last_gc >= cfg.hami_gc_period:
+                last_gc = now
+                self.collect_hami_dirs()
             self._reconcile_now.wait(cfg.watch_period)
+
+    def collect_hami_dirs(self) -> list[str]:
+        """Remove HAMi-core cache dirs that no container in kubelet's checkpoint mounts any more.
+
+        Nothing is removed while the checkpoint is missing or unreadable: then nobody can say
+        which containers are alive.
+        """
+        if not os.path.exists(self.checkpoint_path):
+            return []
+        try:
+            entries = read_checkpoint(self.checkpoint_path)
+        except (CheckpointError, OSError) as error:
+            log.warning("not removing HAMi-core cache dirs: kubelet's checkpoint is unreadable (%s)", error)
+            return []
+        live = mount_sources(entry.alloc_response for entry in entries)
+        try:
+            return remove_stale_hami_dirs(self.config.enforcement, live, min_age=self.config.hami_gc_min_age,
+                                          now=time.time())
+        except OSError as error:
+            log.warning("removing HAMi-core cache dirs failed: %s", error)
+            return []
 
     def _list_pods(self) -> list[dict[str, Any]]:
         response = self._core_api.list_pod_for_all_namespaces(

@@ -75,3 +75,13 @@ def device_list(kind: str, cards: Sequence[Card]) -> list[api_pb2.Device]:
         for device in card_device_ids(kind, card):
             devices.append(api_pb2.Device(ID=device, health=health, topology=topology))
     return devices
+
+
+def minor_mismatches(cards: Sequence[Card]) -> list[str]:
+    """Cards whose NVML index differs from their /dev/nvidia<minor> number, as "index 2 = /dev/nvidia5".
+
+    ``predicate-gpu-idx-<i>`` holds NVML indices wherever this device plugin runs; TKEStack
+    gpu-manager reads the same key as a minor number. Both agree only where these match.
+    """
+    return [f"index {card.index} = /dev/nvidia{card.minor}" for card in cards
+            if card.minor is not None and card.minor != card.index]

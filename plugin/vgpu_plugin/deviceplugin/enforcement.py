@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+import shutil
+import stat
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,17 +26,25 @@ log = logging.getLogger(__name__)
 
 HAMI_CONTAINER_ROOT = "/usr/local/vgpu"
 HAMI_LOCK_DIR = "/tmp/vgpulock"
+HAMI_CONTAINERS = "containers"
 MPS_CONTAINER_PIPE_DIR = "/tmp/nvidia-mps"
+MPS_CONTAINER_SHM_DIR = "/dev/shm"
+# device nodes every CUDA container needs; nvidia-uvm-tools (profilers) is optional upstream
+# and only passed where the host has it, or container creation fails
+REQUIRED_DEVICE_NODES = ("nvidiactl", "nvidia-uvm")
+OPTIONAL_DEVICE_NODES = ("nvidia-uvm-tools",)
 
 
 @dataclass(frozen=True)
 class EnforcementConfig:
     mode: str = "hami-core"
     hami_root: str = "/usr/local/vgpu"          # host dir with libvgpu.so and ld.so.preload
+    hami_lock_dir: str = HAMI_LOCK_DIR          # host dir of HAMi-core's node-wide lock (mounted at /tmp/vgpulock)
     mps_pipe_dir: str = "/tmp/nvidia-mps"       # host dir of the MPS control daemon's pipes
+    mps_shm_dir: str = "/run/nvidia-mps/shm"    # host tmpfs the MPS control daemon uses as its /dev/shm
     device_specs: bool = False                  # pass /dev/nvidia* as DeviceSpecs (no NVIDIA runtime hook)
     cdi: bool = False                           # name the cards as CDI devices (nvidia.com/gpu=<uuid>)
-    dev_root: str = "/dev"
+    dev_root: str = "/dev"                      # the host's /dev as this daemon sees it (to find optional nodes)
 
     def __post_init__(self) -> None:
         if self.mode not in c.ENFORCEMENT_BACKENDS:
@@ -94,10 +104,10 @@ def container_response(
             mounts += _hami_mounts(config, identity)
         elif config.mode == "mps":
             envs[c.ENV_MPS_PIPE_DIRECTORY] = MPS_CONTAINER_PIPE_DIR
+            # below the control daemon's server-side ceiling the client may only lower these
             envs[c.ENV_MPS_ACTIVE_THREAD_PERCENTAGE] = str(allocation.cores)
             envs[c.ENV_MPS_PINNED_MEMORY_LIMIT] = ",".join(f"{i}={mib}M" for i, mib in enumerate(memory_mib))
-            mounts.append(api_pb2.Mount(container_path=MPS_CONTAINER_PIPE_DIR, host_path=config.mps_pipe_dir,
-                                        read_only=False))
+            mounts += _mps_mounts(config)
     if identity.pod_uid:  # a hint for display; the read token is what identifies the container
         envs.update({c.ENV_POD_NAME: identity.pod, c.ENV_POD_NAMESPACE: identity.namespace,
                      c.ENV_POD_UID: identity.pod_uid})
@@ -116,15 +126,19 @@ def _hami_env(shares: list, memory_mib: list[int], cores: int) -> dict[str, str]
     return env
 
 
+def hami_cache_dir(config: EnforcementConfig, identity: Identity) -> str:
+    """The host directory of one container's HAMi-core shared region (named by its allocation id:
+    the pod may not be known for sure, and mountinfo shows the path)."""
+    name = identity.allocation_id or f"{identity.pod_uid}_{identity.container}"
+    return os.path.join(config.hami_root, HAMI_CONTAINERS, name)
+
+
 def _hami_mounts(config: EnforcementConfig, identity: Identity) -> list[api_pb2.Mount]:
     # per-container shared-region directory on the host, as HAMi does, so restarts of the
     # container keep their accounting and other containers never see it
-    # (named by the allocation id: the pod may not be known for sure, and mountinfo shows the path)
-    cache_dir = os.path.join(config.hami_root, "containers",
-                             identity.allocation_id or f"{identity.pod_uid}_{identity.container}")
+    cache_dir = hami_cache_dir(config, identity)
     try:
-        os.makedirs(cache_dir, mode=0o777, exist_ok=True)
-        os.makedirs(HAMI_LOCK_DIR, mode=0o777, exist_ok=True)
+        prepare_hami_dirs(config, cache_dir)
     except OSError as error:  # the mount will fail visibly in the runtime; say why here
         log.warning("cannot prepare HAMi-core directories (%s): %s", cache_dir, error)
     return [
@@ -133,16 +147,110 @@ def _hami_mounts(config: EnforcementConfig, identity: Identity) -> list[api_pb2.
         api_pb2.Mount(container_path="/etc/ld.so.preload",
                       host_path=os.path.join(config.hami_root, "ld.so.preload"), read_only=True),
         api_pb2.Mount(container_path=f"{HAMI_CONTAINER_ROOT}/cache", host_path=cache_dir, read_only=False),
-        api_pb2.Mount(container_path=HAMI_LOCK_DIR, host_path=HAMI_LOCK_DIR, read_only=False),
+        api_pb2.Mount(container_path=HAMI_LOCK_DIR, host_path=config.hami_lock_dir, read_only=False),
+    ]
+
+
+def prepare_hami_dirs(config: EnforcementConfig, cache_dir: str) -> None:
+    """The container's cache directory, writable by any uid (the notebook's libvgpu.so creates its
+    shared-region file there), and the node-wide lock directory.
+
+    Modes are set with chmod after mkdir, as HAMi's plugin does: mkdir's mode is cut by the umask,
+    and a 0755 root-owned directory makes libvgpu.so in a non-root notebook exit.
+    The lock directory stays one per node on purpose: HAMi-core serialises every container's
+    host-PID discovery through it, and per-container lock directories would let two containers
+    starting at once take each other's PID. It is made like /tmp: owned by the daemon (root),
+    sticky, so no tenant can delete or replace another's lock file, and never through a symlink.
+    """
+    os.makedirs(os.path.dirname(cache_dir), exist_ok=True)
+    try:
+        os.mkdir(cache_dir)
+    except FileExistsError:
+        pass
+    _chmod_dir_nofollow(cache_dir, 0o777)
+    try:
+        os.mkdir(config.hami_lock_dir)
+    except FileExistsError:
+        pass
+    _chmod_dir_nofollow(config.hami_lock_dir, 0o1777, owner=os.geteuid())
+
+
+def _chmod_dir_nofollow(path: str, mode: int, owner: int | None = None) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        info = os.fstat(fd)
+        if owner is not None and info.st_uid != owner:
+            raise PermissionError(f"{path} is owned by uid {info.st_uid}, not {owner}; refusing to use it")
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def remove_stale_hami_dirs(config: EnforcementConfig, live: Iterable[str], *, min_age: float,
+                           now: float) -> list[str]:
+    """Remove the per-container cache directories no live container uses; the names removed.
+
+    ``live`` holds the host paths containers still mount (the Allocate answers kept in kubelet's
+    checkpoint). A directory younger than ``min_age`` seconds is kept: kubelet writes its
+    checkpoint only after Allocate, so a brand-new answer's directory is not yet listed there.
+    """
+    root = os.path.normpath(os.path.join(config.hami_root, HAMI_CONTAINERS))
+    keep = {os.path.normpath(path) for path in live}
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return []
+    removed = []
+    for name in sorted(names):
+        path = os.path.join(root, name)
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or path in keep or now - info.st_mtime < min_age:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path):
+            removed.append(name)
+    if removed:
+        log.info("removed %d HAMi-core cache director%s of containers that are gone: %s", len(removed),
+                 "y" if len(removed) == 1 else "ies", ", ".join(removed))
+    return removed
+
+
+def mount_sources(responses: Iterable[bytes]) -> set[str]:
+    """Host paths mounted by serialized ContainerAllocateResponses (kubelet's checkpoint keeps them)."""
+    paths = set()
+    for raw in responses:
+        if not raw:
+            continue
+        response = api_pb2.ContainerAllocateResponse()
+        try:
+            response.ParseFromString(raw)
+        except Exception as error:  # protobuf's DecodeError; a garbled entry keeps nothing alive
+            log.warning("unreadable Allocate answer in kubelet's checkpoint: %s", error)
+            continue
+        paths.update(os.path.normpath(m.host_path) for m in response.mounts)
+    return paths
+
+
+def _mps_mounts(config: EnforcementConfig) -> list[api_pb2.Mount]:
+    # the pipe directory is read-only for clients: they connect to its sockets and FIFOs, which a
+    # read-only bind mount allows, but cannot plant or remove files other tenants use. The
+    # daemon's shm tmpfs becomes the client's /dev/shm, as NVIDIA's MPS integration does: the
+    # daemon, its server and every client must share it.
+    return [
+        api_pb2.Mount(container_path=MPS_CONTAINER_PIPE_DIR, host_path=config.mps_pipe_dir, read_only=True),
+        api_pb2.Mount(container_path=MPS_CONTAINER_SHM_DIR, host_path=config.mps_shm_dir, read_only=False),
     ]
 
 
 def _device_specs(config: EnforcementConfig, shares: list, cards: Mapping[int, Card]) -> list[api_pb2.DeviceSpec]:
-    paths = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]
+    paths = list(REQUIRED_DEVICE_NODES)
+    paths += [p for p in OPTIONAL_DEVICE_NODES if os.path.exists(os.path.join(config.dev_root, p))]
     for share in shares:
         minor = cards[share.index].minor
         paths.append(f"nvidia{minor if minor is not None else share.index}")
     return [
-        api_pb2.DeviceSpec(container_path=f"/dev/{p}", host_path=os.path.join(config.dev_root, p), permissions="rw")
-        for p in paths
+        api_pb2.DeviceSpec(container_path=f"/dev/{p}", host_path=f"/dev/{p}", permissions="rw") for p in paths
     ]

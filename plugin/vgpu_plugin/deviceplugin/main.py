@@ -88,8 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
     enforce.add_argument("--hami-root", default=env("VGPU_HAMI_ROOT", "/usr/local/vgpu"),
                          help="host directory with HAMi-core's libvgpu.so and ld.so.preload; per-container "
                               "cache directories are made under it [$VGPU_HAMI_ROOT, default /usr/local/vgpu]")
+    enforce.add_argument("--hami-lock-dir", default=env("VGPU_HAMI_LOCK_DIR", "/tmp/vgpulock"),
+                         help="host directory of HAMi-core's node-wide lock, made root-owned and sticky (1777) "
+                              "and mounted at /tmp/vgpulock [$VGPU_HAMI_LOCK_DIR, default /tmp/vgpulock]")
     enforce.add_argument("--mps-pipe-dir", default=env("VGPU_MPS_PIPE_DIR", "/tmp/nvidia-mps"),
-                         help="host pipe directory of the MPS control daemon [$VGPU_MPS_PIPE_DIR]")
+                         help="host pipe directory of the MPS control daemon, mounted read-only into clients "
+                              "[$VGPU_MPS_PIPE_DIR]")
+    enforce.add_argument("--mps-shm-dir", default=env("VGPU_MPS_SHM_DIR", "/run/nvidia-mps/shm"),
+                         help="host tmpfs the MPS control daemon uses as its /dev/shm; mounted as each client's "
+                              "/dev/shm [$VGPU_MPS_SHM_DIR, default /run/nvidia-mps/shm]")
+    enforce.add_argument("--dev-root", default=env("VGPU_DEV_ROOT", "/dev"),
+                         help="where the host's /dev is seen by this daemon; --device-specs passes only the "
+                              "optional device nodes found there [$VGPU_DEV_ROOT, default /dev]")
     enforce.add_argument("--device-specs", type=_bool, default=env("VGPU_DEVICE_SPECS", "false"), metavar="BOOL",
                          help="also pass /dev/nvidia* device nodes in Allocate, for runtimes without the NVIDIA "
                               "hook [$VGPU_DEVICE_SPECS, default false]")
@@ -146,8 +156,9 @@ def build_daemon(args: argparse.Namespace):  # type: ignore[no-untyped-def]
             metrics = metrics_options(args)
     config = DaemonConfig(
         node=args.node, plugin_dir=args.plugin_dir, names=names, state_dir=args.state_dir,
-        enforcement=EnforcementConfig(mode=args.enforcement, hami_root=args.hami_root,
-                                      mps_pipe_dir=args.mps_pipe_dir, device_specs=args.device_specs, cdi=args.cdi),
+        enforcement=EnforcementConfig(mode=args.enforcement, hami_root=args.hami_root, hami_lock_dir=args.hami_lock_dir,
+                                      mps_pipe_dir=args.mps_pipe_dir, mps_shm_dir=args.mps_shm_dir,
+                                      device_specs=args.device_specs, cdi=args.cdi, dev_root=args.dev_root),
         metrics=metrics, metrics_url=args.metrics_url,
     )
     return NodeDaemon(config, backend, kubeclient.load(args.kubeconfig))

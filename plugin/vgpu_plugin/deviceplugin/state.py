@@ -44,6 +44,7 @@ class CardsState:
             for i, card in enumerate(self._cards):
                 if card.index != index:
                     continue
+                healthy = healthy and card.unavailable is None  # a MIG card stays out of sharing
                 if healthy:
                     self._reasons.pop(index, None)
                 else:

@@ -10,7 +10,9 @@ systemd driver    ``/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-
                   with ``crio-<id>.scope`` or ``docker-<id>.scope`` for the other runtimes
 
 cgroup v1 files have one ``<id>:<controllers>:<path>`` line per hierarchy; cgroup v2 has the
-single line ``0::<path>``. The paths may sit under a prefix (kind, Docker-in-Docker:
+single line ``0::<path>``. A reader in a private cgroup namespace (cgroup v2, the default for
+containers) sees other containers' paths relative to its own root: ``0::/../../pod<uid>/<id>``
+with the cgroupfs driver, the ``kubepods`` segments above the root out of sight. The paths may sit under a prefix (kind, Docker-in-Docker:
 ``/kubelet.slice/kubelet-kubepods.slice/...``, ``/docker/<id>/kubepods/...``) and may
 continue below the container (a process in a nested cgroup), so the parser looks for the
 pod segment anywhere and takes the segment after it as the container.
@@ -49,7 +51,8 @@ class CgroupIdentity:
     """The runtime's container ID (as in ``status.containerStatuses[].containerID`` after
     ``<runtime>://``); None for a process in the pod's own cgroup or in CRI-O's conmon."""
     qos: str
-    """"guaranteed", "burstable" or "besteffort"."""
+    """"guaranteed", "burstable" or "besteffort"; "unknown" when a private cgroup namespace
+    hides it (cgroupfs driver)."""
     runtime: str | None
     """"containerd", "cri-o", "docker", or None when the path does not say (cgroupfs IDs)."""
     driver: str
@@ -71,10 +74,18 @@ def parse_cgroup_path(path: str) -> CgroupIdentity | None:
             driver = "systemd"
         else:
             cgroupfs = _CGROUPFS_POD.match(segment)
-            if not cgroupfs or "kubepods" not in segments[:position]:
+            if not cgroupfs:
                 continue
-            parent = segments[position - 1]
-            qos = parent if parent in ("burstable", "besteffort") else "guaranteed"
+            before = segments[:position]
+            parent = before[-1] if before else ""
+            if "kubepods" in before:
+                qos = parent if parent in ("burstable", "besteffort") else "guaranteed"
+            elif _outside_namespace(before):
+                # a private cgroup namespace: the path climbs out of ours with "..", and the
+                # kubepods (and maybe the QoS) segments are above its root, out of sight
+                qos = parent if parent in ("burstable", "besteffort") else "unknown"
+            else:
+                continue
             uid = cgroupfs.group(1)
             driver = "cgroupfs"
         container_id, runtime = None, None
@@ -84,6 +95,13 @@ def parse_cgroup_path(path: str) -> CgroupIdentity | None:
             pod_uid=_canonical_uid(uid), container_id=container_id, qos=qos, runtime=runtime, driver=driver
         )
     return None
+
+
+def _outside_namespace(before: list[str]) -> bool:
+    """True for ``..`` segments (then at most a QoS segment) before the pod: the cgroup is
+    outside the reader's cgroup namespace, seen relative to its root."""
+    climbs = before[:-1] if before and before[-1] in ("burstable", "besteffort") else before
+    return bool(climbs) and all(segment == ".." for segment in climbs)
 
 
 def _container(segment: str) -> tuple[str | None, str | None]:
