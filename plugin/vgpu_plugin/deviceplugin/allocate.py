@@ -6,8 +6,8 @@ scheduler extender (``predicate-*`` annotations), not yet served, asking for exa
 that many devices; among several, the oldest predicate time.
 
 ``gpu-assigned=true`` is written by whoever creates the pod as easily as by this daemon,
-so it hides a pod only when kubelet certainly admitted it already (the ledger holds it,
-or kubelet runs it): a pod marked assigned but never served is a candidate and a rival
+so it hides a pod only when kubelet certainly admitted it already (the ledger holds all
+its containers, or kubelet runs it): a pod marked assigned but never served is a candidate and a rival
 like any other, never invisible (an invisible pod's Allocate would be answered with a
 waiting pod's placement, identity and token).
 """
@@ -34,9 +34,10 @@ class AllocationError(Exception):
 
 
 def settled_pods(views: Sequence[PodView], ledger: Ledger, running: Collection[str]) -> set[str]:
-    """UIDs of the pods marked assigned that kubelet certainly admitted: the ledger holds them or
-    kubelet runs them (a status only kubelet writes). No Allocate can be for these."""
-    return {v.uid for v in views if v.assigned and (ledger.pod_started(v.uid) or v.uid in running)}
+    """UIDs of the pods marked assigned that kubelet certainly admitted: the ledger holds every one
+    of their containers, or kubelet runs them (a status only kubelet writes). No Allocate is for these."""
+    return {v.uid for v in views if v.assigned and (v.uid in running or (
+        ledger.pod_started(v.uid) and all(ledger.container_complete(w) for w in v.containers)))}
 
 
 def choose(ledger: Ledger, kind: str, count: int, ids: Sequence[str] | None, views: Sequence[PodView],

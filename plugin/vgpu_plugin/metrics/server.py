@@ -31,7 +31,14 @@ from jupyter_vgpu.core.contract import (
     Names,
 )
 
-from .api import AllocationHandler, ApiContext, HealthHandler, TopologyHandler, UsageHandler
+from .api import (
+    AllocationHandler,
+    ApiContext,
+    HealthHandler,
+    ReadyHandler,
+    TopologyHandler,
+    UsageHandler,
+)
 from .collectors import GpuManagerCollector, NodeCollector
 from .sampler import PodSource, Sampler
 
@@ -57,6 +64,7 @@ class MetricsServer:
         names: Names = DEFAULT_NAMES,
         *,
         address: str = "0.0.0.0",
+        readiness: Callable[[], str | None] | None = None,
         port: int = DEFAULT_METRICS_PORT,
         period: float = 1.0,
         history_seconds: float = 900.0,
@@ -71,6 +79,8 @@ class MetricsServer:
         if enforcement not in ENFORCEMENT_BACKENDS:
             raise ValueError(f"enforcement {enforcement!r} is not one of {', '.join(ENFORCEMENT_BACKENDS)}")
         self.node_name = node_name
+        # /readyz: None when ready, else why not (the node daemon: registered with kubelet)
+        self._readiness = readiness or (lambda: None)
         self.address = address
         self._requested_port = port
         self.sampler = Sampler(node_name, backend, pods, names, period=period, history_seconds=history_seconds,
@@ -96,6 +106,7 @@ class MetricsServer:
             (r"/api/v1/allocation", AllocationHandler, context),
             (r"/api/v1/usage", UsageHandler, context),
             (r"/api/v1/topology", TopologyHandler, context),
+            (r"/readyz", ReadyHandler, {"readiness": self._readiness}),
         ])
 
     @property
