@@ -101,6 +101,31 @@ def test_a_pod_forged_as_assigned_steals_no_allocate_identity_or_token(daemons, 
     assert [s.index for s in record.containers[0].cards] == [int(answer.envs[c.ENV_DEVICE_INDICES])]
 
 
+def test_a_forged_assigned_pod_is_not_taken_for_served_when_the_daemon_restarts(daemons, peer, gpus, core_v1):
+    """After a restart the annotations stand in for what kubelet's checkpoint lacks, but a pod marked
+    assigned that the checkpoint does not hold (and kubelet does not run) was never admitted."""
+    make_node(core_v1)
+    first = daemons(gpus)
+    wait_registered(peer)
+    served = place_pod(core_v1, gpus, "served", [(Request(50, 20), (2,))])
+    core_ids, core = peer.admit(CORE, 50, all_ids("core"))
+    mem_ids, _ = peer.admit(MEMORY, 20, all_ids("memory"))
+    write_checkpoint(first.checkpoint_path, [
+        PodDeviceEntry(served["metadata"]["uid"], "c0", CORE, tuple(sorted(core_ids)), core.SerializeToString()),
+        PodDeviceEntry(served["metadata"]["uid"], "c0", MEMORY, tuple(sorted(mem_ids)))], {})
+    wait_for(lambda: annotations(core_v1, "served").get(NAMES.gpu_assigned) == "true")
+    first.stop()
+    place_pod(core_v1, gpus, "victim", [(Request(30, 10), (0,))], predicate_time=1_000)
+    create_forged_pod(core_v1, "thief", Request(30, 10), card=1, predicate_time=2_000)
+
+    second = daemons(gpus)
+    wait_registered(peer, 4)
+    assert second.wait_ready(10)
+    assert second.allocator.usage() == {2: (50, 20)}  # the forged pod holds nothing
+    _, stolen = peer.admit(CORE, 30, [i for i in all_ids("core") if i not in core_ids])
+    assert not POD_ENV & set(stolen.envs), "the forged pod's answer names the waiting pod"
+
+
 def test_a_forged_assigned_pod_with_unreadable_requests_is_a_rival_too(daemons, peer, gpus, core_v1):
     """Its requests cannot be read, so it could be the pod kubelet admits with any count: the
     answer to the waiting pod is then a guess and names nobody."""

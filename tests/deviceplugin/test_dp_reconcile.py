@@ -128,3 +128,13 @@ def test_a_pod_marked_assigned_but_never_served_is_a_rival():
     held = Ledger(served={("uid-forged", 0): served("forged", 1, ("gpu1-core-00",))})
     held.served[("uid-forged", 0)].devices[MEMORY] = ("gpu1-mem-0000",)
     assert settled_pods(views, held, running=set()) == {"uid-forged"}
+
+
+def test_restore_with_kubelets_whole_record_does_not_take_a_forged_assigned_pod_for_served():
+    ids = ("gpu2-core-00",)
+    entries = [PodDeviceEntry("uid-b", "c0", NAMES.core_resource, ids, answer(2, uid="uid-b", allocation_id="b1"))]
+    pods = (pod("forged", 0, assigned=True), pod("b", 2, assigned=True), pod("running", 1, assigned=True))
+    plan = plan_restore(entries, world(*pods), checkpoint_complete=True, running={"uid-running"})
+    assert ("uid-forged", 0) not in plan.ledger.served
+    assert plan.ledger.usage() == {1: (20, 8), 2: (20, 8)}  # kubelet runs "running": it holds its share
+    assert any("forged" in text and "not admitted" in text for _, text in plan.notes)

@@ -294,10 +294,13 @@ class Allocator:
         for level, message in plan.notes:
             log.log(level, "%s", message)
 
-    def restore(self, entries: Iterable[PodDeviceEntry]) -> int:
-        """Rebuild the ledger after a restart from kubelet's checkpoint and the pod annotations."""
+    def restore(self, entries: Iterable[PodDeviceEntry], *, checkpoint_complete: bool = False) -> int:
+        """Rebuild the ledger after a restart from kubelet's checkpoint and the pod annotations.
+        ``checkpoint_complete``: the entries are kubelet's whole record (its file exists and was read)."""
         with self._lock:
-            plan = plan_restore(list(entries), self._world(self._all_views()))
+            views = self._all_views()
+            plan = plan_restore(list(entries), self._world(views), checkpoint_complete=checkpoint_complete,
+                                running=self._running)
             self._apply(plan)
             restored = len(self._ledger.served)
         log.info("restored %d served container(s) from kubelet's checkpoint and pod annotations", restored)

@@ -199,7 +199,9 @@ class NodeDaemon:
     def _restore(self) -> bool:
         """Rebuild the ledger before serving kubelet; False (logged) when that failed, to be retried."""
         try:
-            self.allocator.restore(self._checkpoint_entries())
+            entries = self._checkpoint_entries()
+            complete = self._checkpoint_problem is None and os.path.exists(self.checkpoint_path)
+            self.allocator.restore(entries, checkpoint_complete=complete)
         except Exception:
             log.exception("rebuilding the served ledger failed; not registering with kubelet yet, retrying")
             return False

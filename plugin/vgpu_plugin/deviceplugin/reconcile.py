@@ -84,12 +84,23 @@ def plan_reconcile(ledger: Ledger, entries: Sequence[PodDeviceEntry], world: Wor
     return planner.plan()
 
 
-def plan_restore(entries: Sequence[PodDeviceEntry], world: World) -> Plan:
-    """The ledger after a restart: kubelet's checkpoint, then every pod marked assigned counts as
-    served before, whatever kubelet recorded (a kubelet may keep no checkpoint)."""
+def plan_restore(entries: Sequence[PodDeviceEntry], world: World, *, checkpoint_complete: bool = False,
+                 running: Collection[str] = ()) -> Plan:
+    """The ledger after a restart: kubelet's checkpoint, then the pods marked assigned count as
+    served before (a kubelet may keep no checkpoint). When ``entries`` are kubelet's whole record
+    (``checkpoint_complete``: its file was read), a pod marked assigned that has no entry and that
+    kubelet does not run was never admitted: anyone can write ``gpu-assigned``, so it stays a
+    waiting pod (a rival), not one served before."""
     planner = _Planner(Ledger(), world)
     planner.apply_checkpoint(entries)
+    recorded = {entry.pod_uid for entry in entries}
     for view in world.views:
+        if checkpoint_complete and view.uid not in recorded and view.uid not in running:
+            if view.assigned:
+                planner.note(logging.WARNING, f"pod {view.namespace}/{view.name} is marked "
+                                              f"{world.names.gpu_assigned}=true but kubelet's checkpoint has no "
+                                              f"device of it: treated as not admitted yet")
+            continue
         if view.assigned and not view.problem:
             for wanted in view.containers:
                 for kind in (CORE, MEMORY) if wanted.request.memory_units else (CORE,):
