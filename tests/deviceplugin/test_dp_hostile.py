@@ -208,3 +208,27 @@ def test_readiness_follows_registration_with_kubelet(daemons, plugin_dir, gpus, 
         wait_for(lambda: readyz(daemon)[0] == 200, what="ready again once registered")
     finally:
         kubelet.stop()
+
+
+def test_a_failing_restore_is_retried_and_registration_waits_for_it(daemons, peer, gpus, core_v1, monkeypatch):
+    """Fault injection: the first rebuild of the ledger raises (as a bug would). The daemon logs it,
+    stays unready and unregistered (no Allocate without the ledger), retries, then registers."""
+    from vgpu_plugin.deviceplugin.allocator import Allocator
+
+    real_restore = Allocator.restore
+    attempts = []
+
+    def flaky_restore(self, entries, **kwargs):
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError("injected failure")
+        return real_restore(self, entries, **kwargs)
+
+    monkeypatch.setattr(Allocator, "restore", flaky_restore)
+    make_node(core_v1)
+    place_pod(core_v1, gpus, "a", [(Request(70, 20), (0,))])
+    daemon = daemons(gpus, metrics={"address": "127.0.0.1", "port": 0}, metrics_url=None)
+    wait_registered(peer)
+    assert daemon.wait_ready(10)
+    assert len(attempts) == 2 and daemon.registrations == 1
+    assert readyz(daemon)[0] == 200

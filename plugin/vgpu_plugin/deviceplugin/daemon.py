@@ -92,6 +92,7 @@ class NodeDaemon:
             raise ValueError(f"plugin dir {cfg.plugin_dir!r} is too long for unix socket paths")
         os.makedirs(cfg.plugin_dir, exist_ok=True)
         self._stopping.clear()
+        self._restored = False  # once per start: a supervisor started over keeps the ledger it has
         secret = load_or_create_secret(os.path.join(cfg.state_dir, "token-secret"))
         self._minter = TokenMinter(secret)
         self.cards.replace_cards(self.backend.inventory() if self.backend.available() else [])
@@ -215,8 +216,6 @@ class NodeDaemon:
                 return
             log.info("waiting for the pod list of node %s", cfg.node)
         self._read_node_address()
-        self._restored = False
-        self._restore()
         registered_for: tuple[int, int, int] | None = None
         checkpoint_seen = _identity(self.checkpoint_path)
         last_reconcile = 0.0
