@@ -330,7 +330,7 @@ def test_responses_match_the_openapi_document(server: MetricsServer, minter: Tok
     assert document["openapi"].startswith("3.")
     token = token_of(minter, cluster["alice"], 0)
     for path, query in (("/api/v1/allocation", ""), ("/api/v1/usage", "?history=600"), ("/api/v1/topology", ""),
-                        ("/healthz", "")):
+                        ("/healthz", ""), ("/readyz", "")):
         status, _, body = get(server, path + query, token)
         assert status == 200
         _validator(document, path, "200").validate(json.loads(body))

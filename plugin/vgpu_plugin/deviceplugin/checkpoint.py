@@ -40,47 +40,76 @@ class CheckpointError(ValueError):
 def read_checkpoint(path: str) -> list[PodDeviceEntry]:
     """Entries from kubelet's checkpoint; [] when there is none yet; CheckpointError when malformed."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        with open(path, "rb") as handle:
+            raw = handle.read()
     except FileNotFoundError:
         return []
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise CheckpointError(f"kubelet checkpoint is not UTF-8: {error}") from None
     return parse_checkpoint(text)
 
 
 def parse_checkpoint(text: str) -> list[PodDeviceEntry]:
+    """The entries of a checkpoint's text. Whatever the text holds, the answer is the entries or a
+    CheckpointError naming the first thing out of kubelet's format, never another exception."""
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as error:
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, an integer too long, nesting too deep
         raise CheckpointError(f"kubelet checkpoint is not JSON: {error}") from None
     if not isinstance(data, dict) or not isinstance(data.get("Data"), dict):
         raise CheckpointError("kubelet checkpoint has no 'Data' object")
-    raw_entries = data["Data"].get("PodDeviceEntries") or []
+    raw_entries = data["Data"].get("PodDeviceEntries")
+    if raw_entries is None:
+        return []
     if not isinstance(raw_entries, list):
         raise CheckpointError("kubelet checkpoint 'PodDeviceEntries' is not a list")
-    entries = []
-    for i, raw in enumerate(raw_entries):
-        where = f"PodDeviceEntries[{i}]"
-        if not isinstance(raw, dict):
-            raise CheckpointError(f"{where} is not an object")
-        try:
-            uid, container, resource = str(raw["PodUID"]), str(raw["ContainerName"]), str(raw["ResourceName"])
-        except KeyError as error:
-            raise CheckpointError(f"{where} lacks {error.args[0]}") from None
-        ids = raw.get("DeviceIDs") or []
-        if isinstance(ids, dict):
-            flat = [d for numa in sorted(ids) for d in (ids[numa] or [])]
-        elif isinstance(ids, list):
-            flat = list(ids)
-        else:
-            raise CheckpointError(f"{where}.DeviceIDs is neither a list nor a NUMA map")
-        if not all(isinstance(d, str) for d in flat):
-            raise CheckpointError(f"{where}.DeviceIDs holds something that is not a string")
-        try:
-            response = base64.b64decode(raw.get("AllocResp") or "", validate=True)
-        except ValueError:
-            raise CheckpointError(f"{where}.AllocResp is not base64") from None
-        entries.append(PodDeviceEntry(uid, container, resource, tuple(sorted(set(flat))), response))
-    return entries
+    return [_entry(raw, f"PodDeviceEntries[{i}]") for i, raw in enumerate(raw_entries)]
+
+
+def _entry(raw: object, where: str) -> PodDeviceEntry:
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{where} is not an object")
+    names = []
+    for key in ("PodUID", "ContainerName", "ResourceName"):
+        if key not in raw:
+            raise CheckpointError(f"{where} lacks {key}")
+        if not isinstance(raw[key], str):
+            raise CheckpointError(f"{where}.{key} is not a string")
+        names.append(raw[key])
+    uid, container, resource = names
+    return PodDeviceEntry(uid, container, resource, _device_ids(raw.get("DeviceIDs"), where),
+                          _alloc_response(raw.get("AllocResp"), where))
+
+
+def _device_ids(ids: object, where: str) -> tuple[str, ...]:
+    """``{"<numa node>": [ids]}`` (kubelet >= 1.20) or a plain list (older kubelets); null is none."""
+    if ids is None:
+        return ()
+    if isinstance(ids, dict):
+        lists = [ids[numa] for numa in sorted(ids)]
+        if not all(ids_ is None or isinstance(ids_, list) for ids_ in lists):
+            raise CheckpointError(f"{where}.DeviceIDs maps a NUMA node to something that is not a list")
+        flat = [d for ids_ in lists for d in (ids_ or [])]
+    elif isinstance(ids, list):
+        flat = ids
+    else:
+        raise CheckpointError(f"{where}.DeviceIDs is neither a list nor a NUMA map")
+    if not all(isinstance(d, str) for d in flat):
+        raise CheckpointError(f"{where}.DeviceIDs holds something that is not a string")
+    return tuple(sorted(set(flat)))
+
+
+def _alloc_response(text: object, where: str) -> bytes:
+    if text is None:
+        return b""
+    if not isinstance(text, str):
+        raise CheckpointError(f"{where}.AllocResp is not a base64 string")
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:  # binascii.Error, or a character outside ASCII
+        raise CheckpointError(f"{where}.AllocResp is not base64") from None
 
 
 def _fnv1a32(data: bytes) -> int:

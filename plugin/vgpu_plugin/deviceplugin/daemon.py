@@ -22,7 +22,7 @@ from jupyter_vgpu.core.contract import DEFAULT_NAMES, Names
 
 from ..tokens import TokenMinter, load_or_create_secret
 from .allocator import Allocator
-from .checkpoint import CheckpointError, read_checkpoint
+from .checkpoint import CheckpointError, PodDeviceEntry, read_checkpoint
 from .devices import (
     CHECKPOINT_FILE,
     CORE,
@@ -82,6 +82,8 @@ class NodeDaemon:
         self.registrations = 0
         self._node_address = "127.0.0.1"
         self._minter: TokenMinter | None = None
+        self._checkpoint_problem: str | None = None  # the last complaint about kubelet's checkpoint, said once
+        self._restored = False  # the ledger was rebuilt from kubelet's checkpoint and the pods
 
     @property
     def checkpoint_path(self) -> str:
@@ -100,6 +102,7 @@ class NodeDaemon:
             raise ValueError(f"plugin dir {cfg.plugin_dir!r} is too long for unix socket paths")
         os.makedirs(cfg.plugin_dir, exist_ok=True)
         self._stopping.clear()
+        self._restored = False  # once per start: a supervisor started over keeps the ledger it has
         secret = load_or_create_secret(os.path.join(cfg.state_dir, "token-secret"))
         self._minter = TokenMinter(secret)
         self.cards.replace_cards(self.backend.inventory() if self.backend.available() else [])
@@ -141,6 +144,16 @@ class NodeDaemon:
         """True once the servers run and are registered with kubelet."""
         return self._ready.wait(timeout)
 
+    def not_ready(self) -> str | None:
+        """Why the daemon is not ready (None: it serves and is registered with kubelet); the readiness probe."""
+        if self._ready.is_set():
+            return None
+        if self._stopping.is_set():
+            return "stopping"
+        if not self._restored:
+            return "not registered with kubelet yet: the served ledger is not rebuilt yet (see the log)"
+        return "not registered with kubelet (kubelet down, or it refused us: see the log)"
+
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
         self._reconcile_now.set()
@@ -165,6 +178,7 @@ class NodeDaemon:
         from ..metrics.server import MetricsServer
 
         options = dict(self.config.metrics or {})
+        options.setdefault("readiness", self.not_ready)
         self.metrics_server = MetricsServer(self.config.node, self.backend, self.informer, self._minter,
                                             self.config.names, enforcement=self.config.enforcement.mode, **options)
         self.metrics_server.start()
@@ -193,19 +207,43 @@ class NodeDaemon:
     # --- supervisor: start-up, kubelet restarts, reconciliation -------------------------------------
 
     def _supervise(self) -> None:
+        """Run the supervisor; an unexpected error is logged, readiness drops, and it starts over."""
+        while not self._stopping.is_set():
+            try:
+                self._run_supervisor()
+            except Exception:
+                log.exception("the device plugin supervisor failed; starting it again")
+                self._ready.clear()
+                self._stopping.wait(1.0)
+
+    def _restore(self) -> bool:
+        """Rebuild the ledger before serving kubelet; False (logged) when that failed, to be retried."""
+        try:
+            entries = self._checkpoint_entries()
+            complete = self._checkpoint_problem is None and os.path.exists(self.checkpoint_path)
+            self.allocator.restore(entries, checkpoint_complete=complete)
+        except Exception:
+            log.exception("rebuilding the served ledger failed; not registering with kubelet yet, retrying")
+            return False
+        self._restored = True
+        return True
+
+    def _run_supervisor(self) -> None:
         cfg = self.config
         while not self.informer.wait_synced(1.0):
             if self._stopping.is_set():
                 return
             log.info("waiting for the pod list of node %s", cfg.node)
         self._read_node_address()
-        self.allocator.restore(self._checkpoint_entries())
         registered_for: tuple[int, int, int] | None = None
         checkpoint_seen = _identity(self.checkpoint_path)
         last_reconcile = 0.0
         last_gc = 0.0
         backoff_until = 0.0
         while not self._stopping.is_set():
+            if not self._restored and not self._restore():  # no Allocate is answered without the ledger
+                self._stopping.wait(1.0)
+                continue
             kubelet = _identity(os.path.join(cfg.plugin_dir, KUBELET_SOCKET))
             ours_missing = any(not os.path.exists(s.path) for s in self.servers.values())
             now = time.monotonic()
@@ -272,12 +310,21 @@ class NodeDaemon:
             field_selector=f"spec.nodeName={self.config.node}", _preload_content=False, _request_timeout=10)
         return list(json.loads(response.data).get("items") or [])
 
-    def _checkpoint_entries(self) -> list:
+    def _checkpoint_entries(self) -> list[PodDeviceEntry]:
+        """kubelet's checkpoint; [] (and a warning each time the complaint changes) when unreadable:
+        the ledger then keeps what it knows and the pod annotations stand in."""
         try:
-            return read_checkpoint(self.checkpoint_path)
+            entries = read_checkpoint(self.checkpoint_path)
         except (CheckpointError, OSError) as error:
-            log.warning("ignoring kubelet's checkpoint %s: %s", self.checkpoint_path, error)
+            problem = str(error)
+            if problem != self._checkpoint_problem:
+                log.warning("ignoring kubelet's checkpoint %s: %s", self.checkpoint_path, problem)
+            self._checkpoint_problem = problem
             return []
+        if self._checkpoint_problem is not None:
+            log.info("kubelet's checkpoint %s is readable again", self.checkpoint_path)
+            self._checkpoint_problem = None
+        return entries
 
     def _on_pod_event(self, kind: str, pod: dict[str, Any] | None) -> None:
         if pod is None or self.allocator is None:

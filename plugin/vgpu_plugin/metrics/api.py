@@ -296,3 +296,17 @@ class HealthHandler(JSONHandler):
         # the server is alive even when the GPU numbers are stale; say so without failing
         stale, message = self.context.sampler.snapshot().staleness(self.context.clock())
         self.write_json({"ok": True, "stale": stale, "message": message})
+
+
+class ReadyHandler(JSONHandler):
+    """The readiness probe: 200 when the process does its job (the node daemon: registered with
+    kubelet), else 503 with the reason. /healthz stays the liveness probe."""
+
+    def initialize(self, readiness: Callable[[], str | None]) -> None:
+        self.readiness = readiness
+
+    def get(self) -> None:
+        reason = self.readiness()
+        if reason is not None:
+            self.set_status(503)
+        self.write_json({"ready": reason is None, "reason": reason or ""})

@@ -38,7 +38,14 @@ from jupyter_vgpu.core.contract import (
     Names,
 )
 
-from .api import AllocationHandler, ApiContext, HealthHandler, TopologyHandler, UsageHandler
+from .api import (
+    AllocationHandler,
+    ApiContext,
+    HealthHandler,
+    ReadyHandler,
+    TopologyHandler,
+    UsageHandler,
+)
 from .collectors import GpuManagerCollector, NodeCollector
 from .flags import DEFAULT_SCRAPE_PORT
 from .sampler import PodSource, Sampler
@@ -62,6 +69,7 @@ class MetricsServer:
         names: Names = DEFAULT_NAMES,
         *,
         address: str = "0.0.0.0",
+        readiness: Callable[[], str | None] | None = None,
         port: int = DEFAULT_METRICS_PORT,
         period: float = 1.0,
         history_seconds: float = 900.0,
@@ -88,6 +96,8 @@ class MetricsServer:
         if enforcement not in ENFORCEMENT_BACKENDS:
             raise ValueError(f"enforcement {enforcement!r} is not one of {', '.join(ENFORCEMENT_BACKENDS)}")
         self.node_name = node_name
+        # /readyz: None when ready, else why not (the node daemon: registered with kubelet)
+        self._readiness = readiness or (lambda: None)
         self.address = address
         self._requested_port = port
         self.scrape_address = address if scrape_address is None else scrape_address
@@ -117,6 +127,7 @@ class MetricsServer:
             (r"/api/v1/allocation", AllocationHandler, context),
             (r"/api/v1/usage", UsageHandler, context),
             (r"/api/v1/topology", TopologyHandler, context),
+            (r"/readyz", ReadyHandler, {"readiness": self._readiness}),
         ])
 
     def make_scrape_app(self) -> tornado.web.Application:

@@ -1,0 +1,195 @@
+"""Which container kubelet is admitting, and what it gets: pure functions over pod views and the ledger.
+
+kubelet's Allocate names device IDs, never the pod. The pod is found the way
+gpu-admission's partner (gpu-manager) finds it: bound to this node, placed by the
+scheduler extender (``predicate-*`` annotations), not yet served, asking for exactly
+that many devices; among several, the oldest predicate time.
+
+``gpu-assigned=true`` is written by whoever creates the pod as easily as by this daemon,
+so it hides a pod only when kubelet certainly admitted it already (the ledger holds all
+its containers, or kubelet runs it): a pod marked assigned but never served is a candidate and a rival
+like any other, never invisible (an invisible pod's Allocate would be answered with a
+waiting pod's placement, identity and token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from jupyter_vgpu.core import contract as c
+from jupyter_vgpu.core.contract import CardShare, ContainerAllocation, Names
+
+from .devices import CORE, MEMORY, card_of, cards_in
+from .pods import PodView, Wanted
+from .served import Key, Ledger
+
+if TYPE_CHECKING:
+    from jupyter_vgpu.core.inventory import Card
+
+
+class AllocationError(Exception):
+    """Allocate cannot be answered; the message is what kubelet puts on the pod."""
+
+
+def settled_pods(views: Sequence[PodView], ledger: Ledger, running: Collection[str]) -> set[str]:
+    """UIDs of the pods marked assigned that kubelet certainly admitted: the ledger holds every one
+    of their containers, or kubelet runs them (a status only kubelet writes). No Allocate is for these."""
+    return {v.uid for v in views if v.assigned and (v.uid in running or (
+        ledger.pod_started(v.uid) and all(ledger.container_complete(w) for w in v.containers)))}
+
+
+def choose(ledger: Ledger, kind: str, count: int, ids: Sequence[str] | None, views: Sequence[PodView],
+           settled: Collection[str]) -> Wanted | None:
+    """The container kubelet is most likely admitting with ``count`` devices of ``kind``."""
+    id_cards = set(cards_in(ids or ()))
+    best: tuple[Any, ...] | None = None
+    chosen = None
+    for view in views:
+        if view.uid in settled or view.problem:
+            continue
+        pod_started = ledger.pod_started(view.uid)
+        for wanted in view.containers:
+            key = (wanted.uid, wanted.index)
+            if wanted.count(kind) != count or ledger.served_kind(key, kind):
+                continue
+            other = MEMORY if kind == CORE else CORE
+            half_served = ledger.served_kind(key, other)
+            planned = ledger.overrides.get(key)
+            plan_cards = {s.index for s in planned.cards} if planned else set(wanted.cards)
+            rank = (
+                0 if half_served else 1,          # the other resource of this container came first
+                0 if pod_started else 1,          # kubelet finishes a pod before the next
+                wanted.predicate_time,            # then the oldest placement
+                0 if id_cards and id_cards <= plan_cards else 1,
+                wanted.namespace, wanted.pod, wanted.index,
+            )
+            if best is None or rank < best:
+                best, chosen = rank, wanted
+    return chosen
+
+
+def rivals(ledger: Ledger, count: int, views: Sequence[PodView], settled: Collection[str]) -> list[Key]:
+    """Every container kubelet could be admitting with ``count`` vcuda-core devices: those waiting,
+    and those we answered by a guess kubelet's checkpoint has not confirmed (that guess may be wrong,
+    and then the container it named is the one still waiting)."""
+    found: list[Key] = []
+    for view in views:
+        if view.uid in settled:
+            continue
+        if view.problem:  # its requests are unknown: it could be anyone's rival
+            found.append((view.uid, -1))
+            continue
+        for wanted in view.containers:
+            key = (wanted.uid, wanted.index)
+            served = ledger.served.get(key)
+            if wanted.count(CORE) == count and (
+                    not ledger.served_kind(key, CORE) or (served is not None and served.guessed)):
+                found.append(key)
+    return found
+
+
+def no_match(ledger: Ledger, node: str, names: Names, kind: str, count: int, views: Sequence[PodView],
+             settled: Collection[str]) -> AllocationError:
+    resource = names.core_resource if kind == CORE else names.memory_resource
+    candidates = [v for v in views if v.uid not in settled]
+    waiting = [w for v in candidates if not v.problem for w in v.containers
+               if not ledger.served_kind((w.uid, w.index), kind) and w.count(kind)]
+    problems = [f"{v.namespace}/{v.name}: {v.problem}" for v in candidates if v.problem]
+    text = f"no pod bound to node {node} is waiting for exactly {count} {resource}"
+    if waiting:
+        listed = "; ".join(w.describe() for w in waiting[:5])
+        more = f" and {len(waiting) - 5} more" if len(waiting) > 5 else ""
+        text += f"; containers waiting here ask for: {listed}{more}"
+    else:
+        text += "; no vGPU container is waiting on this node"
+    if problems:
+        text += "; ignored: " + "; ".join(problems[:5])
+    text += (f". A pod must be placed by the vGPU scheduler extender ({names.predicate_node}="
+             f"{node} and {names.predicate_gpu_idx_prefix}<i> annotations) before kubelet admits it")
+    return AllocationError(text)
+
+
+def placement(wanted: Wanted, override: ContainerAllocation | None, cards: Mapping[int, Card],
+              node: str) -> ContainerAllocation:
+    """What the container gets: a placement moved to it, else its record, else the scheduler's cards."""
+    planned = override or wanted.record
+    if planned is not None:
+        return replace(planned, name=wanted.container, cards=tuple(
+            replace(s, uuid=cards[s.index].uuid) if s.index in cards else s for s in planned.cards))
+    request = wanted.request
+    missing = [i for i in wanted.cards if i not in cards]
+    if missing:
+        raise AllocationError(
+            f"{wanted.describe()}: card(s) {missing} assigned by the scheduler do not exist on node "
+            f"{node} (it has {sorted(cards)})")
+    if request.is_share:
+        if len(wanted.cards) != 1:
+            raise AllocationError(f"{wanted.describe()}: a share must be on one card, the scheduler chose "
+                                  f"{len(wanted.cards)}")
+        index = wanted.cards[0]
+        shares: tuple[CardShare, ...] = (CardShare(index, cards[index].uuid, request.cores, request.memory_units),)
+    else:
+        if len(set(wanted.cards)) != request.cards:
+            raise AllocationError(f"{wanted.describe()}: {request.cards} whole card(s) requested but the "
+                                  f"scheduler chose {len(set(wanted.cards))}")
+        shares = tuple(CardShare(i, cards[i].uuid, c.CORES_PER_CARD, cards[i].memory_units)
+                       for i in sorted(set(wanted.cards)))
+    return ContainerAllocation(index=wanted.index, name=wanted.container, cards=shares)
+
+
+def check_fits(ledger: Ledger, wanted: Wanted, allocation: ContainerAllocation, cards: Mapping[int, Card],
+               node: str, reason: Callable[[int], str | None]) -> None:
+    """AllocationError when a card is missing, unhealthy, or would be over-committed."""
+    key = (wanted.uid, wanted.index)
+    for share in allocation.cards:
+        card = cards.get(share.index)
+        if card is None:
+            raise AllocationError(f"{wanted.describe()}: card {share.index} does not exist on node {node}")
+        if not card.healthy:
+            why = reason(share.index) or "unhealthy"
+            raise AllocationError(f"{wanted.describe()}: card {share.index} is unhealthy ({why})")
+        used_cores, used_units = ledger.used_on(share.index, besides=key)
+        if used_cores + share.cores > c.CORES_PER_CARD or used_units + share.memory_units > card.memory_units:
+            raise AllocationError(
+                f"{wanted.describe()}: card {share.index} cannot take {share.cores} cores and "
+                f"{share.memory_units} memory units: {used_cores} cores and {used_units} of "
+                f"{card.memory_units} units are already given out on this node")
+
+
+def quota(kind: str, allocation: ContainerAllocation, size: int) -> dict[int, int]:
+    """How many of ``size`` devices of a kind each card of the allocation should supply."""
+    if kind == CORE:
+        return {s.index: s.cores for s in allocation.cards}
+    shares = sorted(allocation.cards, key=lambda s: s.index)
+    if len(shares) == 1:
+        return {shares[0].index: size}
+    per, extra = divmod(size, len(shares))  # whole cards with declared memory: spread it evenly
+    return {s.index: per + (1 if i < extra else 0) for i, s in enumerate(shares)}
+
+
+def preferred_ids(available: Sequence[str], must_include: Sequence[str], size: int,
+                  per_card: Mapping[int, int]) -> list[str]:
+    """kubelet's must-include IDs, then IDs on the planned cards up to each card's quota, then any."""
+    chosen = list(dict.fromkeys(must_include))[:size] if size > 0 else []
+    pool = sorted(set(available) - set(chosen), key=_id_order)
+    taken = cards_in(chosen)
+    for device in pool:
+        card = card_of(device)
+        if len(chosen) >= size:
+            break
+        if card is not None and card in per_card and taken[card] < per_card[card]:
+            chosen.append(device)
+            taken[card] += 1
+    for device in pool:  # kubelet's accounting may differ from ours: fill up from the rest
+        if len(chosen) >= size:
+            break
+        if device not in chosen:
+            chosen.append(device)
+    return chosen
+
+
+def _id_order(device: str) -> tuple[int, str]:
+    card = card_of(device)
+    return (card if card is not None else 1 << 30, device)
