@@ -221,8 +221,9 @@ def test_node_api_is_the_only_host_port_and_the_scrape_port_needs_the_monitors_t
     env = env_of(node)
     assert int(env["VGPU_METRICS_PORT"]) == contract.DEFAULT_METRICS_PORT
     assert int(env["VGPU_METRICS_SCRAPE_PORT"]) == DEFAULT_SCRAPE_PORT
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert node[probe]["httpGet"] == {"path": "/healthz", "port": "node-api"}
+    # both probes on the node API: ready once registered with kubelet, alive while serving
+    assert node["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "node-api"}
+    assert node["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "node-api"}
     service = find(objects, "Service", "vgpu-node-metrics")
     pod_labels = find(objects, "DaemonSet", "vgpu-node")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
