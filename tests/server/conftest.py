@@ -12,6 +12,7 @@ from pytest_jupyter.jupyter_server import *  # noqa: F403
 from jupyter_vgpu.core import contract
 
 _ENV = (*contract.VGPU_ENV_NAMES, contract.ENV_NOTEBOOK_SOURCE, contract.ENV_NOTEBOOK_KUBECONFIG,
+        contract.ENV_NOTEBOOK_REQUESTER,
         "JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN", "JUPYTERHUB_USER", "JUPYTERHUB_SERVER_NAME",
         "HOST_IP", "CUDA_VISIBLE_DEVICES", contract.ENV_NVIDIA_VISIBLE_DEVICES)
 
@@ -31,17 +32,24 @@ def run(jp_asyncio_loop):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def vgpu_config() -> dict:
-    """c.VGPUExtension settings for the server under test; tests override this fixture."""
+    """c.VGPUSettings (fact source, requester) for the server under test; tests override this fixture."""
     return {"source": "none"}
 
 
 @pytest.fixture
-def jp_server_config(vgpu_config):  # type: ignore[no-untyped-def]
+def vgpu_extension_config() -> dict:
+    """c.VGPUExtension settings (the REST API's own) for the server under test."""
+    return {}
+
+
+@pytest.fixture
+def jp_server_config(vgpu_config, vgpu_extension_config):  # type: ignore[no-untyped-def]
     from traitlets.config import Config
 
     return Config({
         "ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}},
-        "VGPUExtension": vgpu_config,
+        "VGPUSettings": vgpu_config,
+        "VGPUExtension": vgpu_extension_config,
     })
 
 

@@ -17,8 +17,8 @@ from server_peers import ALLOCATION, TOKEN, as_json, closed_port_url
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.data import TOPOLOGY_DIR
-from jupyter_vgpu.server.gpu_manager import VcudaConfig, encode_vcuda_config
-from jupyter_vgpu.server.request_setup import NO_REQUESTER
+from jupyter_vgpu.requesters.hub import NOT_UNDER_HUB
+from jupyter_vgpu.sources.gpu_manager import VcudaConfig, encode_vcuda_config
 
 ROUTES = ("allocation", "topology", "usage", "requests")
 
@@ -84,7 +84,11 @@ def wait_live(run, jp_fetch):  # type: ignore[no-untyped-def]
 class TestNodeAPI:
     @pytest.fixture
     def vgpu_config(self, node_env):  # type: ignore[no-untyped-def]
-        return {"source": "auto", "stream_interval": 0.2}
+        return {"source": "auto"}
+
+    @pytest.fixture
+    def vgpu_extension_config(self):  # type: ignore[no-untyped-def]
+        return {"stream_interval": 0.2}
 
     def test_allocation_is_what_the_device_plugin_gave(self, run, jp_fetch, node_env):  # type: ignore[no-untyped-def]
         answer = get(run, jp_fetch, "allocation")
@@ -291,7 +295,7 @@ def test_requests_validate_and_explain(run, jp_fetch):  # type: ignore[no-untype
     request_id = as_json(accepted)["id"]
     assert as_json(accepted)["memoryUnits"] == 16
     final = get(run, jp_fetch, "requests", request_id)
-    assert final["state"] == "failed" and final["message"] == NO_REQUESTER
+    assert final["state"] == "failed" and final["message"] == NOT_UNDER_HUB
     assert get(run, jp_fetch, "requests")["id"] == request_id
     with pytest.raises(tornado.httpclient.HTTPClientError) as unknown:
         run(jp_fetch("vgpu", "api", "requests", "r99-nothing"))
