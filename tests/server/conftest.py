@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from pytest_jupyter.jupyter_server import *  # noqa: F403
+from pytest_jupyter.jupyter_server import jp_fetch as raw_jp_fetch  # noqa: F401 - wrapped below
 
 from jupyter_vgpu.core import contract
 
@@ -76,3 +77,28 @@ def real_node(tmp_path):  # type: ignore[no-untyped-def]
     node = RealNode(tmp_path).start()
     yield node
     node.stop()
+
+
+@pytest.fixture
+def jp_fetch(raw_jp_fetch):  # type: ignore[no-untyped-def]  # noqa: F811 - the fixture wraps the imported one
+    """pytest-jupyter's jp_fetch, checking every vgpu/api answer (errors too) against docs/server-api.yaml."""
+    import json
+
+    import api_schema
+    import tornado.httpclient
+
+    def check(parts, method, response):  # type: ignore[no-untyped-def]
+        if parts[:2] == ("vgpu", "api") and response is not None:
+            api_schema.check_response("/".join(parts[2:]), method, response.code, json.loads(response.body or b"null"))
+
+    async def fetch(*parts, **kwargs):  # type: ignore[no-untyped-def]
+        method = kwargs.get("method", "GET")
+        try:
+            response = await raw_jp_fetch(*parts, **kwargs)
+        except tornado.httpclient.HTTPClientError as error:
+            check(parts, method, error.response)
+            raise
+        check(parts, method, response)
+        return response
+
+    return fetch

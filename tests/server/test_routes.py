@@ -13,6 +13,7 @@ import time
 import pytest
 import tornado.httpclient
 import tornado.websocket
+from api_schema import check_response, check_schema
 from server_peers import ALLOCATION, TOKEN, as_json, closed_port_url
 
 from jupyter_vgpu.core import contract
@@ -54,6 +55,7 @@ def test_unauthenticated_requests_are_refused(run, jp_fetch, jp_base_url, jp_htt
     for path, method in [(r, "GET") for r in ROUTES] + [("requests", "POST"), ("requests/r1-x", "GET")]:
         response = run(fetch(path, method))
         assert response.code == 403, (path, method, response.code)
+        check_response(path, method, 403, as_json(response))
     with pytest.raises(tornado.httpclient.HTTPClientError) as refused:
         run(tornado.websocket.websocket_connect(f"ws://127.0.0.1:{jp_http_port}{jp_base_url}vgpu/api/usage/stream"))
     assert refused.value.code == 403
@@ -150,6 +152,8 @@ class TestNodeAPI:
             return first, second
 
         first, second = run(two_messages())
+        check_schema("UsageStreamMessage", first)
+        check_schema("UsageStreamMessage", second)
         assert first["state"] == "live" and first["limits"] == {"cores": 25, "memoryMib": 10240}
         assert second["current"]["t"] > first["current"]["t"]
 
