@@ -2,8 +2,8 @@
 
 Load with ``%load_ext jupyter_vgpu`` or automatically with
 ``c.InteractiveShellApp.extensions = ["jupyter_vgpu"]``. Settings are traitlets on
-``VGPUMagics`` (``c.VGPUMagics.source = "auto"`` ...). Facts come from the same adapters
-as the server extension, called directly (no HTTP to the notebook server).
+``VGPUSettings`` (``c.VGPUSettings.source = "auto"`` ...), shared with the server extension:
+facts come from the same adapters, called directly (no HTTP to the notebook server).
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import time
 from typing import Any
 
 from IPython.core.magic import Magics, line_magic, magics_class
-from traitlets import Enum, Float, Unicode
+from traitlets import Float
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.core.contract import RequestError
+from jupyter_vgpu.settings import SettingsAliases
 
 USAGE = """\
 %vgpu                      the dashboard: allocation, topology, live usage
@@ -57,23 +58,14 @@ def _parser() -> _Parser:
 
 
 @magics_class
-class VGPUMagics(Magics):
-    source = Enum(("auto", "node-api", "gpu-manager", "local-nvml", "none"), default_value="auto", config=True,
-                  help="Fact source, as c.VGPUExtension.source (auto also honours $JUPYTER_VGPU_SOURCE).")
-    local_backend = Unicode("nvml", config=True, help="'nvml' or 'simulated:<topology capture>'.")
-    metrics_url = Unicode("", config=True, help="Node metrics server (default $VGPU_METRICS_URL).")
-    token = Unicode("", config=True, help="Node API read token (default $VGPU_TOKEN).")
-    gpu_manager_metric_url = Unicode("", config=True, help="gpu-manager's /metric URL.")
-    vcuda_config_dir = Unicode(contract.GM_VCUDA_CONFIG_DIR, config=True, help="gpu-manager's vcuda.config mount.")
-    timeout = Float(5.0, config=True, help="Seconds to wait for the node metrics server.")
+class VGPUMagics(SettingsAliases, Magics):
+    """``%vgpu``; its facts and requests come from ``c.VGPUSettings`` (shared with the server)."""
+
     watch_interval = Float(1.0, config=True, help="Seconds between live usage updates.")
-    requester = Enum(("auto", "jupyterhub", "kube", "none"), default_value="auto", config=True,
-                     help="How %vgpu request is carried out (as c.VGPUExtension.requester).")
-    kubeconfig = Unicode("", config=True, help="kubeconfig for the kube requester (default $JUPYTER_VGPU_KUBECONFIG).")
-    request_timeout = Float(300.0, config=True, help="Seconds a share request may stay pending.")
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
+        self.vgpu_settings = self.make_vgpu_settings()
         self._facts: Any = None
         self._tracker: Any = None
         self.rails: Any = None
@@ -84,21 +76,13 @@ class VGPUMagics(Magics):
     @property
     def facts(self) -> Any:
         if self._facts is None:
-            from jupyter_vgpu.server.facts import SourceSettings, backend_factory, make_source
-
-            self._facts = make_source(SourceSettings(
-                source=self.source, metrics_url=self.metrics_url, token=self.token,
-                gpu_manager_metric_url=self.gpu_manager_metric_url, vcuda_config_dir=self.vcuda_config_dir,
-                timeout=self.timeout, backend_factory=backend_factory(self.local_backend),
-            ))
+            self._facts = self.vgpu_settings.make_source()
         return self._facts
 
     @property
     def tracker(self) -> Any:
         if self._tracker is None:
-            from jupyter_vgpu.server.request_setup import make_tracker
-
-            self._tracker = make_tracker(self.requester, self.kubeconfig, self.request_timeout, os.environ)
+            self._tracker = self.vgpu_settings.make_tracker()
         return self._tracker
 
     def apply_guard_rails(self) -> Any:
@@ -210,7 +194,7 @@ class VGPUMagics(Magics):
         return self._submit(0, 0, wait=True)
 
     def _cmd_request(self, args: argparse.Namespace) -> Any:
-        from jupyter_vgpu.server.requests import parse_share
+        from jupyter_vgpu.requesters.base import parse_share
 
         cores, units = parse_share(args.cores, args.memory, os.environ)
         if cores == 0:

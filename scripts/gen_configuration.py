@@ -30,6 +30,12 @@ DAEMONS = [
 ]
 
 TRAITLETS = [
+    ("jupyter_vgpu.settings:VGPUSettings",
+     "Where the notebook's GPU facts come from and how it asks for a different share: read by both the "
+     "server extension and the kernel (`%vgpu`, widgets), in `jupyter_server_config.py` (or "
+     "`--VGPUSettings.<name>=...`) and `ipython_kernel_config.py`. `c.VGPUExtension.VGPUSettings.<name>` or "
+     "`c.VGPUMagics.VGPUSettings.<name>` sets one side only. The server extension passes its `source` and "
+     "`requester_class` on to the kernels it starts."),
     ("jupyter_vgpu.server.app:VGPUExtension", "Server extension, in `jupyter_server_config.py` (or `--VGPUExtension.<name>=...`)."),
     ("jupyter_vgpu.magic:VGPUMagics", "Kernel side (`%vgpu`, widgets), in `ipython_config.py` / `ipython_kernel_config.py`."),
     ("jupyter_vgpu.hub:VGPUHub", "JupyterHub, in `jupyterhub_config.py` (see docs/admin.md for the KubeSpawner wiring)."),
@@ -66,6 +72,20 @@ def _traits_table(cls) -> list[str]:  # type: ignore[no-untyped-def]
     return rows
 
 
+def _former_names() -> list[str]:
+    """The settings that moved to VGPUSettings: the old names still work, with a warning."""
+    from jupyter_vgpu.settings import SettingsAliases
+
+    rows = ["## Former names", "",
+            "These used to be settings of `VGPUExtension` and `VGPUMagics`; they still work, log a deprecation "
+            "warning, and lose to the same setting on `VGPUSettings`.", "",
+            "| former setting | now |", "|---|---|"]
+    for name in sorted(SettingsAliases.class_own_traits(config=True)):
+        now = "`c.VGPUSettings.requester_class`" if name == "requester" else f"`c.VGPUSettings.{name}`"
+        rows.append(f"| `c.VGPUExtension.{name}`, `c.VGPUMagics.{name}` | {now} |")
+    return rows + [""]
+
+
 def render() -> str:
     # Defaults that read the environment must not leak this machine's settings into the doc.
     saved = {k: v for k, v in os.environ.items() if k.startswith(("VGPU_", "JUPYTER_VGPU_")) or k in ("KUBECONFIG", "NODE_NAME")}
@@ -88,6 +108,7 @@ def render() -> str:
         for target, what in TRAITLETS:
             cls = _load(target)
             lines += [f"## `{cls.__name__}`", "", what, ""] + _traits_table(cls) + [""]
+        lines += _former_names()
         from jupyter_vgpu.core import contract
 
         lines += [

@@ -59,8 +59,8 @@ def widget_refresh_cost(node: RealNode, env: dict[str, str], n: int) -> tuple[fl
             pass
 
     comm.create_comm = lambda **kwargs: Quiet(**kwargs)
-    from jupyter_vgpu.server.facts import SourceSettings
-    from jupyter_vgpu.server.node_api import NodeAPISource
+    from jupyter_vgpu.sources.base import SourceSettings
+    from jupyter_vgpu.sources.node_api import NodeAPISource
     from jupyter_vgpu.widgets.views import UsageChart
 
     source = NodeAPISource(SourceSettings(environ=env))
@@ -89,7 +89,7 @@ def main() -> None:
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter_server", f"--port={port}", "--ip=127.0.0.1", "--no-browser", "--allow-root",
          f"--IdentityProvider.token={token}", "--ServerApp.jpserver_extensions={'jupyter_vgpu': True}",
-         f"--ServerApp.root_dir={tmp}", "--VGPUExtension.source=node-api"],
+         f"--ServerApp.root_dir={tmp}", "--VGPUSettings.source=node-api"],
         env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         base = f"http://127.0.0.1:{port}/vgpu/api/"

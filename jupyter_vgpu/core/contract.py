@@ -87,6 +87,8 @@ ENV_CUPY_MEMORY_LIMIT = "CUPY_GPU_MEMORY_LIMIT"
 ENV_TF_FORCE_GROWTH = "TF_FORCE_GPU_ALLOW_GROWTH"
 # notebook side: the fact source the server extension chose, passed on to its kernels
 ENV_NOTEBOOK_SOURCE = "JUPYTER_VGPU_SOURCE"
+# notebook side: the requester class the server extension was configured with, passed on to its kernels
+ENV_NOTEBOOK_REQUESTER = "JUPYTER_VGPU_REQUESTER"
 # notebook side: kubeconfig the simulated cluster gives a notebook pod to re-create itself
 ENV_NOTEBOOK_KUBECONFIG = "JUPYTER_VGPU_KUBECONFIG"
 # TKEStack gpu-manager (vcuda-controller) container contract

@@ -18,7 +18,7 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web, websocket
 
 from jupyter_vgpu.core.contract import RequestError
-from jupyter_vgpu.server.requests import parse_share
+from jupyter_vgpu.requesters.base import parse_share
 
 AUTH_RESOURCE = "vgpu"
 API = "vgpu/api"

@@ -45,8 +45,9 @@ export function shortShare(cores: number): string {
 }
 
 /** 'card 1' or 'cards 0, 3'. */
-export function describeCards(indices: number[]): string {
-  return indices.length === 1 ? `card ${indices[0]}` : `cards ${indices.join(', ')}`;
+export function describeCards(indices: (number | null)[]): string {
+  const shown = indices.map(i => (i === null ? '?' : String(i))); // a source may not know a card's index
+  return shown.length === 1 ? `card ${shown[0]}` : `cards ${shown.join(', ')}`;
 }
 
 /** The model names of an allocation, deduplicated: 'A100-SXM4-80GB'. */

@@ -271,7 +271,10 @@ export class VgpuModel {
     }, delaySeconds * 1000);
   }
 
-  private _applyUsage(reply: Partial<UsageReply> & { state: UsageState }): void {
+  /** A usage reply, or a stream message (the same fields without the history). */
+  private _applyUsage(
+    reply: Pick<UsageReply, 'state' | 'message' | 'limits' | 'current'> & Partial<Pick<UsageReply, 'history'>>
+  ): void {
     this.usage = {
       state: reply.state,
       message: reply.message ?? null,

@@ -199,7 +199,7 @@ export class VgpuPanel extends Widget {
     this._allocation.hidden = false;
     const fractions = allocationFractions(allocation);
     const cards = allocation.cards.map(c => c.index);
-    const totalMemory = allocation.cards.reduce((sum, c) => sum + c.memoryTotalMib, 0);
+    const totalMemory = allocation.cards.reduce((sum, c) => sum + (c.memoryTotalMib ?? 0), 0);
     this._allocation.replaceChildren(
       h('h3', {}, 'Your GPU'),
       h(

@@ -32,6 +32,8 @@ export function describeLevel(level: string): string {
   }
 }
 
+export type LeafGpu = Pick<TopologyGpu, 'index' | 'mine'> & Partial<TopologyGpu>;
+
 export interface LayoutNode {
   id: string;
   /** Centre, in slot units: x in 0..width, y is the depth (0 at the root). */
@@ -40,8 +42,8 @@ export interface LayoutNode {
   level: string;
   label: string;
   gpus: number[];
-  /** Set on leaves. */
-  gpu: TopologyGpu | null;
+  /** Set on leaves (only index and mine for a card the tree names but the server did not list). */
+  gpu: LeafGpu | null;
   /** This subtree holds one of the user's cards. */
   mine: boolean;
 }
@@ -157,7 +159,7 @@ export function layoutTopology(topology: Topology): TopologyLayout {
  * One card's occupancy in words, anonymous for other people's shares: the user's own
  * share is named, everyone else is a count. `allocatedCores` is the card's total.
  */
-export function describeOccupancy(gpu: TopologyGpu): string {
+export function describeOccupancy(gpu: LeafGpu): string {
   if (gpu.healthy === false) {
     return 'unhealthy';
   }

@@ -1,136 +1,39 @@
 /**
- * The JSON the jupyter_vgpu server extension serves under `{base_url}vgpu/api/`
- * (docs/internals.md, "Server extension"). Field names are the wire names.
+ * The JSON the jupyter_vgpu server extension serves under `{base_url}vgpu/api/`, named for
+ * the panel. The shapes come from docs/server-api.yaml through `server-api.d.ts`, which
+ * `npm run api:types` generates (and `npm run api:check` / the jest suite keep current):
+ * edit the schema, never these types. Field names are the wire names.
  */
 
-export type Source = 'node-api' | 'gpu-manager' | 'local-nvml' | 'none';
+import type { components } from './server-api';
 
-export interface AllocationCard {
-  index: number;
-  uuid: string;
-  model: string;
-  cores: number;
-  memoryMib: number;
-  memoryTotalMib: number;
-}
+type Schemas = components['schemas'];
 
-export interface Allocation {
-  node: string;
-  namespace?: string;
-  pod?: string;
-  podUid?: string;
-  container?: string;
-  cores: number;
-  memoryMib: number;
-  enforcement?: string;
-  cards: AllocationCard[];
-}
+/** The source that answered; a plugged-in source may have another name. */
+export type Source = Schemas['Source'];
 
-export interface AllocationReply {
-  state: 'allocated' | 'none' | 'unreachable';
-  source: Source;
-  message: string | null;
-  allocation: Allocation | null;
-}
+export type AllocationCard = Schemas['AllocationCard'];
+export type Allocation = Schemas['Allocation'];
+export type AllocationReply = Schemas['AllocationReply'];
 
-export interface TreeNode {
-  level: string;
-  gpus: number[];
-  children: TreeNode[];
-}
+export type TreeNode = Schemas['TreeNode'];
+export type TopologyGpu = Schemas['TopologyGpu'];
+export type Topology = Schemas['Topology'];
+export type TopologyReply = Schemas['TopologyReply'];
 
-export interface TopologyGpu {
-  index: number;
-  uuid?: string;
-  model?: string;
-  memoryMib?: number;
-  numa?: number | null;
-  healthy?: boolean;
-  mine: boolean;
-  /** The caller's own share of this card (0 when not mine). */
-  myCores?: number;
-  myMemoryMib?: number;
-  /** Everything held on the card, the caller's share included. */
-  allocatedCores?: number;
-  allocatedMemoryMib?: number;
-  /** How many other holders the card has (anonymous). */
-  tenants?: number;
-  memoryUsedMib?: number | null;
-  utilizationPercent?: number | null;
-}
-
-export interface Topology {
-  node: string;
-  links?: string[][];
-  tree?: TreeNode | null;
-  gpus: TopologyGpu[];
-}
-
-export interface TopologyReply {
-  state: 'allocated' | 'none' | 'unreachable';
-  source: Source;
-  message: string | null;
-  topology: Topology | null;
-}
-
-export interface UsagePoint {
-  /** Unix time in seconds. */
-  t: number;
-  memoryUsedMib: number;
-  utilizationPercent: number;
-}
-
-export interface UsageCurrent extends UsagePoint {
-  cards?: { index: number; memoryUsedMib: number; utilizationPercent: number }[];
-}
-
-export interface Limits {
-  cores: number;
-  memoryMib: number;
-}
-
-export type UsageState = 'live' | 'stale' | 'unreachable' | 'none';
-
-export interface UsageReply {
-  state: UsageState;
-  source?: Source;
-  message?: string | null;
-  periodSeconds?: number;
-  limits: Limits | null;
-  current: UsageCurrent | null;
-  history?: UsagePoint[];
-}
-
+export type UsagePoint = Schemas['UsagePoint'];
+export type UsageCurrent = Schemas['UsageCurrent'];
+export type Limits = Schemas['Limits'];
+export type UsageState = Schemas['UsageState'];
+export type UsageReply = Schemas['UsageReply'];
 /** One message of `WS usage/stream`. */
-export interface UsageStreamMessage {
-  state: UsageState;
-  current: UsageCurrent | null;
-  limits: Limits | null;
-  message?: string | null;
-}
+export type UsageStreamMessage = Schemas['UsageStreamMessage'];
 
-export type RequestState = 'pending' | 'scheduled' | 'failed';
-
-export interface ShareRequest {
-  id: string;
-  state: RequestState;
-  message: string | null;
-  cores: number;
-  memoryUnits: number;
-  node?: string | null;
-  /** The cards of a scheduled request. */
-  cards?: RequestCard[] | null;
-}
-
-export interface RequestCard {
-  index: number;
-  uuid?: string;
-  cores?: number;
-  memoryMib?: number;
-}
-
+export type RequestState = Schemas['ShareRequest']['state'];
+export type RequestCard = Schemas['RequestCard'];
+export type ShareRequest = Schemas['ShareRequest'];
 /** The body of `POST requests`. */
-export interface ShareRequestBody {
-  cores: number;
-  memory: string | number;
-}
+export type ShareRequestBody = Schemas['ShareRequestBody'];
+
+/** jupyter-server's JSON error body. */
+export type ErrorBody = Schemas['Error'];

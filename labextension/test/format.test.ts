@@ -29,7 +29,7 @@ const live: Pick<UsageReply, 'state' | 'limits' | 'current' | 'message'> = {
   state: 'live',
   message: null,
   limits: { cores: 25, memoryMib: 4096 },
-  current: { t: 100, memoryUsedMib: 3174, utilizationPercent: 18.6 }
+  current: { t: 100, memoryUsedMib: 3174, utilizationPercent: 18.6, cards: [] }
 };
 
 describe('status summary', () => {

@@ -31,8 +31,13 @@ class FakeServer implements VgpuClientLike {
     message: null,
     allocation: {
       node: 'n1',
+      namespace: 'jupyter',
+      pod: 'jupyter-alice',
+      podUid: 'uid-1',
+      container: 'notebook',
       cores: 25,
       memoryMib: 4096,
+      enforcement: 'hami-core',
       cards: [{ index: 1, uuid: 'GPU-1', model: 'A100', cores: 25, memoryMib: 4096, memoryTotalMib: 40960 }]
     }
   };
@@ -44,7 +49,7 @@ class FakeServer implements VgpuClientLike {
 
   async getTopology(): Promise<TopologyReply> {
     this.calls.push('topology');
-    return { state: 'allocated', source: 'node-api', message: null, topology: { node: 'n1', gpus: [] } };
+    return { state: 'available', source: 'node-api', message: null, topology: { node: 'n1', links: [], tree: null, gpus: [] } };
   }
 
   async getUsage(history = 0): Promise<UsageReply> {
@@ -55,8 +60,11 @@ class FakeServer implements VgpuClientLike {
     this.t += 1;
     return {
       state: 'live',
+      source: 'node-api',
+      message: null,
+      periodSeconds: 1,
       limits: { cores: 25, memoryMib: 4096 },
-      current: { t: this.t, memoryUsedMib: 100 + this.t, utilizationPercent: 10 },
+      current: { t: this.t, memoryUsedMib: 100 + this.t, utilizationPercent: 10, cards: [] },
       history: history ? [{ t: this.t - 2, memoryUsedMib: 1, utilizationPercent: 1 }] : []
     };
   }
@@ -66,7 +74,19 @@ class FakeServer implements VgpuClientLike {
     if (body.cores === 1) {
       throw new ApiError('request r1 is still pending; wait for its outcome first', 400);
     }
-    const request: ShareRequest = { id: 'r2', state: 'pending', message: 'asking', cores: body.cores, memoryUnits: 16 };
+    const request: ShareRequest = {
+      id: 'r2',
+      state: 'pending',
+      message: 'asking',
+      cores: body.cores,
+      memoryUnits: 16,
+      node: null,
+      cards: [],
+      progress: ['asking'],
+      handed_over: false,
+      created: 1,
+      updated: 1
+    };
     this.requests.push(request);
     return request;
   }
@@ -97,7 +117,13 @@ class FakeServer implements VgpuClientLike {
 
   push(t: number): void {
     const live = this.sockets[this.sockets.length - 1];
-    live.onMessage({ state: 'live', limits: { cores: 25, memoryMib: 4096 }, current: { t, memoryUsedMib: t, utilizationPercent: 5 } });
+    live.onMessage({
+      state: 'live',
+      source: 'node-api',
+      message: null,
+      limits: { cores: 25, memoryMib: 4096 },
+      current: { t, memoryUsedMib: t, utilizationPercent: 5, cards: [] }
+    });
   }
 
   count(prefix: string): number {

@@ -22,10 +22,10 @@ const topology: Topology = {
     ]
   },
   gpus: [
-    { index: 0, mine: false, allocatedCores: 0, tenants: 0, healthy: true },
-    { index: 1, mine: true, myCores: 25, allocatedCores: 75, tenants: 2, healthy: true },
-    { index: 2, mine: false, allocatedCores: 100, tenants: 1, healthy: true },
-    { index: 3, mine: false, allocatedCores: 0, tenants: 0, healthy: false }
+    { index: 0, uuid: 'GPU-0', model: 'A100', memoryMib: 40960, numa: 0, allocatedMemoryMib: 0, mine: false, allocatedCores: 0, tenants: 0, healthy: true },
+    { index: 1, uuid: 'GPU-1', model: 'A100', memoryMib: 40960, numa: 0, allocatedMemoryMib: 0, mine: true, myCores: 25, allocatedCores: 75, tenants: 2, healthy: true },
+    { index: 2, uuid: 'GPU-2', model: 'A100', memoryMib: 40960, numa: 0, allocatedMemoryMib: 0, mine: false, allocatedCores: 100, tenants: 1, healthy: true },
+    { index: 3, uuid: 'GPU-3', model: 'A100', memoryMib: 40960, numa: 0, allocatedMemoryMib: 0, mine: false, allocatedCores: 0, tenants: 0, healthy: false }
   ]
 };
 

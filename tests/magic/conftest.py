@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "server"))
 from jupyter_vgpu.core import contract  # noqa: E402
 
 _ENV = (*contract.VGPU_ENV_NAMES, contract.ENV_NOTEBOOK_SOURCE, contract.ENV_NOTEBOOK_KUBECONFIG,
+        contract.ENV_NOTEBOOK_REQUESTER,
         "JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN", "JUPYTERHUB_USER", "JUPYTERHUB_SERVER_NAME",
         "CUDA_VISIBLE_DEVICES", contract.ENV_NVIDIA_VISIBLE_DEVICES, contract.ENV_XLA_MEM_FRACTION,
         contract.ENV_CUPY_MEMORY_LIMIT, contract.ENV_TF_FORCE_GROWTH, contract.ENV_XLA_PREALLOCATE,
@@ -35,13 +36,15 @@ def real_node(tmp_path):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def shell():  # type: ignore[no-untyped-def]
-    """The IPython shell with a fresh config for VGPUMagics; the extension unloaded afterwards."""
+    """The IPython shell with a fresh config for VGPUMagics and VGPUSettings; the extension unloaded afterwards."""
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
 
     ip = InteractiveShell.instance()
     ip.config.VGPUMagics = Config()
+    ip.config.VGPUSettings = Config()
     yield ip
     if "jupyter_vgpu" in ip.extension_manager.loaded:
         ip.run_line_magic("unload_ext", "jupyter_vgpu")
     ip.config.VGPUMagics = Config()
+    ip.config.VGPUSettings = Config()

@@ -11,7 +11,7 @@ def test_loaded_by_config_in_a_fresh_ipython(tmp_path):  # type: ignore[no-untyp
     profile = tmp_path / "profile"
     profile.mkdir()
     (profile / "ipython_config.py").write_text(
-        'c.InteractiveShellApp.extensions = ["jupyter_vgpu"]\nc.VGPUMagics.source = "none"\n')
+        'c.InteractiveShellApp.extensions = ["jupyter_vgpu"]\nc.VGPUSettings.source = "none"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VGPU_", "JUPYTERHUB_", "JUPYTER_VGPU_"))}
     result = subprocess.run(
         [sys.executable, "-m", "IPython", f"--profile-dir={profile}", "--no-banner", "-c", "%vgpu status"],

@@ -8,7 +8,7 @@ import pytest
 from magic_support import run
 
 from jupyter_vgpu.core import contract
-from jupyter_vgpu.server.request_setup import NO_REQUESTER
+from jupyter_vgpu.requesters.hub import NOT_UNDER_HUB
 
 
 @pytest.fixture
@@ -96,7 +96,7 @@ def test_request_validates_and_reports_the_outcome(shell, notebook):  # type: ig
     out, _ = run(shell, "request --cores 25")
     assert "needs vcuda-memory" in out
     out, _ = run(shell, "request --cores 50 --memory 4096MiB")
-    assert f"✘ failed: {NO_REQUESTER}" in out
+    assert f"✘ failed: {NOT_UNDER_HUB}" in out
     out, _ = run(shell, "status")
     assert "last request r1-" in out and "failed" in out
 
@@ -108,8 +108,15 @@ def test_hub_ceiling_is_enforced_before_anything_restarts(shell, notebook, monke
 
 
 def test_no_vgpu_says_how_to_get_one(shell):  # type: ignore[no-untyped-def]
-    shell.config.VGPUMagics.source = "none"
+    shell.config.VGPUSettings.source = "none"
     shell.run_line_magic("load_ext", "jupyter_vgpu")
     out, _ = run(shell, "status")
     assert "No vGPU is allocated" in out and "%vgpu request" in out
     assert "torch      not needed" in out
+
+
+def test_the_former_setting_names_still_work(shell):  # type: ignore[no-untyped-def]
+    shell.config.VGPUMagics.source = "none"  # before VGPUSettings existed
+    shell.run_line_magic("load_ext", "jupyter_vgpu")
+    magics = shell.magics_manager.registry["VGPUMagics"]
+    assert magics.vgpu_settings.source == "none" and magics.facts.name == "none"

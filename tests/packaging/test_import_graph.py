@@ -18,7 +18,7 @@ def graph() -> grimp.ImportGraph:
     for path in (str(REPO / "plugin"), str(REPO)):
         if path not in sys.path:
             sys.path.insert(0, path)
-    return grimp.build_graph(*PACKAGES, include_external_packages=True)
+    return grimp.build_graph(*PACKAGES, include_external_packages=True, cache_dir=None)
 
 
 def cycles(graph: grimp.ImportGraph) -> set[tuple[str, str]]:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import pytest
 from pytest_jupyter.jupyter_server import *  # noqa: F403
+from pytest_jupyter.jupyter_server import jp_fetch as raw_jp_fetch  # noqa: F401 - wrapped below
 
 from jupyter_vgpu.core import contract
 
 _ENV = (*contract.VGPU_ENV_NAMES, contract.ENV_NOTEBOOK_SOURCE, contract.ENV_NOTEBOOK_KUBECONFIG,
+        contract.ENV_NOTEBOOK_REQUESTER,
         "JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN", "JUPYTERHUB_USER", "JUPYTERHUB_SERVER_NAME",
         "HOST_IP", "CUDA_VISIBLE_DEVICES", contract.ENV_NVIDIA_VISIBLE_DEVICES)
 
@@ -31,17 +33,24 @@ def run(jp_asyncio_loop):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def vgpu_config() -> dict:
-    """c.VGPUExtension settings for the server under test; tests override this fixture."""
+    """c.VGPUSettings (fact source, requester) for the server under test; tests override this fixture."""
     return {"source": "none"}
 
 
 @pytest.fixture
-def jp_server_config(vgpu_config):  # type: ignore[no-untyped-def]
+def vgpu_extension_config() -> dict:
+    """c.VGPUExtension settings (the REST API's own) for the server under test."""
+    return {}
+
+
+@pytest.fixture
+def jp_server_config(vgpu_config, vgpu_extension_config):  # type: ignore[no-untyped-def]
     from traitlets.config import Config
 
     return Config({
         "ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}},
-        "VGPUExtension": vgpu_config,
+        "VGPUSettings": vgpu_config,
+        "VGPUExtension": vgpu_extension_config,
     })
 
 
@@ -68,3 +77,28 @@ def real_node(tmp_path):  # type: ignore[no-untyped-def]
     node = RealNode(tmp_path).start()
     yield node
     node.stop()
+
+
+@pytest.fixture
+def jp_fetch(raw_jp_fetch):  # type: ignore[no-untyped-def]  # noqa: F811 - the fixture wraps the imported one
+    """pytest-jupyter's jp_fetch, checking every vgpu/api answer (errors too) against docs/server-api.yaml."""
+    import json
+
+    import api_schema
+    import tornado.httpclient
+
+    def check(parts, method, response):  # type: ignore[no-untyped-def]
+        if parts[:2] == ("vgpu", "api") and response is not None:
+            api_schema.check_response("/".join(parts[2:]), method, response.code, json.loads(response.body or b"null"))
+
+    async def fetch(*parts, **kwargs):  # type: ignore[no-untyped-def]
+        method = kwargs.get("method", "GET")
+        try:
+            response = await raw_jp_fetch(*parts, **kwargs)
+        except tornado.httpclient.HTTPClientError as error:
+            check(parts, method, error.response)
+            raise
+        check(parts, method, response)
+        return response
+
+    return fetch

@@ -5,17 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from vgpu_plugin.demo.requester import KubeRecreateRequester, next_pod_name
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.core.contract import RequestError
-from jupyter_vgpu.server.facts import (
-    SourceSettings,
-    backend_factory,
-    detect,
-    env_allocation,
-    make_source,
-)
-from jupyter_vgpu.server.gpu_manager import (
+from jupyter_vgpu.requesters.base import parse_share
+from jupyter_vgpu.sources.base import SourceSettings, env_allocation
+from jupyter_vgpu.sources.gpu_manager import (
     VCUDA_CONFIG_MIN_SIZE,
     GpuManagerSource,
     VcudaConfig,
@@ -23,8 +19,8 @@ from jupyter_vgpu.server.gpu_manager import (
     parse_prometheus,
     parse_vcuda_config,
 )
-from jupyter_vgpu.server.kube_request import KubeRecreateRequester, next_pod_name
-from jupyter_vgpu.server.requests import parse_share
+from jupyter_vgpu.sources.local_nvml import backend_factory
+from jupyter_vgpu.sources.registry import detect, make_source
 
 NAMES = contract.DEFAULT_NAMES
 

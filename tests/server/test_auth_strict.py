@@ -20,7 +20,7 @@ def jp_server_config():  # type: ignore[no-untyped-def]
 
     return Config({
         "ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}, "allow_unauthenticated_access": False},
-        "VGPUExtension": {"source": "none"},
+        "VGPUSettings": {"source": "none"},
     })
 
 
@@ -92,7 +92,7 @@ class TestAuthorisation:
 
         self.authorizer = ViewOnly
         return Config({"ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}, "authorizer_class": ViewOnly},
-                       "VGPUExtension": {"source": "none"}})
+                       "VGPUSettings": {"source": "none"}})
 
     def test_views_need_read_and_requests_need_write(self, run, jp_fetch, jp_ws_fetch):  # type: ignore[no-untyped-def]
         for route in ("allocation", "topology", "usage"):

@@ -10,13 +10,14 @@ import pytest
 
 from jupyter_vgpu.magic import USAGE, VGPUMagics
 from jupyter_vgpu.server.app import VGPUExtension
+from jupyter_vgpu.settings import VGPUSettings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 DOC = (DOCS / "notebook.md").read_text()
 REFERENCE = (DOCS / "configuration.md").read_text()
 
 
-@pytest.mark.parametrize("cls", [VGPUExtension, VGPUMagics])
+@pytest.mark.parametrize("cls", [VGPUSettings, VGPUExtension, VGPUMagics])
 def test_every_setting_is_documented_with_its_default(cls):  # type: ignore[no-untyped-def]
     rows = dict(re.findall(rf"^\| `c\.{cls.__name__}\.(\w+)` \| `([^`]*)` \|", REFERENCE, re.MULTILINE))
     traits = cls.class_own_traits(config=True)

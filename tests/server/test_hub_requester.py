@@ -22,12 +22,8 @@ from pathlib import Path
 import pytest
 
 from jupyter_vgpu.core import contract
-from jupyter_vgpu.server.requests import (
-    HANDED_OVER,
-    HUB_RESTART_SCOPE,
-    HubRequester,
-    RequestTracker,
-)
+from jupyter_vgpu.requesters.hub import HANDED_OVER, HUB_RESTART_SCOPE, HubRequester
+from jupyter_vgpu.requesters.tracker import RequestTracker
 
 HERE = Path(__file__).resolve().parent
 ADMIN = secrets.token_hex(16)

@@ -14,8 +14,8 @@ import fake_pynvml  # noqa: E402
 
 from jupyter_vgpu.core import contract  # noqa: E402
 from jupyter_vgpu.gpu.nvml import NVMLBackend  # noqa: E402
-from jupyter_vgpu.server.facts import SourceSettings  # noqa: E402
-from jupyter_vgpu.server.local import LocalGPUSource  # noqa: E402
+from jupyter_vgpu.sources.base import SourceSettings  # noqa: E402
+from jupyter_vgpu.sources.local_nvml import LocalGPUSource  # noqa: E402
 
 
 def source(module, environ):  # type: ignore[no-untyped-def]

@@ -13,12 +13,13 @@ import time
 import pytest
 import tornado.httpclient
 import tornado.websocket
+from api_schema import check_response, check_schema
 from server_peers import ALLOCATION, TOKEN, as_json, closed_port_url
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.data import TOPOLOGY_DIR
-from jupyter_vgpu.server.gpu_manager import VcudaConfig, encode_vcuda_config
-from jupyter_vgpu.server.request_setup import NO_REQUESTER
+from jupyter_vgpu.requesters.hub import NOT_UNDER_HUB
+from jupyter_vgpu.sources.gpu_manager import VcudaConfig, encode_vcuda_config
 
 ROUTES = ("allocation", "topology", "usage", "requests")
 
@@ -54,6 +55,7 @@ def test_unauthenticated_requests_are_refused(run, jp_fetch, jp_base_url, jp_htt
     for path, method in [(r, "GET") for r in ROUTES] + [("requests", "POST"), ("requests/r1-x", "GET")]:
         response = run(fetch(path, method))
         assert response.code == 403, (path, method, response.code)
+        check_response(path, method, 403, as_json(response))
     with pytest.raises(tornado.httpclient.HTTPClientError) as refused:
         run(tornado.websocket.websocket_connect(f"ws://127.0.0.1:{jp_http_port}{jp_base_url}vgpu/api/usage/stream"))
     assert refused.value.code == 403
@@ -84,7 +86,11 @@ def wait_live(run, jp_fetch):  # type: ignore[no-untyped-def]
 class TestNodeAPI:
     @pytest.fixture
     def vgpu_config(self, node_env):  # type: ignore[no-untyped-def]
-        return {"source": "auto", "stream_interval": 0.2}
+        return {"source": "auto"}
+
+    @pytest.fixture
+    def vgpu_extension_config(self):  # type: ignore[no-untyped-def]
+        return {"stream_interval": 0.2}
 
     def test_allocation_is_what_the_device_plugin_gave(self, run, jp_fetch, node_env):  # type: ignore[no-untyped-def]
         answer = get(run, jp_fetch, "allocation")
@@ -146,6 +152,8 @@ class TestNodeAPI:
             return first, second
 
         first, second = run(two_messages())
+        check_schema("UsageStreamMessage", first)
+        check_schema("UsageStreamMessage", second)
         assert first["state"] == "live" and first["limits"] == {"cores": 25, "memoryMib": 10240}
         assert second["current"]["t"] > first["current"]["t"]
 
@@ -300,7 +308,7 @@ def test_requests_validate_and_explain(run, jp_fetch):  # type: ignore[no-untype
     request_id = as_json(accepted)["id"]
     assert as_json(accepted)["memoryUnits"] == 16
     final = get(run, jp_fetch, "requests", request_id)
-    assert final["state"] == "failed" and final["message"] == NO_REQUESTER
+    assert final["state"] == "failed" and final["message"] == NOT_UNDER_HUB
     assert get(run, jp_fetch, "requests")["id"] == request_id
     with pytest.raises(tornado.httpclient.HTTPClientError) as unknown:
         run(jp_fetch("vgpu", "api", "requests", "r99-nothing"))

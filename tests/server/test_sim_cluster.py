@@ -19,6 +19,8 @@ from jupyter_vgpu.core import contract
 
 pytestmark = pytest.mark.slow
 
+KUBE_REQUESTER = "vgpu_plugin.demo.requester.KubeRecreateRequester"
+
 
 @pytest.fixture(scope="module")
 def cluster():  # type: ignore[no-untyped-def]
@@ -131,7 +133,7 @@ class TestShareRequests:
         env, _ = start_notebook(cluster, "bob", 25, "4GiB")
         in_pod(env)
         monkeypatch.setenv(contract.ENV_NOTEBOOK_KUBECONFIG, cluster.kubeconfig)
-        return {"source": "auto", "requester": "auto"}
+        return {"source": "auto", "requester_class": KUBE_REQUESTER}
 
     def test_request_recreates_the_pod_with_the_new_share(self, run, jp_fetch, cluster):  # type: ignore[no-untyped-def]
         accepted = run(jp_fetch("vgpu", "api", "requests", method="POST",
@@ -152,10 +154,14 @@ class TestShareRequests:
         cluster.wait_for(lambda: cluster.read_pod("default", "bob") is None, what="the old pod to be deleted")
         # the server in the new pod tells its user what happened
         admitted = cluster.node(new["spec"]["nodeName"]).kubelet.admitted(new["metadata"]["uid"])
-        from jupyter_vgpu.server.request_setup import make_tracker
+        from vgpu_plugin.demo.requester import KubeRecreateRequester
 
-        tracker = make_tracker("auto", "", 60, {**admitted.container("notebook").env,
-                                                 contract.ENV_NOTEBOOK_KUBECONFIG: cluster.kubeconfig})
+        from jupyter_vgpu.requesters.base import RequesterSettings
+        from jupyter_vgpu.requesters.registry import make_tracker
+
+        tracker = make_tracker(KubeRecreateRequester, RequesterSettings(
+            environ={**admitted.container("notebook").env, contract.ENV_NOTEBOOK_KUBECONFIG: cluster.kubeconfig},
+            timeout=60))
         recovered = tracker.latest()
         assert (recovered.id, recovered.state, recovered.message) == ("pod-bob-v2", "scheduled", final["message"])
         assert recovered.cards == final["cards"] and recovered.progress[0] == "re-created from pod bob"
@@ -164,6 +170,7 @@ class TestShareRequests:
         env, _ = start_notebook(cluster, "dave", 10, "2GiB")
         in_pod(env)
         monkeypatch.setenv(contract.ENV_NOTEBOOK_KUBECONFIG, cluster.kubeconfig)
+        monkeypatch.setenv(contract.ENV_NOTEBOOK_REQUESTER, KUBE_REQUESTER)  # as the demo's lab passes it on
         out, ip = shell_run("release")
         unload(ip)
         assert out.splitlines()[-1].startswith("✔ scheduled: pod dave-v2 runs on gpu-a without a GPU"), out
@@ -175,6 +182,7 @@ class TestShareRequests:
         env, _ = start_notebook(cluster, "carol", 10, "2GiB")
         in_pod(env)
         monkeypatch.setenv(contract.ENV_NOTEBOOK_KUBECONFIG, cluster.kubeconfig)
+        monkeypatch.setenv(contract.ENV_NOTEBOOK_REQUESTER, KUBE_REQUESTER)  # as the demo's lab passes it on
         out, ip = shell_run("request --cores 400")  # four whole cards while shares are held
         unload(ip)
         assert "✘ failed: no node can take carol-v2's share:" in out, out

@@ -42,7 +42,7 @@ def execute(client, code, on_message=None, timeout=120):  # type: ignore[no-unty
 
 
 def test_live_chart_updates_while_a_cell_runs_and_stops_when_closed(kernel):  # type: ignore[no-untyped-def]
-    execute(kernel, f'%config VGPUMagics.local_backend = "simulated:{FIXTURE}"\n%load_ext jupyter_vgpu')
+    execute(kernel, f'%config VGPUSettings.local_backend = "simulated:{FIXTURE}"\n%load_ext jupyter_vgpu')
     opened = []
     execute(kernel, "%vgpu watch --interval 0.2",
             lambda m: opened.append(m) if m["header"]["msg_type"] == "comm_open" else None)

@@ -9,8 +9,8 @@ import pytest
 
 from jupyter_vgpu.data import TOPOLOGY_DIR
 from jupyter_vgpu.gpu.simulated import SimulatedGPUs
-from jupyter_vgpu.server.facts import SourceSettings
-from jupyter_vgpu.server.local import LocalGPUSource
+from jupyter_vgpu.sources.base import SourceSettings
+from jupyter_vgpu.sources.local_nvml import LocalGPUSource
 from jupyter_vgpu.widgets import render
 from jupyter_vgpu.widgets.views import AllocationCard, Dashboard, TopologyView, UsageChart
 
@@ -59,7 +59,7 @@ def test_allocation_card_sends_share_bars(comms):  # type: ignore[no-untyped-def
 
 
 def test_empty_state_says_how_to_get_one(comms):  # type: ignore[no-untyped-def]
-    from jupyter_vgpu.server.facts import NoVGPUSource
+    from jupyter_vgpu.sources.base import NoVGPUSource
 
     card = AllocationCard(NoVGPUSource())
     assert "%vgpu request" in comms.last(card.children[0].model_id, "value")
@@ -147,7 +147,7 @@ def test_views_over_the_real_node_api(comms, tmp_path, monkeypatch):  # type: ig
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
     from real_node import RealNode
 
-    from jupyter_vgpu.server.node_api import NodeAPISource
+    from jupyter_vgpu.sources.node_api import NodeAPISource
 
     node = RealNode(tmp_path).start()
     try:

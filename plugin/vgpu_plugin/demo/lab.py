@@ -6,7 +6,7 @@ env Allocate returned (``VGPU_*``, the node metrics URL and a read token), so th
 panel, ``%vgpu`` and the widgets show a real allocation through the whole stack. The pod
 also gets a kubeconfig for the simulated API, which is how the server extension carries out
 a share request here: it re-creates its own pod with the new limits (see
-``jupyter_vgpu.server.kube_request``); the new pod's lab takes over the same port and token.
+``vgpu_plugin.demo.requester``); the new pod's lab takes over the same port and token.
 """
 
 from __future__ import annotations
@@ -157,7 +157,9 @@ class Demo:
         with open(os.path.join(config, "jupyter_server_config.json"), "w", encoding="utf-8") as handle:
             # an editable install does not put the wheel's etc/jupyter/ file in place
             json.dump({"ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}},
-                       "LabApp": {"news_url": "", "check_for_updates_class": "jupyterlab.NeverCheckForUpdate"}},
+                       "LabApp": {"news_url": "", "check_for_updates_class": "jupyterlab.NeverCheckForUpdate"},
+                       # a share request re-creates the notebook pod through the simulated API
+                       "VGPUSettings": {"requester_class": "vgpu_plugin.demo.requester.KubeRecreateRequester"}},
                       handle)
         assert self.cluster is not None
         return {

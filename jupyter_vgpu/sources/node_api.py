@@ -10,7 +10,8 @@ import urllib.request
 from typing import Any
 
 from jupyter_vgpu.core import contract
-from jupyter_vgpu.server.facts import (
+from jupyter_vgpu.sources.base import (
+    FactSource,
     SourceSettings,
     allocation_answer,
     env_allocation,
@@ -24,8 +25,15 @@ class Unreachable(Exception):
     """The node API did not answer usefully; the message says what happened."""
 
 
-class NodeAPISource:
+class NodeAPISource(FactSource):
     name = "node-api"
+
+    @classmethod
+    def detected(cls, settings: SourceSettings) -> bool:
+        """The device plugin gave this container the node API's URL and a read token."""
+        env = settings.environ
+        return bool((settings.metrics_url or env.get(contract.ENV_METRICS_URL))
+                    and (settings.token or env.get(contract.ENV_TOKEN)))
 
     def __init__(self, settings: SourceSettings) -> None:
         env = settings.environ
@@ -89,8 +97,6 @@ class NodeAPISource:
             history=body.get("history") or [],
         )
 
-    def close(self) -> None:
-        pass
 
 
 def _error_detail(error: Any) -> str:

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_vgpu.core import contract
-from jupyter_vgpu.server.facts import (
+from jupyter_vgpu.sources.base import (
+    FactSource,
     History,
     SourceSettings,
     allocation_answer,
@@ -119,8 +120,13 @@ def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
     return samples
 
 
-class GpuManagerSource:
+class GpuManagerSource(FactSource):
     name = "gpu-manager"
+
+    @classmethod
+    def detected(cls, settings: SourceSettings) -> bool:
+        """gpu-manager mounted a vcuda.config into this container."""
+        return bool(vcuda_configs(settings.vcuda_config_dir))
 
     def __init__(self, settings: SourceSettings) -> None:
         env = settings.environ
@@ -184,7 +190,7 @@ class GpuManagerSource:
 
     def _scrape(self) -> list[tuple[str, dict[str, str], float]]:
         if not self.metric_url:
-            raise OSError("gpu-manager's /metric URL is unknown: set c.VGPUExtension.gpu_manager_metric_url "
+            raise OSError("gpu-manager's /metric URL is unknown: set c.VGPUSettings.gpu_manager_metric_url "
                           "or give the container HOST_IP through the downward API")
         with urllib.request.urlopen(self.metric_url, timeout=self._timeout) as response:
             return parse_prometheus(response.read().decode("utf-8", "replace"))
@@ -219,8 +225,6 @@ class GpuManagerSource:
         return usage_answer("live", self.name, limits=limits, current=dict(point, cards=[]),
                             history=self._history.since(history_seconds))
 
-    def close(self) -> None:
-        pass
 
 
 def _total(samples: list[tuple[str, dict[str, str], float]], metric: str, series_label: str) -> float | None:

@@ -9,17 +9,34 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from jupyter_vgpu.core import contract
-from jupyter_vgpu.server.facts import (
+from jupyter_vgpu.sources.base import (
+    FactSource,
     History,
     SourceSettings,
     allocation_answer,
     topology_answer,
     usage_answer,
 )
+
+
+def backend_factory(spec: str) -> Callable[[], Any] | None:
+    """'nvml' (the default, None here) or 'simulated:<topology capture>' for the local source."""
+    if spec in ("", "nvml"):
+        return None
+    kind, _, path = spec.partition(":")
+    if kind != "simulated" or not path:
+        raise ValueError(f"local backend {spec!r}: use 'nvml' or 'simulated:<path to nvidia-smi topo -m text>'")
+
+    def simulated() -> Any:
+        from jupyter_vgpu.gpu.simulated import SimulatedGPUs
+
+        return SimulatedGPUs.from_fixture(path)
+
+    return simulated
 
 
 def make_backend(settings: SourceSettings) -> Any:
@@ -39,8 +56,17 @@ def visible_filter(environ: Mapping[str, str]) -> list[str] | None:
     return None
 
 
-class LocalGPUSource:
+class LocalGPUSource(FactSource):
     name = "local-nvml"
+
+    @classmethod
+    def detected(cls, settings: SourceSettings) -> bool:
+        """The GPU backend (NVML unless configured) sees a card."""
+        backend = make_backend(settings)
+        try:
+            return bool(backend.available())
+        finally:
+            backend.close()
 
     def __init__(self, settings: SourceSettings) -> None:
         self._backend = make_backend(settings)

@@ -1,29 +1,28 @@
-"""Where the notebook's GPU facts come from: one small interface, several adapters.
+"""The fact-source interface and what every adapter shares.
 
 A ``FactSource`` answers three questions synchronously — what was I given
 (``allocation``), where does it sit (``topology``) and how much am I using (``usage``) —
-with plain dicts in the shapes the REST API serves (docs/internals.md, "Server
-extension"). The server extension calls them in a thread pool; the kernel calls them
-directly. A source never raises for an unreachable peer: it answers with state
-``"unreachable"`` and a message saying what it tried.
+with plain dicts in the shapes the REST API serves (docs/server-api.yaml). The server
+extension calls them in a thread pool; the kernel calls them directly. A source never
+raises for an unreachable peer: it answers with state ``"unreachable"`` and a message
+saying what it tried.
 
-Adapters: ``node-api`` (this project's node metrics server), ``gpu-manager`` (a TKEStack
-gpu-manager node), ``local-nvml`` (a workstation, no Kubernetes) and ``none``.
+The adapters live beside this module (``node_api``, ``gpu_manager``, ``local_nvml``);
+``registry`` maps the names users configure to them and detects the one that fits.
 """
 
 from __future__ import annotations
 
+import abc
 import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from jupyter_vgpu.core import contract
-
-SOURCES = ("node-api", "gpu-manager", "local-nvml", "none")
 
 HOW_TO_GET_ONE = (
     "No vGPU is allocated to this server. On JupyterHub, choose a GPU profile when you start "
@@ -32,18 +31,6 @@ HOW_TO_GET_ONE = (
     "driver and nvidia-ml-py. Cluster admins: deploy jupyter-vgpu's device plugin and scheduler "
     "(deploy/ in the jupyter-vgpu repository)."
 )
-
-
-class FactSource(Protocol):
-    name: str
-
-    def allocation(self) -> dict[str, Any]: ...
-
-    def topology(self) -> dict[str, Any]: ...
-
-    def usage(self, history_seconds: float = 0) -> dict[str, Any]: ...
-
-    def close(self) -> None: ...
 
 
 @dataclass
@@ -61,20 +48,38 @@ class SourceSettings:
     backend_factory: Callable[[], Any] | None = None  # local-nvml: a GPUBackend; default NVML
 
 
-def backend_factory(spec: str) -> Callable[[], Any] | None:
-    """'nvml' (the default, None here) or 'simulated:<topology capture>' for the local source."""
-    if spec in ("", "nvml"):
-        return None
-    kind, _, path = spec.partition(":")
-    if kind != "simulated" or not path:
-        raise ValueError(f"local backend {spec!r}: use 'nvml' or 'simulated:<path to nvidia-smi topo -m text>'")
+class FactSource(abc.ABC):
+    """One way of reading the notebook's GPU facts; subclass it to add another.
 
-    def simulated() -> Any:
-        from jupyter_vgpu.gpu.simulated import SimulatedGPUs
+    ``registry.make_source`` builds the configured class with ``from_settings``;
+    ``detected`` says whether this environment is one the source serves, for ``auto``.
+    """
 
-        return SimulatedGPUs.from_fixture(path)
+    name = ""
 
-    return simulated
+    def __init__(self, settings: SourceSettings) -> None:  # noqa: B027 - the constructor every adapter has
+        """Adapters read what they need from the settings here; none raise for a missing peer."""
+
+    @classmethod
+    def from_settings(cls, settings: SourceSettings) -> FactSource:
+        return cls(settings)
+
+    @classmethod
+    def detected(cls, settings: SourceSettings) -> bool:
+        """True when this environment is one this source serves (``auto`` asks in order)."""
+        return False
+
+    @abc.abstractmethod
+    def allocation(self) -> dict[str, Any]: ...
+
+    @abc.abstractmethod
+    def topology(self) -> dict[str, Any]: ...
+
+    @abc.abstractmethod
+    def usage(self, history_seconds: float = 0) -> dict[str, Any]: ...
+
+    def close(self) -> None:  # noqa: B027 - optional: most sources hold nothing
+        """Release what the source holds (a GPU library handle); most hold nothing."""
 
 
 # --- answers -------------------------------------------------------------------------
@@ -171,13 +176,17 @@ def limits_of(allocation: Mapping[str, Any] | None) -> dict[str, Any] | None:
 # --- no vGPU -----------------------------------------------------------------------------
 
 
-class NoVGPUSource:
+class NoVGPUSource(FactSource):
     """Nothing allocated and nothing to show: say how to get a share."""
 
     name = "none"
 
     def __init__(self, reason: str | None = None) -> None:
         self.message = HOW_TO_GET_ONE if reason is None else f"{reason} {HOW_TO_GET_ONE}"
+
+    @classmethod
+    def from_settings(cls, settings: SourceSettings) -> FactSource:
+        return cls()
 
     def allocation(self) -> dict[str, Any]:
         return allocation_answer("none", self.name, None, self.message)
@@ -187,59 +196,3 @@ class NoVGPUSource:
 
     def usage(self, history_seconds: float = 0) -> dict[str, Any]:
         return usage_answer("none", self.name, message=self.message)
-
-    def close(self) -> None:
-        pass
-
-
-# --- choosing ------------------------------------------------------------------------------
-
-
-def detect(settings: SourceSettings) -> str:
-    """The adapter that fits this environment: node API, gpu-manager, local NVML or none."""
-    from jupyter_vgpu.server.gpu_manager import vcuda_configs
-
-    env = settings.environ
-    if (settings.metrics_url or env.get(contract.ENV_METRICS_URL)) and (
-        settings.token or env.get(contract.ENV_TOKEN)
-    ):
-        return "node-api"
-    if vcuda_configs(settings.vcuda_config_dir):
-        return "gpu-manager"
-    if _local_gpus_available(settings):
-        return "local-nvml"
-    return "none"
-
-
-def _local_gpus_available(settings: SourceSettings) -> bool:
-    from jupyter_vgpu.server.local import make_backend
-
-    backend = make_backend(settings)
-    try:
-        return bool(backend.available())
-    finally:
-        backend.close()
-
-
-def make_source(settings: SourceSettings) -> FactSource:
-    """The configured adapter; ``auto`` (also from $JUPYTER_VGPU_SOURCE) detects one."""
-    name = settings.source or "auto"
-    if name == "auto":
-        name = settings.environ.get(contract.ENV_NOTEBOOK_SOURCE) or "auto"
-    if name == "auto":
-        name = detect(settings)
-    if name == "node-api":
-        from jupyter_vgpu.server.node_api import NodeAPISource
-
-        return NodeAPISource(settings)
-    if name == "gpu-manager":
-        from jupyter_vgpu.server.gpu_manager import GpuManagerSource
-
-        return GpuManagerSource(settings)
-    if name == "local-nvml":
-        from jupyter_vgpu.server.local import LocalGPUSource
-
-        return LocalGPUSource(settings)
-    if name == "none":
-        return NoVGPUSource()
-    raise ValueError(f"unknown vGPU fact source {name!r}; choose one of auto, {', '.join(SOURCES)}")

@@ -1,5 +1,9 @@
 """A share request in the simulated cluster: re-create the notebook pod with new limits.
 
+The demo's lab selects it with ``c.VGPUSettings.requester_class =
+"vgpu_plugin.demo.requester.KubeRecreateRequester"``; it needs a kubeconfig
+(``c.VGPUSettings.kubeconfig`` or $JUPYTER_VGPU_KUBECONFIG) and the pod's name.
+
 Make before break: a new pod (same spec, new vGPU limits) is created first and
 watched until the device plugin has served it (``gpu-assigned: "true"`` and the
 allocation record) or the scheduler gives up on it; only then is the old pod deleted.
@@ -17,7 +21,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from jupyter_vgpu.core import contract
-from jupyter_vgpu.server.requests import Outcome, Progress, ShareRequest, describe_share
+from jupyter_vgpu.requesters.base import (
+    Outcome,
+    Progress,
+    Requester,
+    RequesterSettings,
+    RequesterUnavailable,
+    ShareRequest,
+    describe_share,
+)
 
 _GENERATION = re.compile(r"^(.*)-v([0-9]+)$")
 
@@ -30,7 +42,7 @@ def next_pod_name(name: str) -> str:
     return base[: 63 - len(suffix)] + suffix
 
 
-class KubeRecreateRequester:
+class KubeRecreateRequester(Requester):
     name = "kubernetes"
 
     def __init__(self, kubeconfig: str, namespace: str, pod: str, container: str | None = None, *,
@@ -45,6 +57,16 @@ class KubeRecreateRequester:
         self._poll = poll_interval
         self._retire_delay = retire_delay
         self._unschedulable_grace = unschedulable_grace
+
+    @classmethod
+    def from_settings(cls, settings: RequesterSettings) -> KubeRecreateRequester:
+        kubeconfig = settings.kubeconfig or settings.environ.get(contract.ENV_NOTEBOOK_KUBECONFIG, "")
+        requester = cls.from_environ(kubeconfig, settings.environ, timeout=settings.timeout)
+        if requester is None:
+            raise RequesterUnavailable(
+                f"Kubernetes requests are configured but there is no kubeconfig (${contract.ENV_NOTEBOOK_KUBECONFIG}) "
+                f"or pod name (${contract.ENV_POD_NAME})")
+        return requester
 
     @classmethod
     def from_environ(cls, kubeconfig: str, environ: Mapping[str, str], **kwargs: Any) -> KubeRecreateRequester | None:
