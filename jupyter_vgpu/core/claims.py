@@ -31,7 +31,7 @@ only our own bind writes claims on pods that no kubelet has admitted yet.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from jupyter_vgpu.core.contract import (
@@ -122,8 +122,7 @@ def pod_claim(pod: Mapping[str, Any], names: Names = DEFAULT_NAMES, *,
                      requests=requests)
 
     def refused(problem: str) -> PodClaim:
-        return PodClaim(claim.uid, claim.namespace, claim.name, node, claim.bound, scheduler, requests,
-                        problem=problem)
+        return replace(claim, problem=problem)
 
     record, record_problem = _read_record(annotations, names)
     if record is not None and record.node != node:
@@ -149,7 +148,7 @@ def pod_claim(pod: Mapping[str, Any], names: Names = DEFAULT_NAMES, *,
             disagreement = _disagreement(container, requests.get(container.index))
             if disagreement:
                 return refused(f"allocation record: container {container.index} {disagreement}")
-        return _replace(claim, allocation=record, from_record=frozenset(c.index for c in record.containers),
+        return replace(claim, allocation=record, from_record=frozenset(c.index for c in record.containers),
                         policy=record.policy)
     if record_problem:
         return refused(record_problem)
@@ -214,7 +213,7 @@ def _with_record(claim: PodClaim, containers: tuple[ContainerAllocation, ...], r
     allocation = PodAllocation(node=claim.node, containers=tuple(chosen),
                                assigned_at_ns=record.assigned_at_ns if record is not None else 0,
                                policy=record.policy if record is not None else "binpack")
-    return _replace(claim, allocation=allocation, from_record=frozenset(from_record), note=note,
+    return replace(claim, allocation=allocation, from_record=frozenset(from_record), note=note,
                     policy=record.policy if record is not None else None)
 
 
@@ -230,12 +229,6 @@ def _disagreement(record: ContainerAllocation, request: Request | None) -> str |
             or len({s.index for s in record.cards}) != len(record.cards):
         return f"holds {len(record.cards)} card share(s), asks for {request.describe()}"
     return None
-
-
-def _replace(claim: PodClaim, **changes: Any) -> PodClaim:
-    values = {name: getattr(claim, name) for name in PodClaim.__dataclass_fields__}
-    values.update(changes)
-    return PodClaim(**values)
 
 
 # --- would a request fit: the rule the extender's fast path uses --------------------------

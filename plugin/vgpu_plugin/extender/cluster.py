@@ -17,6 +17,7 @@ import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from jupyter_vgpu.core.claims import FINISHED_PHASES
 from jupyter_vgpu.core.contract import Names
 
 from ..informer import Informer
@@ -34,7 +35,7 @@ from .ledger import (
 log = logging.getLogger(__name__)
 
 # Terminated pods hold nothing; leaving the selected set is delivered as DELETED.
-LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+LIVE_PODS = ",".join(f"status.phase!={phase}" for phase in FINISHED_PHASES)
 
 
 class KubePodAPI:
