@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from jupyter_vgpu.core.claims import held_memory_units
 from jupyter_vgpu.core.contract import (
     CORES_PER_CARD,
     MEMORY_UNIT_MIB,
@@ -158,7 +159,7 @@ def place_main(argv: Sequence[str]) -> int:
         holdings = _parse_used(args.used, topology.count)
         for share in holdings:
             card = state.card(share.index)
-            held = card.memory_units if share.cores == CORES_PER_CARD else share.memory_units
+            held = held_memory_units(share.cores, share.memory_units, card.memory_units)
             after = card.holding(share.cores, held)
             if after.used_cores > CORES_PER_CARD or after.used_memory_units > after.memory_units:
                 raise _InputError(

@@ -18,7 +18,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 # --- units -------------------------------------------------------------------
@@ -253,36 +253,74 @@ _SUFFIX = {
 }
 
 
+MAX_QUANTITY_LENGTH = 64
+"""Longest quantity text read at all: Kubernetes' own quantities are far shorter."""
+
+MAX_QUANTITY_EXPONENT = 18
+"""Largest decimal exponent a quantity may carry (``E``, the largest suffix, is 10**18)."""
+
+MAX_COUNT = 2**63 - 1
+"""Largest count of an extended resource: Kubernetes keeps them in an int64."""
+
+
 def parse_count(value: object, resource: str) -> int:
     """A non-negative integer count of an extended resource, from an int or a Kubernetes quantity.
 
     Extended resources are whole numbers: '25', 25 and '1k' are counts; '0.5', '-1', '250m',
-    True and 'lots' are not, and the error names the resource and the value.
+    True and 'lots' are not, and the error names the resource and the value. Texts longer than
+    ``MAX_QUANTITY_LENGTH``, exponents beyond ``MAX_QUANTITY_EXPONENT`` and counts beyond
+    ``MAX_COUNT`` are refused before any arithmetic, so no input can overflow or exhaust it.
     """
     if isinstance(value, bool):
         raise RequestError(f"{resource}: {value!r} is not a count (use a whole number such as 25)")
     if isinstance(value, int):
+        if value > MAX_COUNT:
+            raise RequestError(f"{resource}: {_short(value)} is more than any node has")
         number = Decimal(value)
     elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise RequestError(f"{resource}: {value!r} is not a count (use a whole number such as 25)")
         if not value.is_integer():
             raise RequestError(f"{resource}: {value!r} is not a whole number; {resource} is counted in whole units")
+        if value > MAX_COUNT:
+            raise RequestError(f"{resource}: {value!r} is more than any node has")
         number = Decimal(int(value))
     elif isinstance(value, str):
-        text = value.strip()
-        match = _QUANTITY.match(text)
-        if not match:
-            raise RequestError(f"{resource}: {value!r} is not a quantity (use a whole number such as 25)")
-        try:
-            number = Decimal(match.group(1)) * _SUFFIX[match.group(2)]
-        except InvalidOperation:
-            raise RequestError(f"{resource}: {value!r} is not a quantity") from None
+        number = _quantity(value, resource)
     else:
-        raise RequestError(f"{resource}: {value!r} is not a count (use a whole number such as 25)")
+        raise RequestError(f"{resource}: {_short(value)} is not a count (use a whole number such as 25)")
     if number < 0:
-        raise RequestError(f"{resource}: {value!r} is negative; ask for 0 or more")
+        raise RequestError(f"{resource}: {_short(value)} is negative; ask for 0 or more")
     if number != number.to_integral_value():
-        raise RequestError(f"{resource}: {value!r} is not a whole number; {resource} is counted in whole units")
+        raise RequestError(f"{resource}: {_short(value)} is not a whole number; {resource} is counted in whole units")
+    if number > MAX_COUNT:
+        raise RequestError(f"{resource}: {_short(value)} is more than any node has")
     return int(number)
+
+
+def _quantity(value: str, resource: str) -> Decimal:
+    """A quantity's value, with its length and exponent checked before any Decimal arithmetic."""
+    text = value.strip()
+    if len(text) > MAX_QUANTITY_LENGTH:
+        raise RequestError(f"{resource}: a quantity of {len(text)} characters is not a count "
+                           f"(at most {MAX_QUANTITY_LENGTH}; use a whole number such as 25)")
+    match = _QUANTITY.match(text)
+    if not match:
+        raise RequestError(f"{resource}: {value!r} is not a quantity (use a whole number such as 25)")
+    mantissa, _, exponent = match.group(1).lower().partition("e")
+    if exponent and abs(int(exponent)) > MAX_QUANTITY_EXPONENT:
+        raise RequestError(f"{resource}: {value!r} has an exponent beyond ±{MAX_QUANTITY_EXPONENT}; "
+                           f"use a whole number such as 25")
+    try:
+        return Decimal(match.group(1)) * _SUFFIX[match.group(2)]
+    except ArithmeticError:  # InvalidOperation ('1.2.3', '.'), and any overflow the bounds above missed
+        raise RequestError(f"{resource}: {value!r} is not a quantity") from None
+
+
+def _short(value: object) -> str:
+    """A value for an error message, cut short: the input may be huge."""
+    text = repr(value) if not isinstance(value, int) or value.bit_length() < 200 else f"a {value.bit_length()}-bit number"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # --- a container's request ---------------------------------------------------------------
@@ -377,6 +415,10 @@ def parse_container_request(
     Extended resources cannot be overcommitted, so Kubernetes requires requests to equal
     limits; a container that sets only requests or only limits is read from whichever is set.
     """
+    for what, given in (("limits", limits), ("requests", requests)):
+        if given is not None and not isinstance(given, Mapping):
+            raise RequestError(f"resources.{what} must be a map of resource names to quantities, "
+                               f"not {type(given).__name__}")
     limits = limits or {}
     requests = requests or {}
     values: dict[str, int | None] = {}
@@ -410,24 +452,44 @@ def pod_requests(pod: Mapping[str, Any], names: Names = DEFAULT_NAMES) -> dict[i
     vGPU is refused: its share would be held for the pod's whole life for a moment's use.
     Raises RequestError naming the container on the first invalid request.
     """
-    spec = pod.get("spec") or {}
-    for container in spec.get("initContainers") or spec.get("init_containers") or []:
-        resources = container.get("resources") or {}
+    spec = _mapping(pod.get("spec"), "spec")
+    for container in _containers(spec.get("initContainers") or spec.get("init_containers"), "init container"):
+        resources = _mapping(container.get("resources"), f"init container {container.get('name')!r}: resources")
         for key in ("limits", "requests"):
-            if any(r in (resources.get(key) or {}) for r in names.resources):
+            given = resources.get(key) or {}
+            if not isinstance(given, Mapping):
+                raise RequestError(f"init container {container.get('name')!r}: resources.{key} must be a map "
+                                   f"of resource names to quantities, not {type(given).__name__}")
+            if any(r in given for r in names.resources):
                 raise RequestError(
                     f"init container {container.get('name')!r} asks for a vGPU; only regular containers can"
                 )
     result: dict[int, Request] = {}
-    for index, container in enumerate(spec.get("containers") or []):
-        resources = container.get("resources") or {}
+    for index, container in enumerate(_containers(spec.get("containers"), "container")):
         try:
+            resources = _mapping(container.get("resources"), "resources")
             request = parse_container_request(resources.get("limits"), resources.get("requests"), names)
         except RequestError as error:
             raise RequestError(f"container {container.get('name')!r}: {error}") from None
         if request is not None:
             result[index] = request
     return result
+
+
+def _mapping(value: object, what: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RequestError(f"{what} must be an object, not {type(value).__name__}")
+    return value
+
+
+def _containers(value: object, what: str) -> list[Mapping[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(c, Mapping) for c in value):
+        raise RequestError(f"the pod's {what}s must be a list of objects")
+    return value
 
 
 # --- the allocation record (scheduler -> device plugin -> notebook) ----------------------
@@ -593,41 +655,6 @@ def parse_predicate_indices(annotations: Mapping[str, str], names: Names = DEFAU
     return result
 
 
-def allocation_from_predicates(pod: Mapping[str, Any], names: Names = DEFAULT_NAMES) -> PodAllocation | None:
-    """What a pod placed by gpu-admission holds: its ``predicate-gpu-idx-<i>`` cards, sized by its requests.
-
-    gpu-admission writes no record of its own, so the cards come from its keys and the amounts
-    from the containers' requests. Card UUIDs are unknown here (empty), and a whole card holds
-    all of its memory (``memory_units`` 0). None when the pod has no such keys; ValueError
-    naming the key when the keys and the requests disagree.
-    """
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    indices = parse_predicate_indices(annotations, names)
-    if not indices:
-        return None
-    requests = pod_requests(pod, names)
-    spec = pod.get("spec") or {}
-    spec_containers = spec.get("containers") or []
-    containers = []
-    for index, cards in sorted(indices.items()):
-        key = names.predicate_gpu_idx(index)
-        request = requests.get(index)
-        if request is None:
-            raise ValueError(f"{key} names cards but container {index} asks for no vGPU")
-        if request.is_share:
-            if len(cards) != 1:
-                raise ValueError(f"{key}={card_ids_env(cards)}: a share sits on one card")
-            shares: tuple[CardShare, ...] = (CardShare(cards[0], "", request.cores, request.memory_units),)
-        else:
-            if len(cards) != request.cards:
-                raise ValueError(f"{key} names {len(cards)} cards for {request.cards} whole cards")
-            shares = tuple(CardShare(card, "", CORES_PER_CARD, 0) for card in cards)
-        name = str(spec_containers[index].get("name", "")) if index < len(spec_containers) else ""
-        containers.append(ContainerAllocation(index, name, shares))
-    node = str(spec.get("nodeName") or annotations.get(names.predicate_node, ""))
-    return PodAllocation(node=node, containers=tuple(containers))
-
-
 # --- sizes ----------------------------------------------------------------------------------
 
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
@@ -655,7 +682,12 @@ def parse_memory_size(text: str | int) -> int:
         raise RequestError(f"memory size {text!r} is not a size")
     if isinstance(text, int):
         units = text
+    elif not isinstance(text, str):
+        raise RequestError(f"memory size {text!r} is not a size")
     else:
+        if len(text) > MAX_QUANTITY_LENGTH:
+            raise RequestError(f"memory size of {len(text)} characters: use e.g. 4GiB, 4096MiB or a number "
+                               f"of {MEMORY_UNIT_MIB} MiB units")
         match = _SIZE.match(text)
         if not match:
             raise RequestError(f"memory size {text!r}: use e.g. 4GiB, 4096MiB or a number of {MEMORY_UNIT_MIB} MiB units")

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from jupyter_vgpu.core.claims import held_memory_units
 from jupyter_vgpu.core.contract import (
     CORES_PER_CARD,
     MEMORY_UNIT_MIB,
@@ -108,7 +109,7 @@ class NodeState:
             card = states.get(share.index)
             if card is None:
                 continue
-            memory = card.memory_units if share.cores >= CORES_PER_CARD else share.memory_units
+            memory = held_memory_units(share.cores, share.memory_units, card.memory_units)
             states[share.index] = card.holding(share.cores, memory)
         return cls(tuple(states[i] for i in sorted(states)), topology)
 

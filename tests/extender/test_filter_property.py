@@ -82,7 +82,7 @@ def test_cached_filter_matches_placement_from_scratch(data, layout, unhealthy):
 
 
 def test_memory_stays_bounded_over_many_request_shapes():
-    from vgpu_plugin.extender import decisions as module
+    from vgpu_plugin.extender import cache as module
 
     ledger = Ledger()
     ledger.set_node("n", NodeCards(tuple(Card(i, "", "m", 16 * 1024) for i in range(2)), None, "inventory"))
@@ -91,8 +91,8 @@ def test_memory_stays_bounded_over_many_request_shapes():
         for memory in range(1, 17):  # up to 64 units: a whole 16 GiB card
             args = ExtenderArgs(pod=pod_for([(cores, memory * 4)]), node_names=["n"], nodes=None, raw_nodes=None)
             assert decisions.filter(args)[0] == ["n"]
-    entry = ledger.node("n")
-    assert len(entry.memo) <= module.MEMO_LIMIT and len(entry.static_memo) <= module.MEMO_LIMIT
-    assert len(ledger._caches) <= Ledger.MAX_CACHED_SHAPES
+    memo = decisions.cache.node("n")
+    assert len(memo.live) <= module.MEMO_LIMIT and len(memo.static) <= module.MEMO_LIMIT
+    assert decisions.cache.shapes() <= module.MAX_CACHED_SHAPES
     too_big = ExtenderArgs(pod=pod_for([(10, 65)]), node_names=["n"], nodes=None, raw_nodes=None)
     assert "n" in decisions.filter(too_big)[2]  # still right after starting over

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jupyter_vgpu.core import claims
 from jupyter_vgpu.core import contract as c
 
 from .cluster import ClusterError, NodeSpec, SimCluster
@@ -277,10 +278,11 @@ class Demo:
 
     def describe_notebook(self, pod: dict[str, Any]) -> str:
         meta = pod.get("metadata") or {}
-        record = (meta.get("annotations") or {}).get(c.DEFAULT_NAMES.allocation)
-        if not record:
-            return f"pod {meta.get('namespace')}/{meta.get('name')} (no vGPU)"
-        allocation = c.PodAllocation.from_json(record)
+        claim = claims.pod_claim(pod, c.DEFAULT_NAMES)
+        allocation = claim.allocation if claim is not None else None
+        if allocation is None:
+            why = f": {claim.problem}" if claim is not None and claim.problem else ""
+            return f"pod {meta.get('namespace')}/{meta.get('name')} (no vGPU{why})"
         shares = [share for container in allocation.containers for share in container.cards]
         cards = ", ".join(f"card {s.index} ({s.cores} % of its compute, {s.memory_mib} MiB)" for s in shares)
         return f"pod {meta.get('namespace')}/{meta.get('name')} on node {allocation.node}: {cards}"

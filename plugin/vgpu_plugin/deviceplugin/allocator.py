@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
+from jupyter_vgpu.core import claims
 from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.core.contract import Names
 
@@ -312,7 +313,7 @@ class Allocator:
         """Match the ledger to what kubelet did; returns the pods whose annotations must change."""
         with self._lock:
             views = self._all_views()
-            present = {(p.get("metadata") or {}).get("uid") or "" for p in self._pods.items() if _holds_devices(p)}
+            present = {(p.get("metadata") or {}).get("uid") or "" for p in self._pods.items() if not claims.is_finished(p)}
             gone = gone_pods(self._ledger, self._gone, present, time.monotonic())
             self._gone.clear()
             plan = plan_reconcile(self._ledger, entries, self._world(views), gone)
@@ -338,6 +339,3 @@ class Allocator:
             return self._ledger.usage()
 
 
-def _holds_devices(pod: dict[str, Any]) -> bool:
-    """Until it is deleted or finished a pod keeps its devices (a terminating pod still runs)."""
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from jupyter_vgpu.core.claims import is_finished
 from jupyter_vgpu.core.contract import DEFAULT_NAMES, Names
 
 from ..tokens import TokenMinter, load_or_create_secret
@@ -331,7 +332,7 @@ class NodeDaemon:
             return
         meta = pod.get("metadata") or {}
         # a terminating pod (deletionTimestamp) still runs and holds its share until it is gone
-        if kind == "DELETED" or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if kind == "DELETED" or is_finished(pod):
             self.allocator.pod_gone(meta.get("uid") or "")
             self._reconcile_now.set()
 

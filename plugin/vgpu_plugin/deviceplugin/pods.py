@@ -6,14 +6,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from jupyter_vgpu.core import claims
 from jupyter_vgpu.core import contract as c
-from jupyter_vgpu.core.contract import (
-    ContainerAllocation,
-    Names,
-    PodAllocation,
-    Request,
-    RequestError,
-)
+from jupyter_vgpu.core.contract import ContainerAllocation, Names, Request, RequestError
 
 from .devices import CORE
 
@@ -56,23 +51,29 @@ class PodView:
 
 
 def parse_pod(pod: dict[str, Any], node: str, names: Names) -> PodView | None:
-    """The pod as the extender placed it, or None when it is not a vGPU pod of this node."""
+    """The pod as the extender placed it, or None when it is not a vGPU pod of this node.
+
+    What it holds is its claim (``core.claims.pod_claim``: cards from the predicate keys,
+    amounts from its requests, the record only where it agrees); on top of that the device
+    plugin serves only pods placed for this node with a key for every vGPU container.
+    """
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     annotations = dict(meta.get("annotations") or {})
     if spec.get("nodeName") != node or meta.get("deletionTimestamp"):
         return None
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+    claim = claims.pod_claim(pod, names)
+    if claim is None:  # finished
         return None
     view = PodView(uid=meta.get("uid") or "", namespace=meta.get("namespace") or "default",
                    name=meta.get("name") or "", assigned=annotations.get(names.gpu_assigned) == "true",
                    annotations=annotations)
     try:
-        requests = c.pod_requests(pod, names)
+        c.pod_requests(pod, names)
     except RequestError as error:
         view.problem = str(error)
         return view
-    if not requests:
+    if not claim.requests:
         return None
     if annotations.get(names.predicate_node) != node:
         placed = annotations.get(names.predicate_node)
@@ -80,39 +81,29 @@ def parse_pod(pod: dict[str, Any], node: str, names: Names) -> PodView | None:
                         f"({names.predicate_node}={placed!r})")
         return view
     try:
-        indices = c.parse_predicate_indices(annotations, names)
         predicate_time = int(annotations.get(names.predicate_time) or 0)
     except ValueError as error:
         view.problem = str(error)
         return view
-    record = None
-    if names.allocation in annotations:
-        try:
-            record = PodAllocation.from_json(annotations[names.allocation])
-            view.policy = record.policy
-        except ValueError as error:
-            log.warning("pod %s/%s: ignoring its %s annotation: %s", view.namespace, view.name,
-                        names.allocation, error)
+    if claim.problem is not None:
+        view.problem = claim.problem
+        return view
+    if claim.note:
+        log.warning("pod %s/%s: %s", view.namespace, view.name, claim.note)
+    if claim.policy is not None:
+        view.policy = claim.policy
     containers = spec.get("containers") or []
-    for index, request in sorted(requests.items()):
-        cards = indices.get(index)
-        if not cards:
+    keys = c.parse_predicate_indices(annotations, names)  # valid: the claim was read from them
+    for index, request in sorted(claim.requests.items()):
+        held = claim.allocation.container(index) if claim.allocation is not None else None
+        if held is None or index not in keys:
             view.problem = f"no {names.predicate_gpu_idx(index)} annotation for container {index}"
             view.containers = []
             return view
-        mine = record.container(index) if record else None
-        if mine is not None and (sorted(s.index for s in mine.cards) != sorted(cards) or not _agrees(mine, request)):
-            mine = None  # the gpu-admission keys and the container's own request win
         view.containers.append(Wanted(
             uid=view.uid, namespace=view.namespace, pod=view.name, index=index,
-            container=str(containers[index].get("name", index)), request=request, cards=tuple(cards),
-            predicate_time=predicate_time, record=mine,
+            container=str(containers[index].get("name", index)), request=request,
+            cards=keys[index], predicate_time=predicate_time,
+            record=held if index in claim.from_record else None,
         ))
     return view
-
-
-def _agrees(record: ContainerAllocation, request: Request) -> bool:
-    """The record gives exactly what the container asks for (kubelet counted the request, not the record)."""
-    if request.is_share:
-        return len(record.cards) == 1 and record.cores == request.cores and record.memory_units == request.memory_units
-    return len(record.cards) == request.cards and all(s.cores == c.CORES_PER_CARD for s in record.cards)

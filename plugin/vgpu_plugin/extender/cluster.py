@@ -14,9 +14,10 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
+from jupyter_vgpu.core.claims import FINISHED_PHASES
 from jupyter_vgpu.core.contract import Names
 
 from ..informer import Informer
@@ -34,7 +35,7 @@ from .ledger import (
 log = logging.getLogger(__name__)
 
 # Terminated pods hold nothing; leaving the selected set is delivered as DELETED.
-LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+LIVE_PODS = ",".join(f"status.phase!={phase}" for phase in FINISHED_PHASES)
 
 
 class KubePodAPI:
@@ -90,15 +91,19 @@ def _status_message(error: Any) -> str:
 
 
 class ClusterView:
-    """Keeps ``ledger`` in step with the API. ``start()`` returns at once; see ``synced``."""
+    """Keeps ``ledger`` in step with the API. ``start()`` returns at once; see ``synced``.
+
+    ``schedulers``: only unbound pods of these scheduler names hold what they claim (None: any).
+    """
 
     def __init__(self, api_client: Any, ledger: Ledger, names: Names, *, assume_ttl: float = 60.0,
-                 sweep_interval: float = 5.0) -> None:
+                 sweep_interval: float = 5.0, schedulers: Collection[str] | None = None) -> None:
         from kubernetes import client
 
         core = client.CoreV1Api(api_client)
         self.ledger = ledger
         self.names = names
+        self.schedulers = frozenset(schedulers) if schedulers is not None else None
         self.assume_ttl = assume_ttl
         self._sweep_interval = sweep_interval
         self.nodes = Informer(core.list_node, on_event=self._on_node)
@@ -170,7 +175,7 @@ class ClusterView:
 
     def apply(self, pod: Mapping[str, Any], existing: Holding | None) -> None:
         """Make the ledger say what this version of the pod says, unless it predates our bind."""
-        claim = pod_holding(pod, self.names)
+        claim = pod_holding(pod, self.names, self.schedulers)
         if existing is not None and existing.assumed:
             if existing.min_resource_version is None:
                 # our PATCH is still in flight: only its own result may confirm the claim

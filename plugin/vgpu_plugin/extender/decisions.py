@@ -1,16 +1,21 @@
 """Filter, prioritize and bind: the extender's decisions over the ledger.
 
-Filter and prioritize only read. Per request shape the ledger keeps each node's verdict
-and score, forgotten node by node when that node's accounting changes, so a filter over
-a thousand names is a few set operations plus deciding the nodes that changed since.
+Filter and prioritize only read. Their answers are cached per node and per request shape
+(``cache.py``), forgotten node by node when that node's accounting changes, so a filter
+over a thousand names is a few set operations plus deciding the nodes that changed since.
 A pod with one container is decided, and a refusal explained, from the node's
-free-capacity summary (the placement policy's own rule, property-tested against it);
-pods with several containers, scores and bind's choice of cards come from the
+free-capacity summary (``core.claims``' rule, property-tested against the placement
+policy); pods with several containers, scores and bind's choice of cards come from the
 placement policy itself.
+
+A pod's own claim never counts against it: a pod whose earlier bind was interrupted
+after the claim was written is filtered, scored and bound as if it held nothing.
 
 Bind is the only writer: under the pod's and the node's locks it chooses the card(s),
 records the claim in the ledger at once (so concurrent filters see it), PATCHes the
-pod's annotations, POSTs the Binding, and undoes what it did when a step fails.
+pod's annotations, POSTs the Binding, and undoes what it did when a step fails. Cards a
+pod already names (``predicate-gpu-idx-<i>``, written by anyone) are adopted only when
+they still have room for it; otherwise the pod is placed afresh.
 """
 
 from __future__ import annotations
@@ -19,13 +24,12 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from jupyter_vgpu.core import contract, placement
+from jupyter_vgpu.core import claims, contract, placement
 from jupyter_vgpu.core.contract import (
-    CORES_PER_CARD,
     CardShare,
     ContainerAllocation,
     Names,
@@ -35,16 +39,8 @@ from jupyter_vgpu.core.contract import (
 )
 from jupyter_vgpu.core.placement import CardState, NodeState, PodPlacement
 
-from .ledger import (
-    TERMINATED_PHASES,
-    Holding,
-    Ledger,
-    NodeEntry,
-    ScoreCache,
-    VerdictCache,
-    node_cards,
-    pod_holding,
-)
+from .cache import DecisionCache, NodeMemo, ScoreCache, VerdictCache, remember
+from .ledger import Holding, Ledger, NodeEntry, node_cards, pod_holding, pod_key
 from .wire import MAX_EXTENDER_PRIORITY, ExtenderArgs, ExtenderBindingArgs
 
 log = logging.getLogger(__name__)
@@ -108,8 +104,8 @@ def read_ask(pod: Mapping[str, Any], names: Names, default_policy: str) -> PodAs
     return PodAsk(requests, policy, (policy, key))
 
 
-def node_state(entry: NodeEntry) -> NodeState:
-    state = entry.memo.get("state")
+def node_state(entry: NodeEntry, memo: NodeMemo) -> NodeState:
+    state = memo.live.get("state")
     if state is None:
         state = NodeState(
             cards=tuple(
@@ -119,70 +115,22 @@ def node_state(entry: NodeEntry) -> NodeState:
             ),
             topology=entry.topology,
         )
-        entry.memo["state"] = state
+        memo.live["state"] = state
     return state
 
 
-def _fits_alone(entry: NodeEntry, request: Request) -> bool:
-    """Whether one container's request fits, from the free-capacity summary (exact).
-
-    A share needs one healthy card with the cores and the memory free; n whole cards need
-    n healthy untouched cards whose memory covers any declared amount (the n largest do
-    if any n do). This is the placement policy's own rule, without its ranking work.
-    """
-    if request.is_share:
-        cores, memory = request.cores, request.memory_units
-        return any(f.free_cores >= cores and f.free_memory_units >= memory for f in entry.free)
-    intact = [f.free_memory_units for f in entry.free if f.whole]
-    if len(intact) < request.cards:
-        return False
-    return not request.memory_units or sum(sorted(intact)[-request.cards:]) >= request.memory_units
-
-
-def _fits_empty(entry: NodeEntry, request: Request) -> bool:
-    """Whether one container's request would fit with every card free (cards and health only)."""
-    sizes = sorted(card.memory_units for card in entry.cards if card.healthy)
-    if request.is_share:
-        return bool(sizes) and sizes[-1] >= request.memory_units
-    return len(sizes) >= request.cards and sum(sizes[-request.cards:]) >= request.memory_units
-
-
-def _refusal_alone(entry: NodeEntry, request: Request) -> str:
-    """Why one container's request does not fit now, from the free-capacity summary."""
-    free = entry.free
-    if request.is_share:
-        cores, memory = request.cores, request.memory_units
-        best = max(free, key=lambda f: (min(f.free_cores, cores) * memory + min(f.free_memory_units, memory) * cores,
-                                        f.free_cores, f.free_memory_units))
-        return (f"needs {cores} cores and {_mib(memory)} on one card; largest free share is "
-                f"{best.free_cores} cores / {_mib(best.free_memory_units)} on card {best.index}")
-    n = request.cards
-    asked = f"asked for {n} whole card{'s' if n > 1 else ''}"
-    intact = [f for f in free if f.whole]
-    if not intact:
-        return f"no whole card free on this node; {asked}"
-    if len(intact) < n:
-        return (f"only {len(intact)} whole card{'s' if len(intact) > 1 else ''} free "
-                f"({', '.join(str(f.index) for f in intact)}); {asked}")
-    largest = sum(sorted(f.free_memory_units for f in intact)[-n:])
-    return f"{asked} with {_mib(request.memory_units)} in total, but the {n} largest free cards have {_mib(largest)}"
-
-
-def _mib(units: int) -> str:
-    return contract.format_mib(units * contract.MEMORY_UNIT_MIB)
-
-
-def fit(entry: NodeEntry, ask: PodAsk) -> tuple[str | None, bool]:
+def fit(entry: NodeEntry, ask: PodAsk, memo: NodeMemo) -> tuple[str | None, bool]:
     """(reason it does not fit or None, whether no preemption could ever help). Memoised.
 
     A pod with one container is decided, and a refusal explained, from the free-capacity
-    summary; several containers by the placement policy itself. Whether a node could
-    ever take the pod (with every card free) is decided once per set of cards.
+    summary (``claims.fits_alone``); several containers by the placement policy itself.
+    Whether a node could ever take the pod (with every card free) is decided once per set
+    of cards.
     """
     key = ("fit", ask.key)
-    verdict = entry.memo.get(key)
+    verdict = memo.live.get(key)
     if verdict is not None:
-        return verdict
+        return verdict  # type: ignore[no-any-return]
     if ask.invalid:
         verdict = (ask.invalid, True)
     elif not entry.cards:
@@ -190,55 +138,66 @@ def fit(entry: NodeEntry, ask: PodAsk) -> tuple[str | None, bool]:
     else:
         requests = ask.requests
         only = next(iter(requests.values())) if len(requests) == 1 else None
-        if only is not None and _fits_alone(entry, only):
+        if only is not None and claims.fits_alone(entry.free, only):
             verdict = (None, False)
-        elif (never := _never_reason(entry, ask)) is not None:
+        elif (never := _never_reason(entry, ask, memo)) is not None:
             verdict = (never, True)
         elif only is not None:
-            verdict = (_refusal_alone(entry, only), False)
+            verdict = (claims.refusal_alone(entry.free, only), False)
         else:
-            result = placement.place_pod(node_state(entry), requests, ask.policy)
+            result = placement.place_pod(node_state(entry, memo), requests, ask.policy)
             verdict = (None, False) if isinstance(result, placement.PodPlacement) else (result.reason, False)
-    _remember(entry.memo, key, verdict)
+    remember(memo.live, key, verdict)
     return verdict
 
 
-def _never_reason(entry: NodeEntry, ask: PodAsk) -> str | None:
+def _never_reason(entry: NodeEntry, ask: PodAsk, memo: NodeMemo) -> str | None:
     """Why the pod could not fit even on this node emptied, or None. Memoised per set of cards."""
     key = ("never", ask.key)
-    if key not in entry.static_memo:
-        if len(ask.requests) == 1 and _fits_empty(entry, next(iter(ask.requests.values()))):
+    if key not in memo.static:
+        healthy = [card.memory_units for card in entry.cards if card.healthy]
+        if len(ask.requests) == 1 and claims.fits_empty(healthy, next(iter(ask.requests.values()))):
             reason = None
         else:
-            result = placement.place_pod(node_state(entry).emptied(), ask.requests, ask.policy)
+            result = placement.place_pod(node_state(entry, memo).emptied(), ask.requests, ask.policy)
             reason = (None if isinstance(result, placement.PodPlacement)
                       else f"{result.reason} (even with every card free)")
-        _remember(entry.static_memo, key, reason)
+        remember(memo.static, key, reason)
         return reason
-    return entry.static_memo[key]  # type: ignore[no-any-return]
+    return memo.static[key]  # type: ignore[no-any-return]
 
 
-MEMO_LIMIT = 512
-"""Entries a node's memo keeps before starting over: request shapes are many over a long life."""
-
-
-def _remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
-    if len(memo) >= MEMO_LIMIT:
-        memo.clear()
-    memo[key] = value
-
-
-def score(entry: NodeEntry, ask: PodAsk) -> int:
+def score(entry: NodeEntry, ask: PodAsk, memo: NodeMemo) -> int:
     key = ("score", ask.key)
-    value = entry.memo.get(key)
+    value = memo.live.get(key)
     if value is None:
-        if fit(entry, ask)[0] is not None:
+        if fit(entry, ask, memo)[0] is not None:
             value = 0
         else:
-            value = placement.score_node(node_state(entry), ask.requests, ask.policy)
+            value = placement.score_node(node_state(entry, memo), ask.requests, ask.policy)
             value = max(0, min(MAX_EXTENDER_PRIORITY, int(value)))
-        _remember(entry.memo, key, value)
-    return value
+        remember(memo.live, key, value)
+    return value  # type: ignore[no-any-return]
+
+
+def preset_refusal(state: NodeState, holding: Holding) -> str | None:
+    """Why the cards a pod already names have no room for it on ``state`` (which excludes it), or None."""
+    for container, share in holding.shares():
+        try:
+            card = state.card(share.index)
+        except KeyError:
+            return f"container {container}: the node has no card {share.index}"
+        memory = claims.held_memory_units(share.cores, share.memory_units, card.memory_units)
+        if not card.healthy:
+            return f"container {container}: card {share.index} is unhealthy"
+        if claims.is_whole_card(share.cores) and not card.is_free:
+            return f"container {container}: card {share.index} is not free for a whole-card claim"
+        if not card.fits_share(share.cores, memory):
+            return (f"container {container}: card {share.index} has {card.free_cores} cores / "
+                    f"{card.free_memory_units} memory units free, the claim needs {share.cores} / {memory}")
+        state = replace(state, cards=tuple(c.holding(share.cores, memory) if c.index == share.index else c
+                                           for c in state.cards))
+    return None
 
 
 class _StripedLocks:
@@ -252,23 +211,27 @@ class _StripedLocks:
 
 
 class Decisions:
+    """``schedulers``: the scheduler names whose unbound pods' claims count (None: any)."""
+
     def __init__(self, ledger: Ledger, api: PodAPI | None, names: Names = contract.DEFAULT_NAMES,
-                 policy: str = "binpack") -> None:
+                 policy: str = "binpack", schedulers: Collection[str] | None = (contract.SCHEDULER_NAME,)) -> None:
         if policy not in placement.POLICIES:
             raise ValueError(f"policy {policy!r} is not one of {', '.join(placement.POLICIES)}")
         self.ledger = ledger
+        self.cache = DecisionCache(ledger)
         self.api = api
         self.names = names
         self.policy = policy
+        self.schedulers = frozenset(schedulers) if schedulers is not None else None
         self._pod_locks = _StripedLocks()
         self._node_locks = _StripedLocks()
 
     # --- filter and prioritize (read-only) ------------------------------------------
 
-    def _entries(self, args: ExtenderArgs) -> list[tuple[str, NodeEntry | None]]:
-        """(name, entry) per candidate; without node cache, the request's Node objects give the cards."""
+    def _entries(self, args: ExtenderArgs) -> list[tuple[str, NodeEntry | None, NodeMemo]]:
+        """(name, entry, memo) per candidate; without node cache, the request's Node objects give the cards."""
         if args.cache_mode:
-            return [(name, self.ledger.node(name)) for name in args.candidate_names]
+            return [(name, self.ledger.node(name), self.cache.node(name)) for name in args.candidate_names]
         result = []
         for node in args.nodes or []:
             name = node["metadata"]["name"]
@@ -279,9 +242,15 @@ class Decisions:
                 temp = NodeEntry(name, cards.cards, cards.topology, cards.source, cards.problem, True,
                                  pods=dict(entry.pods) if entry else {})
                 temp.recount()
-                entry = temp
-            result.append((name, entry))
+                result.append((name, temp, NodeMemo()))
+            else:
+                result.append((name, entry, self.cache.node(name)))
         return result
+
+    def _own(self, pod: Mapping[str, Any]) -> Holding | None:
+        """The claim the ledger holds for this very pod (an earlier, interrupted bind), if any."""
+        uid = pod_key(pod)[0]
+        return self.ledger.holding(uid) if uid else None
 
     def filter(self, args: ExtenderArgs) -> tuple[list[str], dict[str, str], dict[str, str]]:
         """(passed, failed, failed and unresolvable). PodProblem when the pod asks for no vGPU."""
@@ -292,7 +261,8 @@ class Decisions:
         if not args.cache_mode:
             return self._filter_entries(args, ask)
         with self.ledger.lock:
-            cache = self.ledger.cache(("fit", ask.key), VerdictCache)
+            own = self._own(args.pod)
+            cache = self.cache.shape(("fit", ask.key), VerdictCache)
             known = cache.values
             unseen: dict[str, str] = {}
             nodes = self.ledger.nodes
@@ -302,11 +272,20 @@ class Decisions:
                 if entry is None or not entry.known:
                     unseen[name] = "the extender has not seen this node yet"
                 else:
-                    cache.set(name, fit(entry, ask))
+                    cache.set(name, fit(entry, ask, self.cache.node(name)))
             passing, failing, never = cache.passing, cache.failed, cache.unresolvable
             passed = [n for n in names if n in passing]
             failed = {n: failing[n] for n in wanted.intersection(failing)}
             unresolvable = {n: never[n] for n in wanted.intersection(never)}
+            if own is not None and own.node in wanted and own.node not in unseen:
+                # decide the node holding the pod's own claim as if the pod held nothing there
+                mine = own.node
+                reason, hopeless = fit(nodes[mine].without(own.uid), ask, NodeMemo())
+                failed.pop(mine, None)
+                unresolvable.pop(mine, None)
+                passed = [n for n in names if n in passing and n != mine or n == mine and reason is None]
+                if reason is not None:
+                    (unresolvable if hopeless else failed)[mine] = reason
         failed.update(unseen)
         return passed, failed, unresolvable
 
@@ -316,11 +295,14 @@ class Decisions:
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         with self.ledger.lock:
-            for name, entry in self._entries(args):
+            own = self._own(args.pod)
+            for name, entry, memo in self._entries(args):
                 if entry is None or not entry.known:
                     failed[name] = "the extender has not seen this node yet"
                     continue
-                reason, never = fit(entry, ask)
+                if own is not None and own.node == name:
+                    entry, memo = entry.without(own.uid), NodeMemo()
+                reason, never = fit(entry, ask, memo)
                 if reason is None:
                     passed.append(name)
                 elif never:
@@ -334,16 +316,27 @@ class Decisions:
         if ask.invalid:
             raise PodProblem(f"pod {describe_pod(args.pod)}: {ask.invalid}")
         with self.ledger.lock:
+            own = self._own(args.pod)
             if not args.cache_mode:
-                return [(name, score(entry, ask) if entry is not None and entry.known else 0)
-                        for name, entry in self._entries(args)]
-            cache = self.ledger.cache(("score", ask.key), ScoreCache)
+                scores = []
+                for name, entry, memo in self._entries(args):
+                    if entry is None or not entry.known:
+                        scores.append((name, 0))
+                        continue
+                    if own is not None and own.node == name:
+                        entry, memo = entry.without(own.uid), NodeMemo()
+                    scores.append((name, score(entry, ask, memo)))
+                return scores
+            cache = self.cache.shape(("score", ask.key), ScoreCache)
             nodes = self.ledger.nodes
             for name in [n for n in args.candidate_names if n not in cache]:
                 entry = nodes.get(name)
                 if entry is not None and entry.known:
-                    cache[name] = score(entry, ask)
-            return [(name, cache.get(name, 0)) for name in args.candidate_names]
+                    cache[name] = score(entry, ask, self.cache.node(name))
+            mine: dict[str, int] = {}
+            if own is not None and own.node in nodes and nodes[own.node].known:
+                mine[own.node] = score(nodes[own.node].without(own.uid), ask, NodeMemo())
+            return [(name, mine[name] if name in mine else cache.get(name, 0)) for name in args.candidate_names]
 
     # --- bind (the only writer) -------------------------------------------------------
 
@@ -370,7 +363,7 @@ class Decisions:
             if args.pod_uid and uid and args.pod_uid != uid:
                 return (f"{where} has UID {uid}, not {args.pod_uid}: "
                         f"it was deleted and created again since it was scheduled")
-            if (pod.get("status") or {}).get("phase") in TERMINATED_PHASES:
+            if claims.is_finished(pod):
                 return f"{where} has already terminated"
             try:
                 ask = read_ask(pod, self.names, self.policy)
@@ -378,7 +371,7 @@ class Decisions:
                 return str(problem)
             if ask.invalid:
                 return f"{where}: {ask.invalid}"
-            current = pod_holding(pod, self.names)
+            current = pod_holding(pod, self.names, self.schedulers)
             bound = (pod.get("spec") or {}).get("nodeName") or ""
             if bound:
                 if bound != args.node:
@@ -388,10 +381,29 @@ class Decisions:
                     return ""  # a repeated bind: already done, nothing more to allocate
                 return f"{where} is already bound to {bound} without a card assignment"
             if isinstance(current, Holding) and current.node == args.node:
-                # annotated by an earlier attempt that did not get to bind: reuse its cards
-                self._adopt(current)
-                return self._post_binding(pod, args, uid, patched=None)
+                # cards named before this call (an earlier attempt that did not get to bind, or
+                # whoever wrote the pod): reuse them only if they still have room for the pod
+                with self.ledger.lock:
+                    refusal = self._preset_refusal(current, args.node)
+                    if refusal is None:
+                        self._adopt(current)
+                if refusal is None:
+                    return self._post_binding(pod, args, uid, patched=None)
+                log.warning("%s: not adopting the cards it names on %s (%s); placing it afresh",
+                            where, args.node, refusal)
             return self._allocate_and_bind(pod, args, uid, ask)
+
+    def _state_without(self, entry: NodeEntry, uid: str) -> NodeState:
+        """The node's placement state with pod ``uid``'s own claim given back."""
+        if uid and uid in entry.pods:
+            return node_state(entry.without(uid), NodeMemo())
+        return node_state(entry, self.cache.node(entry.name))
+
+    def _preset_refusal(self, holding: Holding, node: str) -> str | None:
+        entry = self.ledger.node(node)
+        if entry is None or not entry.known or not entry.cards:
+            return f"node {node} has no vGPU cards known"
+        return preset_refusal(self._state_without(entry, holding.uid), holding)
 
     def _adopt(self, holding: Holding) -> None:
         with self.ledger.lock:
@@ -407,16 +419,19 @@ class Decisions:
             if entry is None or not entry.known or not entry.cards:
                 problem = entry.problem if entry is not None and entry.problem else "no vGPU cards known"
                 return f"node {args.node}: {problem}"
-            result = placement.place_pod(node_state(entry), ask.requests, ask.policy)
+            result = placement.place_pod(self._state_without(entry, uid), ask.requests, ask.policy)
             if isinstance(result, placement.Refusal):
                 return f"{where} does not fit on node {args.node} any more: {result.reason}"
             allocation = self._allocation(pod, args.node, entry, result, ask.policy)
             holding = Holding(uid, args.pod_namespace, args.pod_name, args.node, allocation.containers,
                               assumed=True, assumed_at=time.monotonic())
             previous = self.ledger.put(holding)
+        annotations: dict[str, str | None] = dict(contract.predicate_annotations(allocation, self.names))
+        stale = [key for key in (pod.get("metadata") or {}).get("annotations") or {}
+                 if key.startswith(self.names.predicate_gpu_idx_prefix) and key not in annotations]
+        annotations.update(dict.fromkeys(stale))  # keys of an earlier claim that this one does not cover
         try:
-            patched = self._api.patch_annotations(args.pod_namespace, args.pod_name,
-                                                 contract.predicate_annotations(allocation, self.names))
+            patched = self._api.patch_annotations(args.pod_namespace, args.pod_name, annotations)
         except APIFailure as error:
             self._restore(holding, previous)
             return f"cannot annotate {where}: {error}"
@@ -477,7 +492,7 @@ class Decisions:
             name = (containers[index].get("name") or "") if index < len(containers) else ""
             allocated.append(ContainerAllocation(index, name, tuple(
                 CardShare(card, cards[card].uuid, cores,
-                          cards[card].memory_units if cores >= CORES_PER_CARD else memory)
+                          claims.held_memory_units(cores, memory, cards[card].memory_units))
                 for card, cores, memory in shares
             )))
         return PodAllocation(node, tuple(allocated), assigned_at_ns=time.time_ns(), policy=policy)

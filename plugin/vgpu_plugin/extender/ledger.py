@@ -1,30 +1,29 @@
-"""The ledger: which pod holds which share of which card, per node.
+"""The ledger: which pod holds which share of which card, per node. Accounting only.
 
 Everything here is in memory and pure (no Kubernetes calls): ``node_cards`` and
-``pod_holding`` read API objects (plain dicts); the ``Ledger`` keeps per-node card
-accounting with a free-capacity summary per node, and per request shape caches of
-each node's filter verdict and score. Every mutation bumps the node's generation,
-clears its memo and makes every cache forget that node, so a cached decision never
-outlives the state it was computed from.
+``pod_holding`` read API objects (plain dicts) through ``jupyter_vgpu.core.claims``; the
+``Ledger`` keeps per-node card accounting with a free-capacity summary per node. Every
+mutation bumps the node's generation and tells the subscribers (the decision caches in
+``cache.py``) which node changed, so nothing derived from it outlives the state it was
+computed from.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jupyter_vgpu.core import contract
+from jupyter_vgpu.core import claims, contract
+from jupyter_vgpu.core.claims import FreeCard
 from jupyter_vgpu.core.contract import (
     CORES_PER_CARD,
     MEMORY_UNIT_MIB,
     CardShare,
     ContainerAllocation,
     Names,
-    PodAllocation,
     RequestError,
 )
 from jupyter_vgpu.core.inventory import Card, NodeInventory
@@ -32,7 +31,8 @@ from jupyter_vgpu.core.topology import Topology
 
 log = logging.getLogger(__name__)
 
-TERMINATED_PHASES = ("Succeeded", "Failed")
+MAX_INFERRED_CARDS = 1024
+"""Most cards a node's vcuda-core capacity may imply: more is a typo, not a machine."""
 
 
 # --- reading API objects ---------------------------------------------------------------
@@ -75,6 +75,9 @@ def node_cards(node: Mapping[str, Any], names: Names) -> NodeCards:
     except RequestError as error:
         return NodeCards((), None, "none", f"node capacity is unreadable: {error}")
     count = cores // CORES_PER_CARD
+    if count > MAX_INFERRED_CARDS:
+        return NodeCards((), None, "none", f"node capacity of {count} cards is not believable "
+                                           f"(at most {MAX_INFERRED_CARDS}); publish the inventory annotation")
     if count == 0:
         problem = note or (f"no vGPU cards: no {names.node_inventory} annotation and no "
                            f"{names.core_resource} capacity")
@@ -135,67 +138,26 @@ def resource_version(obj: Mapping[str, Any]) -> int | None:
 
 
 def pod_holding(pod: Mapping[str, Any], names: Names,
-                cards: Mapping[str, NodeCards] | None = None) -> Holding | Unattributed | None:
-    """What a pod holds, from our allocation record or gpu-admission's predicate keys.
+                schedulers: Collection[str] | None = None) -> Holding | Unattributed | None:
+    """What a pod holds (``claims.pod_claim``), as the ledger records it.
 
-    None when the pod holds nothing: terminated, not placed, or asking for no vGPU.
-    The node is ``spec.nodeName``, or the predicate node of a pod our bind annotated
-    but did not get to bind (it keeps its claim until it is bound elsewhere or gone).
+    None when the pod holds nothing: finished, not placed, asking for no vGPU, or not bound
+    and not a pod of ``schedulers`` (None: any). The node is ``spec.nodeName``, or the
+    predicate node of a pod our bind annotated but did not get to bind (it keeps its claim
+    until it is bound elsewhere or gone). A claim that cannot be read is Unattributed.
     """
+    claim = claims.pod_claim(pod, names, schedulers=schedulers)
+    if claim is None:
+        return None
     uid, namespace, name = pod_key(pod)
-    spec = pod.get("spec") or {}
-    if (pod.get("status") or {}).get("phase") in TERMINATED_PHASES:
+    if claim.problem is not None:
+        return Unattributed(uid, namespace, name, claim.node, claim.problem)
+    if claim.allocation is None:
         return None
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    bound = spec.get("nodeName") or ""
-    record = annotations.get(names.allocation)
-    indices_present = any(key.startswith(names.predicate_gpu_idx_prefix) for key in annotations)
-    node = bound or annotations.get(names.predicate_node) or ""
-    if not node:
-        return None
-    if record:
-        try:
-            allocation = PodAllocation.from_json(record)
-        except ValueError as error:
-            return Unattributed(uid, namespace, name, node, str(error))
-        if allocation.node != node:
-            return Unattributed(uid, namespace, name, node,
-                                f"allocation record names node {allocation.node}, pod is on {node}")
-        return Holding(uid, namespace, name, node, allocation.containers)
-    if indices_present:
-        return _holding_from_predicates(pod, names, uid, namespace, name, node)
-    if not bound:
-        return None
-    try:
-        requests = contract.pod_requests(pod, names)
-    except RequestError as error:
-        return Unattributed(uid, namespace, name, node, str(error))
-    if requests:
-        return Unattributed(uid, namespace, name, node,
-                            "bound without a card assignment (no allocation or predicate annotations)")
-    return None
-
-
-def _holding_from_predicates(pod: Mapping[str, Any], names: Names, uid: str, namespace: str,
-                             name: str, node: str) -> Holding | Unattributed:
-    """gpu-admission's keys name the cards; the pod's requests say how much of each."""
-    try:
-        allocation = contract.allocation_from_predicates(pod, names)
-    except ValueError as error:  # RequestError is a ValueError
-        return Unattributed(uid, namespace, name, node, str(error))
-    assert allocation is not None  # only called when the keys are present
-    return Holding(uid, namespace, name, node, allocation.containers)
+    return Holding(uid, namespace, name, claim.node, claim.allocation.containers)
 
 
 # --- the ledger ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class FreeCard:
-    index: int
-    free_cores: int
-    free_memory_units: int
-    whole: bool      # nothing held on it
-
 
 @dataclass
 class NodeEntry:
@@ -213,8 +175,6 @@ class NodeEntry:
     used_memory: list[int] = field(default_factory=list)
     orphans: list[tuple[str, CardShare]] = field(default_factory=list)  # shares on cards the node lacks
     generation: int = 0
-    memo: dict[Any, Any] = field(default_factory=dict)          # cleared on every change
-    static_memo: dict[Any, Any] = field(default_factory=dict)   # cleared when the cards change
     _position: dict[int, int] = field(default_factory=dict)
     _free: tuple[FreeCard, ...] | None = None
 
@@ -235,72 +195,37 @@ class NodeEntry:
                 else:
                     self.orphans = [(u, s) for u, s in self.orphans if u != holding.uid]
                 continue
-            card = self.cards[position]
-            memory = card.memory_units if share.cores >= CORES_PER_CARD else share.memory_units
+            memory = claims.held_memory_units(share.cores, share.memory_units, self.cards[position].memory_units)
             self.used_cores[position] += sign * share.cores
             self.used_memory[position] += sign * memory
 
     def touch(self, generation: int) -> None:
         self.generation = generation
-        self.memo.clear()
         self._free = None
+
+    def without(self, uid: str) -> NodeEntry:
+        """A throwaway copy of this entry as if pod ``uid`` held nothing here."""
+        copy = NodeEntry(self.name, self.cards, self.topology, self.source, self.problem, self.known,
+                         pods={u: h for u, h in self.pods.items() if u != uid})
+        copy.recount()
+        return copy
 
     @property
     def free(self) -> tuple[FreeCard, ...]:
         """Free capacity of each healthy card (negative values clamp to zero)."""
         if self._free is None:
-            self._free = tuple(
-                FreeCard(card.index, max(0, CORES_PER_CARD - self.used_cores[i]),
-                         max(0, card.memory_units - self.used_memory[i]),
-                         self.used_cores[i] == 0 and self.used_memory[i] == 0)
-                for i, card in enumerate(self.cards) if card.healthy
-            )
+            self._free = claims.free_cards(
+                (card.index, card.memory_units, card.healthy, self.used_cores[i], self.used_memory[i])
+                for i, card in enumerate(self.cards))
         return self._free
 
 
-class VerdictCache:
-    """Per node, the filter verdict for one request shape, and the nodes it passes.
-
-    Sets and dicts so that a filter over a thousand names is a few C-level loops;
-    ``forget(node)`` runs whenever that node's accounting changes.
-    """
-
-    __slots__ = ("values", "passing", "failed", "unresolvable")
-
-    def __init__(self) -> None:
-        self.values: dict[str, tuple[str | None, bool]] = {}
-        self.passing: set[str] = set()
-        self.failed: dict[str, str] = {}
-        self.unresolvable: dict[str, str] = {}
-
-    def set(self, name: str, verdict: tuple[str | None, bool]) -> None:
-        self.values[name] = verdict
-        reason, never = verdict
-        if reason is None:
-            self.passing.add(name)
-        elif never:
-            self.unresolvable[name] = reason
-        else:
-            self.failed[name] = reason
-
-    def forget(self, name: str) -> None:
-        if self.values.pop(name, None) is not None:
-            self.passing.discard(name)
-            self.failed.pop(name, None)
-            self.unresolvable.pop(name, None)
-
-
-class ScoreCache(dict[str, int]):
-    """Per node, the prioritize score for one request shape and policy."""
-
-    def forget(self, name: str) -> None:
-        self.pop(name, None)
+Listener = Callable[[str, bool], None]
+"""Told (node name, whether its cards changed) under the ledger's lock after every change."""
 
 
 class Ledger:
     """Nodes' cards and pods' holdings. Thread-safe: every method takes ``lock``."""
-
-    MAX_CACHED_SHAPES = 64
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
@@ -308,18 +233,12 @@ class Ledger:
         self._holdings: dict[str, Holding] = {}
         self._unattributed: dict[str, Unattributed] = {}
         self._generation = 0
-        self._caches: OrderedDict[Any, Any] = OrderedDict()
+        self._listeners: list[Listener] = []
 
-    def cache(self, key: Any, factory: Callable[[], Any]) -> Any:
-        """A per-request-shape cache of per-node answers, forgotten node by node on change (LRU)."""
-        found = self._caches.get(key)
-        if found is None:
-            found = self._caches[key] = factory()
-            if len(self._caches) > self.MAX_CACHED_SHAPES:
-                self._caches.popitem(last=False)
-        else:
-            self._caches.move_to_end(key)
-        return found
+    def subscribe(self, listener: Listener) -> None:
+        """Call ``listener(node, cards_changed)`` whenever a node's accounting changes."""
+        with self.lock:
+            self._listeners.append(listener)
 
     @property
     def nodes(self) -> Mapping[str, NodeEntry]:
@@ -335,9 +254,8 @@ class Ledger:
                 return
             entry.cards, entry.topology = cards.cards, cards.topology
             entry.source, entry.problem, entry.known = cards.source, cards.problem, True
-            entry.static_memo.clear()
             entry.recount()
-            self._touch(entry)
+            self._touch(entry, cards_changed=True)
 
     def remove_node(self, name: str) -> None:
         with self.lock:
@@ -348,13 +266,12 @@ class Ledger:
                 # pods still point at it; keep their claims, forget the cards
                 entry.cards, entry.topology, entry.known = (), None, False
                 entry.source, entry.problem = "none", "node is gone"
-                entry.static_memo.clear()
                 entry.recount()
-                self._touch(entry)
+                self._touch(entry, cards_changed=True)
             else:
                 del self._nodes[name]
-                for cache in self._caches.values():
-                    cache.forget(name)
+                for listener in self._listeners:
+                    listener(name, True)
 
     def node(self, name: str) -> NodeEntry | None:
         """The live entry (read it under ``lock``)."""
@@ -417,11 +334,11 @@ class Ledger:
             entry.recount()
         return entry
 
-    def _touch(self, entry: NodeEntry) -> None:
+    def _touch(self, entry: NodeEntry, cards_changed: bool = False) -> None:
         self._generation += 1
         entry.touch(self._generation)
-        for cache in self._caches.values():
-            cache.forget(entry.name)
+        for listener in self._listeners:
+            listener(entry.name, cards_changed)
 
     # views
     def claims(self) -> dict[str, dict[str, list[tuple[int, int, int, int]]]]:

@@ -52,6 +52,11 @@ def parser() -> argparse.ArgumentParser:
                    help=f"URL prefix of filter/prioritize/bind (default {DEFAULT_PREFIX}; env {ENV_PREFIX}PREFIX)")
     p.add_argument("--domain", default=_env("DOMAIN", contract.DEFAULT_RESOURCE_DOMAIN),
                    help=f"resource domain (default {contract.DEFAULT_RESOURCE_DOMAIN}; env {ENV_PREFIX}DOMAIN)")
+    p.add_argument("--scheduler-names", default=_env("SCHEDULER_NAMES", contract.SCHEDULER_NAME),
+                   help="comma-separated kube-scheduler profile names this extender serves; only their "
+                        "pods hold cards before they are bound (default "
+                        f"{contract.SCHEDULER_NAME}, the profile in deploy/scheduler/config.yaml; "
+                        f"env {ENV_PREFIX}SCHEDULER_NAMES)")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"),
                    help=f"logging level (env {ENV_PREFIX}LOG_LEVEL)")
     return p
@@ -68,6 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         print(f"jupyter-vgpu extender: --domain: {error}", file=sys.stderr)
         return 2
+    schedulers = tuple(name.strip() for name in args.scheduler_names.split(",") if name.strip())
+    if not schedulers:
+        print("jupyter-vgpu extender: --scheduler-names names no scheduler", file=sys.stderr)
+        return 2
     from .. import kubeclient
     from .server import Extender, server_tls
 
@@ -83,7 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     extender = Extender(port=args.port, address=args.address, prefix=args.prefix, policy=args.policy,
                         names=names, api_client=api_client, metrics_port=args.metrics_port,
-                        tls_cert=args.tls_cert, tls_key=args.tls_key, client_ca=args.client_ca)
+                        tls_cert=args.tls_cert, tls_key=args.tls_key, client_ca=args.client_ca,
+                        scheduler_names=schedulers)
     try:
         extender.start()
     except OSError as error:

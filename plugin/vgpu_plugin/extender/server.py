@@ -20,6 +20,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -261,6 +262,10 @@ class Extender:
     ``enableHTTPS``); with ``client_ca`` a client certificate signed by that CA is
     required (its ``tlsConfig.certFile``/``keyFile``), for an extender that is not a
     sidecar on the loopback.
+
+    ``scheduler_names`` are the kube-scheduler profiles this extender serves: a pod that is
+    not bound yet holds the cards its annotations name only when it belongs to one of them
+    and asks for a vGPU (anyone can write annotations on a pod of another scheduler).
     """
 
     def __init__(self, *, port: int = DEFAULT_PORT, address: str = "127.0.0.1",
@@ -270,7 +275,8 @@ class Extender:
                  assume_ttl: float = 60.0, bind_workers: int = 8,
                  metrics_port: int | None = None, metrics_address: str = "",
                  tls_cert: str | None = None, tls_key: str | None = None,
-                 client_ca: str | None = None) -> None:
+                 client_ca: str | None = None,
+                 scheduler_names: Collection[str] = (contract.SCHEDULER_NAME,)) -> None:
         self.ssl_context = server_tls(tls_cert, tls_key, client_ca)
         self.port = port
         self.address = address
@@ -283,9 +289,10 @@ class Extender:
         if api_client is not None:
             from .cluster import ClusterView, KubePodAPI
 
-            self.view = ClusterView(api_client, self.ledger, names, assume_ttl=assume_ttl)
+            self.view = ClusterView(api_client, self.ledger, names, assume_ttl=assume_ttl,
+                                    schedulers=scheduler_names)
             api = api or KubePodAPI(api_client)
-        self.decisions = Decisions(self.ledger, api, names, policy)
+        self.decisions = Decisions(self.ledger, api, names, policy, scheduler_names)
         self.metrics = ExtenderMetrics(self.ledger)
         self.executor: ThreadPoolExecutor | None = None
         self._bind_workers = bind_workers

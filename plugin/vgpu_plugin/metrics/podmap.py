@@ -1,9 +1,9 @@
 """Who holds which share on this node, and which container a GPU process runs in.
 
 Built from the pod cache (plain dicts as the API server sends them) once per sample: the
-allocation of each pod comes from the project's allocation annotation, or — for pods
-placed by gpu-admission, which writes only its ``predicate-gpu-idx-<i>`` keys — from those
-keys and the container's resource limits. Processes are matched by the pod UID in their
+allocation of each pod is its claim as ``jupyter_vgpu.core.claims.pod_claim`` reads it
+(cards from the ``predicate-gpu-idx-<i>`` keys, amounts from the containers' requests,
+UUIDs and allocation ids from the project's record where it agrees). Processes are matched by the pod UID in their
 cgroup path and the container ID in ``status.containerStatuses[].containerID``. A read
 token is matched by the allocation id the device plugin recorded for the container that
 holds it.
@@ -16,15 +16,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from jupyter_vgpu.core import claims
 from jupyter_vgpu.core.contract import (
-    CORES_PER_CARD,
     DEFAULT_NAMES,
     MEMORY_UNIT_MIB,
     CardShare,
     ContainerAllocation,
     Names,
     PodAllocation,
-    allocation_from_predicates,
 )
 
 from .cgroup import CgroupIdentity
@@ -33,7 +32,6 @@ log = logging.getLogger(__name__)
 
 # kubelet sets this on a static pod's mirror: the UID the node (and the cgroup path) uses
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-_FINISHED_PHASES = ("Succeeded", "Failed")
 
 
 class CardLike(Protocol):
@@ -80,35 +78,27 @@ def _container_id(status_id: str | None) -> str | None:
 def allocation_of(
     pod: Mapping[str, Any], names: Names, cards: Mapping[int, CardLike]
 ) -> tuple[PodAllocation | None, str | None]:
-    """(allocation, problem) for a pod: our annotation, else gpu-admission's keys + limits."""
-    metadata = pod.get("metadata") or {}
-    annotations = metadata.get("annotations") or {}
-    raw = annotations.get(names.allocation)
-    if raw:
-        try:
-            return PodAllocation.from_json(raw), None
-        except ValueError as error:
-            return None, str(error)
-    try:
-        legacy = allocation_from_predicates(pod, names)
-    except ValueError as error:  # RequestError is a ValueError
-        return None, str(error)
-    if legacy is None:
-        return None, None
-    # fill in what gpu-admission's keys cannot say: the card's UUID and a whole card's memory
+    """(allocation, problem) for a pod: its claim, with the card UUIDs and whole cards' memory filled in."""
+    claim = claims.pod_claim(pod, names)
+    if claim is None or claim.allocation is None:
+        return None, claim.problem if claim is not None else None
+    # what gpu-admission's keys cannot say: the card's UUID and a whole card's memory
     containers = tuple(
         ContainerAllocation(container.index, container.name, tuple(
-            CardShare(share.index, card.uuid if card else "", share.cores,
-                      share.memory_units or (card.memory_mib // MEMORY_UNIT_MIB if card else 0))
-            for share in container.cards for card in [cards.get(share.index)]))
-        for container in legacy.containers)
-    return PodAllocation(node=legacy.node, containers=containers), None
+            CardShare(share.index, share.uuid or (card.uuid if card else ""), share.cores,
+                      claims.held_memory_units(share.cores, share.memory_units,
+                                               card.memory_mib // MEMORY_UNIT_MIB if card else None))
+            for share in container.cards for card in [cards.get(share.index)]),
+            container.allocation_id)
+        for container in claim.allocation.containers)
+    return PodAllocation(claim.allocation.node, containers, claim.allocation.assigned_at_ns,
+                         claim.allocation.policy), None
 
 
 def held_memory_mib(share: CardShare, card: CardLike | None) -> int:
     """A whole card holds all its memory; a share holds its units."""
-    if share.cores >= CORES_PER_CARD and card is not None:
-        return card.memory_mib
+    if card is not None and claims.is_whole_card(share.cores):
+        return card.memory_mib  # to the MiB: a card's size need not be a whole number of units
     return share.memory_mib
 
 
@@ -152,7 +142,7 @@ class PodIndex:
             spec = pod.get("spec") or {}
             status = pod.get("status") or {}
             uid = metadata.get("uid")
-            if not uid or spec.get("nodeName") != node or status.get("phase") in _FINISHED_PHASES:
+            if not uid or spec.get("nodeName") != node or claims.is_finished(pod):
                 continue
             names_in_order = tuple(str(c.get("name", "")) for c in spec.get("containers") or [])
             position = {name: i for i, name in enumerate(names_in_order)}
