@@ -52,6 +52,15 @@ def parser() -> argparse.ArgumentParser:
                    help=f"URL prefix of filter/prioritize/bind (default {DEFAULT_PREFIX}; env {ENV_PREFIX}PREFIX)")
     p.add_argument("--domain", default=_env("DOMAIN", contract.DEFAULT_RESOURCE_DOMAIN),
                    help=f"resource domain (default {contract.DEFAULT_RESOURCE_DOMAIN}; env {ENV_PREFIX}DOMAIN)")
+    p.add_argument("--pod-name", default=_env("POD_NAME"),
+                   help="this extender's pod; with --pod-namespace it checks at start that the "
+                        "kube-scheduler container beside it is within the version-skew policy of the API "
+                        f"server and logs a warning if not (default: no check; env {ENV_PREFIX}POD_NAME)")
+    p.add_argument("--pod-namespace", default=_env("POD_NAMESPACE"),
+                   help=f"that pod's namespace (env {ENV_PREFIX}POD_NAMESPACE)")
+    p.add_argument("--scheduler-container", default=_env("SCHEDULER_CONTAINER", "kube-scheduler"),
+                   help="the kube-scheduler container's name in that pod (default kube-scheduler; "
+                        f"env {ENV_PREFIX}SCHEDULER_CONTAINER)")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"),
                    help=f"logging level (env {ENV_PREFIX}LOG_LEVEL)")
     return p
@@ -94,6 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: done.set())
     print(f"jupyter-vgpu extender: serving {extender.url} (policy {args.policy})", flush=True)
+    if args.pod_name and args.pod_namespace:
+        from .version_skew import check_in_background
+
+        check_in_background(api_client, args.pod_namespace, args.pod_name, args.scheduler_container)
     done.wait()
     extender.stop()
     return 0
