@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "place": ("jupyter_vgpu.core.cli_topo:place_main", "choose card(s) for a request on a topology"),
     "device-plugin": ("vgpu_plugin.deviceplugin.main:main", "run the node daemon (kubelet device plugin + metrics)"),
     "extender": ("vgpu_plugin.extender.main:main", "run the kube-scheduler extender"),
+    "doctor": ("vgpu_plugin.doctor.main:main", "check this node is ready for vGPU notebooks (ok / warn / fail)"),
     "sim": ("vgpu_plugin.sim.main:sim_main", "run the simulated cluster alone"),
     "demo": ("vgpu_plugin.sim.main:demo_main", "simulated cluster + JupyterLab on a vGPU notebook pod"),
 }
