@@ -27,6 +27,15 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
 
 
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise SystemExit(f"jupyter-vgpu doctor: {text!r} is not true or false")
+
+
 def build_parser() -> argparse.ArgumentParser:
     env = os.environ.get
     p = argparse.ArgumentParser(
@@ -38,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "check fails. Run it on the host or in the vgpu-node pod "
                     "(kubectl -n vgpu-system exec ds/vgpu-node -- jupyter-vgpu doctor); flags fall back to the "
                     "environment variables in brackets, the node daemon's where they share a meaning.")
-    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.add_argument("--json", action="store_true", default=_bool(env("VGPU_DOCTOR_JSON", "false")),
+                   help="print the findings as JSON [$VGPU_DOCTOR_JSON]")
     p.add_argument("--node", default=env("NODE_NAME"), help="this node's Kubernetes name [$NODE_NAME]")
     p.add_argument("--gpus", default=env("VGPU_GPUS", "nvml"), help="GPU backend: nvml or sim:FIXTURE [$VGPU_GPUS]")
     p.add_argument("--plugin-dir", default=env("VGPU_PLUGIN_DIR", "/var/lib/kubelet/device-plugins"),
@@ -74,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="resource domain [$VGPU_RESOURCE_DOMAIN]")
     p.add_argument("--kubeconfig", default=env("KUBECONFIG"),
                    help="kubeconfig; default in-cluster or ~/.kube/config [$KUBECONFIG]")
-    p.add_argument("--no-api", action="store_true", help="skip the checks that ask the API server")
+    p.add_argument("--no-api", action="store_true", default=_bool(env("VGPU_DOCTOR_NO_API", "false")),
+                   help="skip the checks that ask the API server [$VGPU_DOCTOR_NO_API]")
     p.add_argument("--log-level", default=env("VGPU_LOG_LEVEL", "WARNING"),
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="[$VGPU_LOG_LEVEL, default WARNING]")
     return p
