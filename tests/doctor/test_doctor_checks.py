@@ -8,7 +8,7 @@ import os
 
 import kubernetes.client
 import pytest
-from conftest import NAMESPACE, NODE, sim_node
+from doctor_support import NAMESPACE, NODE, sim_node
 from vgpu_plugin.doctor.checks import run_checks
 from vgpu_plugin.doctor.report import FAIL, OK, WARN, exit_code
 

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 
-from conftest import NODE
+from doctor_support import NODE
 from vgpu_plugin.doctor.main import main
 
 EXE = shutil.which("jupyter-vgpu", path=os.path.dirname(sys.executable)) or shutil.which("jupyter-vgpu")
