@@ -224,3 +224,18 @@ def test_without_the_api_the_cluster_checks_say_they_were_skipped(healthy):
     healthy.setup.runtime_class = "nvidia"  # --runtime-class; the handler is assumed to be named alike
     finding = by_check(healthy.setup)["runtime"]
     assert finding.status == OK and "from --runtime-class" in finding.detail
+
+
+def test_an_unreachable_api_is_a_warning_per_check_not_a_crash(healthy):
+    import kubernetes.client
+
+    configuration = kubernetes.client.Configuration()
+    configuration.host = "http://127.0.0.1:9"  # nothing listens
+    configuration.retries = 0
+    healthy.setup.api = kubernetes.client.ApiClient(configuration)
+    findings = by_check(healthy.setup)
+    assert not [f for f in findings.values() if "the check itself failed" in f.detail]
+    for name in ("node-annotation", "scheduler-version", "notebook-runtime"):
+        assert findings[name].status == WARN and "cannot" in findings[name].detail, findings[name]
+    assert "the node daemon's pod could not be read" in findings["runtime"].detail
+    assert findings["cgroups"].status == OK  # the process still maps to a pod uid

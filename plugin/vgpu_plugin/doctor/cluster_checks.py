@@ -14,8 +14,18 @@ SCHEDULER_APP = "app.kubernetes.io/name=vgpu-scheduler"
 NO_API = "no Kubernetes API to ask (pass --kubeconfig, or run in the vgpu-node pod)"
 
 
+def api_errors() -> tuple[type[BaseException], ...]:
+    """What the official client raises when the API answers badly or not at all."""
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
+    return ApiException, urllib3.exceptions.HTTPError, OSError
+
+
 def node_pods(setup: NodeSetup) -> list[Any]:
-    """Every pod bound to this node (V1Pod objects), read once per run."""
+    """Every pod bound to this node (V1Pod objects), read once per run; [] without a node name."""
+    if not setup.node:
+        return []
     if "node_pods" not in setup.facts:
         from kubernetes import client
 
@@ -50,17 +60,17 @@ def check_node_annotation(setup: NodeSetup) -> Finding:
         return Finding("node-annotation", WARN, "skipped: " + (NO_API if setup.api is None else "no --node"),
                        "run with --kubeconfig and --node (or in the vgpu-node pod)")
     from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
 
     from jupyter_vgpu.core.inventory import NodeInventory
 
     try:
         node = client.CoreV1Api(setup.api).read_node(setup.node)
-    except ApiException as error:
-        if error.status == 404:
+    except api_errors() as error:
+        if getattr(error, "status", None) == 404:
             return Finding("node-annotation", FAIL, f"no Node {setup.node!r} in the cluster",
                            "pass this node's Kubernetes name with --node (kubectl get nodes)")
-        return Finding("node-annotation", WARN, f"cannot read Node {setup.node}: {error.reason}", "check the RBAC")
+        return Finding("node-annotation", WARN, f"cannot read Node {setup.node}: {_reason(error)}",
+                       "check the API server address and the RBAC")
     key = setup.names.node_inventory
     text = (node.metadata.annotations or {}).get(key)
     if text is None:
@@ -88,14 +98,13 @@ def check_scheduler_version(setup: NodeSetup) -> Finding:
     if setup.api is None:
         return Finding("scheduler-version", WARN, "skipped: " + NO_API, "run with --kubeconfig")
     from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
 
     try:
         pods = client.CoreV1Api(setup.api).list_namespaced_pod(setup.namespace, label_selector=SCHEDULER_APP).items
         server = server_version(setup.api)
-    except (ApiException, OSError) as error:
-        return Finding("scheduler-version", WARN, f"cannot read the scheduler's pod or /version: {error}",
-                       "check the API server and the RBAC")
+    except api_errors() as error:
+        return Finding("scheduler-version", WARN, f"cannot read the scheduler's pod or /version: {_reason(error)}",
+                       "check the API server address and the RBAC")
     images = sorted({c.image for p in pods for c in p.spec.containers or [] if c.name == "kube-scheduler"})
     if not images:
         return Finding("scheduler-version", FAIL, f"no vgpu-scheduler pod in {setup.namespace}",
@@ -108,11 +117,15 @@ def check_scheduler_version(setup: NodeSetup) -> Finding:
 
 def check_vgpu_contract(setup: NodeSetup) -> list[Finding]:
     """The runtime class of vGPU pods: they need what the daemon needs."""
-    if setup.api is None:
+    if setup.api is None or not setup.node:
         return []
-    daemon = daemon_pod(setup)
+    try:
+        daemon = daemon_pod(setup)
+        pods = vgpu_pods(setup)
+    except api_errors() as error:
+        return [Finding("notebook-runtime", WARN, f"cannot list the pods on {setup.node}: {_reason(error)}",
+                        "check the API server address and the RBAC")]
     wanted = setup.runtime_class or (daemon.spec.runtime_class_name if daemon is not None else None)
-    pods = vgpu_pods(setup)
     if not wanted or not pods:
         return []
     without = [f"{p.metadata.namespace}/{p.metadata.name}" for p in pods if p.spec.runtime_class_name != wanted]
@@ -125,7 +138,16 @@ def check_vgpu_contract(setup: NodeSetup) -> list[Finding]:
 
 
 def pod_names_by_uid(setup: NodeSetup) -> dict[str, str]:
-    if setup.api is None or not setup.node:
+    """uid -> namespace/name of this node's pods; {} when the API cannot say."""
+    if setup.api is None:
         return {}
-    return {p.metadata.uid: f"{p.metadata.namespace}/{p.metadata.name}" for p in node_pods(setup)}
+    try:
+        return {p.metadata.uid: f"{p.metadata.namespace}/{p.metadata.name}" for p in node_pods(setup)}
+    except api_errors():
+        return {}
+
+
+def _reason(error: BaseException) -> str:
+    reason = getattr(error, "reason", None)
+    return f"{getattr(error, 'status', '')} {reason}".strip() if isinstance(reason, str) else str(error)
 

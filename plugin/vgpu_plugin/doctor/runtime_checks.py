@@ -67,9 +67,12 @@ def _daemon_class(setup: NodeSetup) -> tuple[str | None, str]:
     if setup.runtime_class is not None:
         return setup.runtime_class or None, "--runtime-class"
     if setup.api is not None and setup.node:
-        from .cluster_checks import daemon_pod
+        from .cluster_checks import api_errors, daemon_pod
 
-        pod = daemon_pod(setup)
+        try:
+            pod = daemon_pod(setup)
+        except api_errors() as error:
+            return None, f"default; the node daemon's pod could not be read: {error}"
         if pod is not None:
             return pod.spec.runtime_class_name, f"pod {pod.metadata.namespace}/{pod.metadata.name}"
     return None, "default"
@@ -80,12 +83,13 @@ def _handler(setup: NodeSetup, name: str) -> tuple[str | None, Finding | None]:
     if setup.api is None:
         return name, None  # the usual convention: handler named like the class
     from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
+
+    from .cluster_checks import api_errors
 
     try:
         runtime_class: Any = client.NodeV1Api(setup.api).read_runtime_class(name)
-    except ApiException as error:
-        if error.status == 404:
+    except api_errors() as error:
+        if getattr(error, "status", None) == 404:
             return None, Finding("runtime", FAIL, f"RuntimeClass {name} does not exist: pods naming it are "
                                                   "refused", f"create RuntimeClass {name} with handler nvidia (the "
                                                   "runtime's name in containerd's config; docs/admin.md), or "
@@ -101,7 +105,8 @@ def check_runtime(setup: NodeSetup) -> Finding:
         handler, missing = _handler(setup, name)
         if missing is not None:
             return missing
-    used = f"RuntimeClass {name} (handler {handler}, from {source})" if name else "the default runtime"
+    used = (f"RuntimeClass {name} (handler {handler}, from {source})" if name else
+            "the default runtime" + ("" if source == "default" else f" ({source})"))
     try:
         config = _read_containerd(setup)
     except ValueError as error:
