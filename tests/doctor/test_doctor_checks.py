@@ -119,6 +119,10 @@ def test_unwritable_hami_dirs(healthy, which):
 
 def test_hami_library_missing_or_not_preloaded(healthy):
     preload = healthy.root / "usr/local/vgpu/ld.so.preload"
+    preload.chmod(0o600)
+    finding = by_check(healthy.setup)["hami-core"]
+    assert finding.status == FAIL and "not readable by uid" in finding.detail and "chmod 0644" in finding.remedy
+    preload.chmod(0o644)
     preload.write_text("/usr/lib/libvgpu.so\n")
     finding = by_check(healthy.setup)["hami-core"]
     assert finding.status == FAIL and "does not name /usr/local/vgpu/libvgpu.so" in finding.detail

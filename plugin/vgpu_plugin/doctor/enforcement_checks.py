@@ -43,6 +43,9 @@ def _hami(setup: NodeSetup) -> list[Finding]:
             names = handle.read().split()
     except OSError:
         return [Finding("hami-core", FAIL, f"{preload} is missing", install)]
+    if not usable_by(preload, setup.notebook_uid, setup.notebook_gid, "r"):
+        return [Finding("hami-core", FAIL, f"{preload} is not readable by {_who(setup)} ({mode_text(preload)}): "
+                                           "the dynamic loader skips it in non-root notebooks", f"chmod 0644 {preload}")]
     if HAMI_CONTAINER_LIBRARY not in names:
         return [Finding("hami-core", FAIL, f"{preload} does not name {HAMI_CONTAINER_LIBRARY}: the library is "
                                            "never loaded", f"echo {HAMI_CONTAINER_LIBRARY} > {preload}")]
