@@ -104,7 +104,8 @@ def check_cards(setup: NodeSetup) -> Finding:
     cards = setup.gpus.inventory()
     models = sorted({f"{c.model} ({c.memory_mib} MiB)" for c in cards})
     detail = f"{len(cards)} card(s): {', '.join(models)}"
-    sick = [c.index for c in cards if not c.healthy]
+    # a MIG card is out of sharing, not sick: check_mig reports it
+    sick = [c.index for c in cards if not c.healthy and not getattr(c, "mig", False)]
     if sick:
         return Finding("cards", WARN, f"{detail}; unhealthy: {sick}",
                        "see the node daemon's log for the XID; reset or replace the card (nvidia-smi -r -i N)")
@@ -116,7 +117,9 @@ def check_mig(setup: NodeSetup) -> Finding:
         return Finding("mig", WARN, "skipped: no cards visible", "fix the driver first")
     accessor = mig_accessor(setup)
     cards = setup.gpus.inventory()
-    enabled = [c.index for c in cards if accessor(c.index)]
+    # the backend's own verdict (Card.mig, with pending MIG mode) where the inventory carries
+    # one, and the accessor's current mode
+    enabled = [c.index for c in cards if getattr(c, "mig", False) or accessor(c.index)]
     if not enabled:
         return Finding("mig", OK, "MIG mode off on every card")
     remedy = ("MIG cards are not shared by jupyter-vgpu; disable MIG where you want shares: "
