@@ -40,13 +40,13 @@ class SimNode(SimulatedGPUs):
     def __init__(self, *args: Any, driver: str = "550.54.15", mig: frozenset[int] = frozenset(), **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._driver_text = driver
-        self._mig = mig
+        self._mig_cards = mig  # not _mig: the backend may keep its own MIG state there
 
     def driver_version(self) -> str | None:
         return None if self.problem() else self._driver_text
 
     def mig_mode(self, index: int) -> bool:
-        return index in self._mig
+        return index in self._mig_cards
 
 
 def sim_node(**kwargs: Any) -> SimNode:

@@ -48,6 +48,7 @@ def library(mig: dict[int, tuple[int, int] | None]):
 def test_mig_mode_is_read_per_card_and_not_supported_means_none():
     backend = NVMLBackend(library=library({0: (1, 1), 1: (0, 0), 3: (0, 1)}))
     assert [nvml_mig_mode(backend, i) for i in range(4)] == [True, False, None, False]  # pending is not current
+    backend = NVMLBackend(library=library({0: (1, 1), 1: (0, 0)}))
     finding = check_mig(NodeSetup(gpus=backend))
     assert finding.status == WARN and "card(s) [0]" in finding.detail and "nvidia-smi -i 0 -mig 0" in finding.remedy
 
