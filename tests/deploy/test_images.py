@@ -99,6 +99,8 @@ def test_workflow_publishes_every_image_multi_arch_with_provenance():
     names = {f"ghcr.io/jupyter-vgpu/{entry['image']}" for entry in job["strategy"]["matrix"]["include"]}
     values = yaml.safe_load((DEPLOY / "z2jh" / "values.yaml").read_text())
     assert {NODE_IMAGE, values["hub"]["image"]["name"], values["singleuser"]["image"]["name"]} == names
+    # the chart pulls the tag the workflow pushes for this version (type=semver,pattern={{version}})
+    assert values["hub"]["image"]["tag"] == values["singleuser"]["image"]["tag"] == version()
 
 
 def test_images_are_pinned_in_one_place():
