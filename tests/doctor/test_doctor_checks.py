@@ -8,7 +8,7 @@ import os
 
 import kubernetes.client
 import pytest
-from doctor_support import NAMESPACE, NODE, sim_node
+from doctor_support import CONTAINERD_NVIDIA_DEFAULT, NAMESPACE, NODE, sim_node
 from vgpu_plugin.doctor.checks import run_checks
 from vgpu_plugin.doctor.report import FAIL, OK, WARN, exit_code
 
@@ -89,6 +89,18 @@ def test_runtime_class_without_a_containerd_handler(healthy):
     finding = by_check(healthy.setup)["runtime"]
     assert finding.status == FAIL and "has no runtime 'nvidia'" in finding.detail
     assert "nvidia-ctk runtime configure" in finding.remedy
+
+
+def test_nvidia_ctk_drop_in_configuration_is_read(healthy):
+    """nvidia-ctk --drop-in: config.toml imports conf.d/*.toml, where the nvidia runtime and the default live."""
+    config = healthy.root / "etc/containerd/config.toml"
+    config.write_text('version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n')
+    drop_in = healthy.root / "etc/containerd/conf.d"
+    drop_in.mkdir()
+    (drop_in / "99-nvidia.toml").write_text(CONTAINERD_NVIDIA_DEFAULT.replace('"runc"', '"nvidia"', 1))
+    healthy.setup.runtime_class = ""  # rely on the default runtime
+    finding = by_check(healthy.setup)["runtime"]
+    assert finding.status == OK and "runtime 'nvidia' is /usr/bin/nvidia-container-runtime" in finding.detail
 
 
 def test_in_a_pod_without_containerds_config_the_injected_driver_is_the_evidence(healthy):

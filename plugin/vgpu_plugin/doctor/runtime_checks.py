@@ -7,6 +7,8 @@ is the NVIDIA runtime. The daemon's own pod says which class it runs with.
 
 from __future__ import annotations
 
+import glob
+import os
 from typing import Any
 
 from .report import FAIL, OK, WARN, Finding
@@ -25,16 +27,19 @@ CLASS_REMEDY = ("add deploy/components/runtime-class to your overlay (runtimeCla
                 "(nvidia-ctk runtime configure --runtime=containerd --set-as-default)")
 
 
-def containerd_runtimes(text: str) -> tuple[str | None, dict[str, str]]:
-    """(default runtime name, {handler: binary}) from a containerd config.toml."""
+def _toml(text: str) -> dict[str, Any]:
     try:
         import tomllib
     except ImportError:
         raise ValueError("reading it needs Python 3.11 or later (tomllib)") from None
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"not valid TOML: {error}") from None
+
+
+def _cri_settings(data: dict[str, Any]) -> tuple[str | None, dict[str, str]]:
+    """(default runtime name or None when unset, {handler: binary}) of one parsed file."""
     plugins = data.get("plugins") or {}
     for table in _CRI_TABLES:
         containerd = (plugins.get(table) or {}).get("containerd")
@@ -42,12 +47,41 @@ def containerd_runtimes(text: str) -> tuple[str | None, dict[str, str]]:
             runtimes = containerd.get("runtimes") or {}
             binaries = {name: str(((spec or {}).get("options") or {}).get("BinaryName", "runc"))
                         for name, spec in runtimes.items() if isinstance(spec, dict)}
-            return containerd.get("default_runtime_name", "runc"), binaries
+            return containerd.get("default_runtime_name"), binaries
     return None, {}
+
+
+def containerd_runtimes(text: str, read_import: Any = None) -> tuple[str | None, dict[str, str]]:
+    """(default runtime name, {handler: binary}) from a containerd config.toml.
+
+    Files named by its ``imports`` (nvidia-ctk's drop-in, /etc/containerd/conf.d/*.toml)
+    are merged in order, later ones winning, as containerd does; ``read_import(pattern)``
+    returns their texts. The default runtime is runc unless a file sets another.
+    """
+    data = _toml(text)
+    default, runtimes = _cri_settings(data)
+    for pattern in data.get("imports") or []:
+        for imported in (read_import(str(pattern)) if read_import else []):
+            more_default, more = _cri_settings(_toml(imported))
+            default = more_default or default
+            runtimes.update(more)
+    if default is None and not runtimes:
+        return None, {}
+    return default or "runc", runtimes
 
 
 def _read_containerd(setup: NodeSetup) -> tuple[str, str | None, dict[str, str]] | None:
     for path in CONTAINERD_CONFIGS:
+
+        def read_import(pattern: str, config: str = path) -> list[str]:
+            # relative imports are relative to the importing file's directory
+            absolute = pattern if pattern.startswith("/") else os.path.join(os.path.dirname(config), pattern)
+            texts = []
+            for found in sorted(glob.glob(setup.host(absolute))):
+                with open(found, encoding="utf-8") as handle:
+                    texts.append(handle.read())
+            return texts
+
         full = setup.host(path)
         try:
             with open(full, encoding="utf-8") as handle:
@@ -55,8 +89,8 @@ def _read_containerd(setup: NodeSetup) -> tuple[str, str | None, dict[str, str]]
         except OSError:
             continue
         try:
-            default, runtimes = containerd_runtimes(text)
-        except ValueError as error:
+            default, runtimes = containerd_runtimes(text, read_import)
+        except (ValueError, OSError) as error:
             raise ValueError(f"{path}: {error}") from None
         return path, default, runtimes
     return None
