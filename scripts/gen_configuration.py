@@ -25,6 +25,8 @@ DAEMONS = [
      "NVIDIA's MPS control daemon with server-side ceilings (DaemonSet of overlays/mps)."),
     ("jupyter-vgpu extender", "vgpu_plugin.extender.main:parser",
      "The kube-scheduler extender (sidecar of the vgpu-scheduler Deployment)."),
+    ("jupyter-vgpu doctor", "vgpu_plugin.doctor.main:build_parser",
+     "Node readiness checks (on the host, or `kubectl -n vgpu-system exec ds/vgpu-node -- jupyter-vgpu doctor`)."),
     ("jupyter-vgpu sim", "vgpu_plugin.demo.main:sim_parser", "The simulated cluster alone."),
     ("jupyter-vgpu demo", "vgpu_plugin.demo.main:demo_parser", "The simulated cluster with JupyterLab on a vGPU notebook pod."),
 ]

@@ -222,6 +222,13 @@ class VGPUHub(Configurable):
 
     scheduler_name = Unicode(contract.SCHEDULER_NAME, help="schedulerName set on pods that ask for a vGPU (only on those).").tag(config=True)
 
+    runtime_class_name = Unicode(
+        "",
+        help="runtimeClassName set on pods that ask for a vGPU (only on those), e.g. 'nvidia' where "
+        "the NVIDIA container runtime is not containerd's default (k3s/RKE2, GPU Operator without "
+        "a default runtime); without it such pods get the vGPU env but no GPU. '' leaves the pod's own.",
+    ).tag(config=True)
+
     shares = List(
         Dict(),
         help="Offered shares: [{'slug', 'display_name', 'cores', 'memory': '20GiB', 'description'}].",
@@ -436,6 +443,8 @@ class VGPUHub(Configurable):
         for request in requests.values():
             limit.check(request)
         pod.spec.scheduler_name = self.scheduler_name
+        if self.runtime_class_name:
+            pod.spec.runtime_class_name = self.runtime_class_name
         request = requests.get(0)
         if request is not None:
             hints = {

@@ -78,6 +78,7 @@ _GROUPS = [
     ResourceType("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
     ResourceType("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, (), ("pc",)),
     ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("status",), ("pdb",)),
+    ResourceType("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False),
 ]
 RESOURCE_TYPES: tuple[ResourceType, ...] = tuple(_CORE + _GROUPS)
 _BY_PATH = {(rt.group, rt.version, rt.plural): rt for rt in RESOURCE_TYPES}

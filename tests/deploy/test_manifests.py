@@ -17,7 +17,7 @@ from render_deploy import DEPLOY, KUSTOMIZATIONS, container, env_of, find, rende
 
 from jupyter_vgpu.core import contract
 
-K8S_VERSION = "1.32.0"  # the kube-scheduler image in base/scheduler-deployment.yaml
+K8S_VERSION = "1.32.0"  # the kube-scheduler image pinned in base/kustomization.yaml
 
 # The Prometheus Operator's CRDs are not in kubernetes-validate; ServiceMonitor is checked
 # against this minimal schema of the fields we use instead of being skipped.

@@ -28,7 +28,7 @@ SHARED = ("informer.py", "kubeclient.py", "tokens.py")
 
 # component -> (service account, the packages whose code runs under it, our own roles)
 COMPONENTS = {
-    "node": ("vgpu-node", ("deviceplugin", "metrics"), ("vgpu-node",)),
+    "node": ("vgpu-node", ("deviceplugin", "metrics", "doctor"), ("vgpu-node",)),  # doctor: kubectl exec in the pod
     "extender": ("vgpu-scheduler", ("extender",), ("vgpu-extender",)),
 }
 

@@ -280,3 +280,15 @@ def test_bad_limit_config_fails_at_hub_start():
 )
 def test_share_text(text, cores, units):
     assert parse_share_text(text) == contract.Request(cores, units)
+
+
+async def test_runtime_class_goes_on_vgpu_pods_only():
+    """Where nvidia is not containerd's default runtime, vGPU pods need its RuntimeClass;
+    CPU pods keep whatever the admin set (none here)."""
+    c = hub_config(runtime_class_name="nvidia")
+    pod = await spawn_pod(make_spawner(c), formdata={"profile": ["vgpu-quarter"]})
+    assert pod.spec.runtime_class_name == "nvidia"
+    pod = await spawn_pod(make_spawner(c), formdata={"profile": ["cpu"]})
+    assert pod.spec.runtime_class_name is None
+    pod = await spawn_pod(make_spawner(hub_config()), formdata={"profile": ["vgpu-quarter"]})
+    assert pod.spec.runtime_class_name is None  # default: the cluster's default runtime

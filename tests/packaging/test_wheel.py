@@ -1,8 +1,8 @@
 """The wheel carries the prebuilt lab extension and enables both extensions, with no
 Node.js where it is installed.
 
-The wheel is built once per session with `python -m build --wheel` (the hatch build hook
-runs npm there), then installed into a fresh virtual environment whose PATH has no node.
+The wheel is built once per session (the ``wheel`` fixture in conftest.py), then installed
+into a fresh virtual environment whose PATH has no node.
 """
 
 from __future__ import annotations
@@ -28,17 +28,6 @@ REPO = Path(__file__).resolve().parents[2]
 EXTENSION_DATA = "share/jupyter/labextensions/jupyter-vgpu"
 SERVER_CONFIG = "etc/jupyter/jupyter_server_config.d/jupyter_vgpu.json"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-@pytest.fixture(scope="session")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("npm") is None:
-        pytest.fail("building the wheel needs npm (Node.js 20+) on PATH")
-    outdir = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(outdir), str(REPO)],
-                   check=True, capture_output=True, timeout=900)
-    (built,) = outdir.glob("jupyter_vgpu-*.whl")
-    return built
 
 
 @pytest.fixture(scope="session")

@@ -57,6 +57,15 @@ def parser() -> argparse.ArgumentParser:
                         "pods hold cards before they are bound (default "
                         f"{contract.SCHEDULER_NAME}, the profile in deploy/scheduler/config.yaml; "
                         f"env {ENV_PREFIX}SCHEDULER_NAMES)")
+    p.add_argument("--pod-name", default=_env("POD_NAME"),
+                   help="this extender's pod; with --pod-namespace it checks at start that the "
+                        "kube-scheduler container beside it is within the version-skew policy of the API "
+                        f"server and logs a warning if not (default: no check; env {ENV_PREFIX}POD_NAME)")
+    p.add_argument("--pod-namespace", default=_env("POD_NAMESPACE"),
+                   help=f"that pod's namespace (env {ENV_PREFIX}POD_NAMESPACE)")
+    p.add_argument("--scheduler-container", default=_env("SCHEDULER_CONTAINER", "kube-scheduler"),
+                   help="the kube-scheduler container's name in that pod (default kube-scheduler; "
+                        f"env {ENV_PREFIX}SCHEDULER_CONTAINER)")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"),
                    help=f"logging level (env {ENV_PREFIX}LOG_LEVEL)")
     return p
@@ -104,6 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: done.set())
     print(f"jupyter-vgpu extender: serving {extender.url} (policy {args.policy})", flush=True)
+    if args.pod_name and args.pod_namespace:
+        from .version_skew import check_in_background
+
+        check_in_background(api_client, args.pod_namespace, args.pod_name, args.scheduler_container)
     done.wait()
     extender.stop()
     return 0

