@@ -64,7 +64,9 @@ def requested(user_options: object, shares: Iterable[Share], *, custom_share: bo
             raise RequestError(f"user_options {UNLISTED_OPTION!r}: expected text such as '30% 8GiB', got {shown(unlisted)}")
         return parse_share_text(unlisted)
     by_slug = {s.slug: s for s in shares}
-    if chosen and profile in (VGPU_PROFILE_SLUG, CUSTOM_PROFILE_SLUG):
+    if profile in (VGPU_PROFILE_SLUG, CUSTOM_PROFILE_SLUG):
+        if not chosen:  # the form always sends one; KubeSpawner has no default choice to fall back on
+            raise RequestError(f"profile {profile!r} needs a share: choose one of {', '.join(by_slug)}")
         if chosen not in by_slug:
             raise RequestError(f"no vGPU share {shown(chosen)}; choose one of {', '.join(by_slug)}")
         return by_slug[chosen].request

@@ -7,6 +7,7 @@ still raise becomes a RequestError, so the Hub answers 400 with a reason and nev
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -16,10 +17,17 @@ from jupyter_vgpu.core.contract import Request, RequestError
 MAX_QUANTITY_TEXT = 64
 """Longest quantity text read at all: Kubernetes' own quantities are far shorter."""
 
+MAX_EXPONENT = 18
+"""Largest decimal exponent a quantity text may carry ('1e18'; ``E``, the largest suffix, is 10**18).
+A larger one is refused before the contract sees it: Decimal would build (and int() would
+expand) a number of that many digits, blocking the Hub's event loop."""
+
 MAX_COUNT = 2**63 - 1
 """Largest count of an extended resource: Kubernetes keeps them in an int64."""
 
 T = TypeVar("T")
+
+_EXPONENT = re.compile(r"[eE]\s*([+-]?[0-9]+)")
 
 
 def shown(value: object, width: int = 40) -> str:
@@ -47,6 +55,11 @@ def _check_shape(value: object, name: str) -> None:
     if isinstance(value, str) and len(value.strip()) > MAX_QUANTITY_TEXT:
         raise RequestError(f"{name}: a quantity of {len(value.strip())} characters is not a count "
                            f"(use a whole number such as 25)")
+    if isinstance(value, str):
+        exponent = _EXPONENT.search(value)
+        if exponent and abs(int(exponent.group(1))) > MAX_EXPONENT:
+            raise RequestError(f"{name}: {shown(value)} has an exponent beyond ±{MAX_EXPONENT} "
+                               f"(use a whole number such as 25)")
 
 
 def checked_count(value: object, name: str) -> int:

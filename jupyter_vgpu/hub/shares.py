@@ -100,6 +100,9 @@ def parse_share_text(text: str) -> Request:
     cleaned = text.strip()
     if len(cleaned) > MAX_SHARE_TEXT:
         raise RequestError(f"a vGPU share of {len(cleaned)} characters is not a share: type {SHARE_TEXT_HELP}")
+    if not re.match(SHARE_TEXT_PATTERN, text):
+        # KubeSpawner refuses text the form's pattern rejects only later, at start: refuse it here
+        raise RequestError(f"vGPU share {text!r} not understood: type {SHARE_TEXT_HELP}")
     whole = re.fullmatch(r"(\d+)\s*(?:gpus?|cards?)", cleaned, re.IGNORECASE)
     if whole:
         cards = int(whole.group(1))
