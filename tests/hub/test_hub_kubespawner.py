@@ -7,6 +7,10 @@ loading, its pod manifest, then the modify_pod_hook.
 
 from __future__ import annotations
 
+import copy
+import subprocess
+import sys
+
 import pytest
 from spawn_support import CORE, MEM, hub_config, make_spawner, make_user, notebook_env, spawn_pod
 from tornado import web
@@ -251,3 +255,33 @@ def test_bad_limit_config_fails_at_hub_start():
 )
 def test_share_text(text, cores, units):
     assert parse_share_text(text) == contract.Request(cores, units)
+
+
+async def test_containers_of_one_pod_count_together_against_the_limit():
+    """A hook that adds a vGPU sidecar: the notebook's share and the sidecar's add up."""
+    def admin_hook(spawner, pod):
+        sidecar = copy.deepcopy(pod.spec.containers[0])
+        sidecar.name, sidecar.env = "sidecar", []
+        sidecar.resources.limits = {CORE: "60", MEM: "16"}
+        pod.spec.containers.append(sidecar)
+        return pod
+
+    c = Config()
+    c.KubeSpawner.modify_pod_hook = admin_hook
+    c.VGPUHub.default_limit = {"cores": 100}
+    VGPUHub(config=c).configure(c)
+    with pytest.raises(contract.RequestError, match="container 'notebook'.* is more than the default limit"):
+        await spawn_pod(make_spawner(c), user_options={"profile": "vgpu-half"})  # 50 + 60 > 100
+    pod = await spawn_pod(make_spawner(c), user_options={"profile": "vgpu-quarter"})  # 25 + 60
+    assert pod.spec.containers[1].resources.limits[CORE] == "60"
+
+
+def test_only_the_hub_imports_the_restart_endpoint():
+    """Importing jupyter_vgpu.hub (docs, tests, the notebook side by accident) loads neither the
+    restart handler nor JupyterHub's handlers; configure() does, inside the Hub."""
+    code = ("import sys, jupyter_vgpu.hub as hub; "
+            "assert 'jupyter_vgpu.hub.restart' not in sys.modules and 'jupyterhub.apihandlers' not in sys.modules; "
+            "from traitlets.config import Config; c = Config(); hub.VGPUHub(config=c).configure(c); "
+            "from jupyter_vgpu.hub.restart import VGPURestartHandler; "
+            "assert c.JupyterHub.extra_handlers[0][1] is VGPURestartHandler")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
