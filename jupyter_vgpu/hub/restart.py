@@ -6,7 +6,8 @@ going to send the start, is gone). So the Hub does both steps:
 
     POST {JUPYTERHUB_API_URL}/vgpu/restart/<user>[/<server>]
          {"vgpu_cores": 30, "vgpu_memory_units": 32}      (vgpu_cores 0 releases the GPU)
-      -> 400 with the reason (bad share, over the user's limit) — nothing is stopped
+      -> 400 with the reason (not such an object, bad share, over the user's limit together
+         with their other servers) — nothing is stopped
       -> 409 when the server is starting or stopping
       -> 202 {"id", "state": "pending", "message", "cores", "memoryUnits", "userOptions"}
     GET  {JUPYTERHUB_API_URL}/vgpu/restart/<user>[/<server>]
