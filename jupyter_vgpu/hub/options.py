@@ -52,10 +52,10 @@ def requested(user_options: object, shares: Iterable[Share], *, custom_share: bo
         return False
     if not isinstance(user_options, Mapping):
         raise RequestError(f"user_options must be an object of option names and values, got {shown(user_options)}")
-    if allow_runtime_requests and is_runtime(user_options):
-        return runtime_request(user_options)
     profile = _text_option(user_options, "profile")
     chosen = _text_option(user_options, SHARE_OPTION)
+    if allow_runtime_requests and is_runtime(user_options):
+        return runtime_request(user_options)
     unlisted = user_options.get(UNLISTED_OPTION)
     if unlisted:
         if not custom_share:
