@@ -68,7 +68,7 @@ user_options = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(options=user_options)
 def test_fuzzed_user_options_are_refused_with_a_400_or_spawn_within_the_limit(options):
     """apply_user_options refuses with a 400 and a reason, or the whole spawn goes through and
