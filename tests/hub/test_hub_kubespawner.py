@@ -7,10 +7,12 @@ loading, its pod manifest, then the modify_pod_hook.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import copy
+import subprocess
+import sys
 
 import pytest
-from kubespawner import KubeSpawner
+from spawn_support import CORE, MEM, hub_config, make_spawner, make_user, notebook_env, spawn_pod
 from tornado import web
 from traitlets.config import Config
 
@@ -21,44 +23,6 @@ from jupyter_vgpu.hub import (
     VGPUHub,
     parse_share_text,
 )
-
-NAMES = contract.DEFAULT_NAMES
-CORE, MEM = NAMES.core_resource, NAMES.memory_resource
-
-
-def make_user(name: str = "alice", groups: tuple[str, ...] = ()) -> SimpleNamespace:
-    return SimpleNamespace(
-        name=name, id=7, url=f"/user/{name}/", escaped_name=name,
-        groups=[SimpleNamespace(name=g) for g in groups],
-    )
-
-
-def hub_config(**traits) -> Config:
-    c = Config()
-    c.KubeSpawner.profile_list = [{"display_name": "CPU only", "slug": "cpu", "default": True}]
-    for key, value in traits.items():
-        setattr(c.VGPUHub, key, value)
-    VGPUHub(config=c).configure(c)
-    return c
-
-
-def make_spawner(c: Config, user: SimpleNamespace | None = None) -> KubeSpawner:
-    return KubeSpawner(_mock=True, config=c, user=user or make_user(), namespace="jhub")
-
-
-async def spawn_pod(spawner: KubeSpawner, formdata: dict | None = None, user_options: dict | None = None):
-    """What JupyterHub + KubeSpawner do between 'Start' and the pod create call."""
-    if formdata is not None:
-        user_options = spawner.options_from_form(formdata)
-    spawner.user_options = user_options or {}
-    await spawner._run_apply_user_options(spawner.user_options)
-    await spawner.load_user_options()
-    pod = await spawner.get_pod_manifest()
-    return await spawner.modify_pod_hook(spawner, pod)
-
-
-def notebook_env(pod) -> dict[str, str]:
-    return {e.name: e.value for e in pod.spec.containers[0].env or [] if hasattr(e, "name")}
 
 
 async def test_form_offers_shares_with_readable_labels():
@@ -125,6 +89,9 @@ async def test_listed_choice_inside_the_custom_profile():
         ("30% 100MiB", "multiple of 256 MiB"),
         ("30%", "not understood"),
         ("lots", "not understood"),
+        ("30% 8Ti", "not understood"),  # the form's pattern refuses it; KubeSpawner would, at start
+        ("30% " + "9" * 40 + "GiB", "too large or malformed"),
+        ("1" * 70 + " GPUs", "characters is not a share"),
     ],
 )
 async def test_bad_custom_share_is_refused_with_a_reason(text, words):
@@ -134,6 +101,14 @@ async def test_bad_custom_share_is_refused_with_a_reason(text, words):
         await spawn_pod(spawner, formdata=form)
     assert info.value.status_code == 400
     assert words in info.value.jupyterhub_message
+
+
+async def test_share_profile_without_a_choice_is_a_400():
+    """Through the API (the form always sends a choice): KubeSpawner has no default share."""
+    spawner = make_spawner(hub_config())
+    with pytest.raises(web.HTTPError) as info:
+        await spawn_pod(spawner, user_options={"profile": CUSTOM_PROFILE_SLUG})
+    assert info.value.status_code == 400 and "needs a share" in info.value.jupyterhub_message
 
 
 async def test_group_limit_filters_the_form_and_refuses_over_limit_requests():
@@ -292,3 +267,33 @@ async def test_runtime_class_goes_on_vgpu_pods_only():
     assert pod.spec.runtime_class_name is None
     pod = await spawn_pod(make_spawner(hub_config()), formdata={"profile": ["vgpu-quarter"]})
     assert pod.spec.runtime_class_name is None  # default: the cluster's default runtime
+
+
+async def test_containers_of_one_pod_count_together_against_the_limit():
+    """A hook that adds a vGPU sidecar: the notebook's share and the sidecar's add up."""
+    def admin_hook(spawner, pod):
+        sidecar = copy.deepcopy(pod.spec.containers[0])
+        sidecar.name, sidecar.env = "sidecar", []
+        sidecar.resources.limits = {CORE: "60", MEM: "16"}
+        pod.spec.containers.append(sidecar)
+        return pod
+
+    c = Config()
+    c.KubeSpawner.modify_pod_hook = admin_hook
+    c.VGPUHub.default_limit = {"cores": 100}
+    VGPUHub(config=c).configure(c)
+    with pytest.raises(contract.RequestError, match="container 'notebook'.* is more than the default limit"):
+        await spawn_pod(make_spawner(c), user_options={"profile": "vgpu-half"})  # 50 + 60 > 100
+    pod = await spawn_pod(make_spawner(c), user_options={"profile": "vgpu-quarter"})  # 25 + 60
+    assert pod.spec.containers[1].resources.limits[CORE] == "60"
+
+
+def test_only_the_hub_imports_the_restart_endpoint():
+    """Importing jupyter_vgpu.hub (docs, tests, the notebook side by accident) loads neither the
+    restart handler nor JupyterHub's handlers; configure() does, inside the Hub."""
+    code = ("import sys, jupyter_vgpu.hub as hub; "
+            "assert 'jupyter_vgpu.hub.restart' not in sys.modules and 'jupyterhub.apihandlers' not in sys.modules; "
+            "from traitlets.config import Config; c = Config(); hub.VGPUHub(config=c).configure(c); "
+            "from jupyter_vgpu.hub.restart import VGPURestartHandler; "
+            "assert c.JupyterHub.extra_handlers[0][1] is VGPURestartHandler")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

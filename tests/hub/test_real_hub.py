@@ -112,3 +112,48 @@ def test_hub_refuses_an_over_limit_spawn_with_the_reason(hub):
     status, body = hub.call("POST", "/users/alice/server", body={contract.HUB_OPTION_CORES: 100})
     assert status == 400
     assert "more than the default limit allows" in body["message"], body
+
+
+def server_ready(hub, name):
+    return (hub.server("alice", name) or {}).get("ready")
+
+
+def start_named(hub, name, **share):
+    return hub.call("POST", f"/users/alice/servers/{name}", body=share)
+
+
+@pytest.mark.slow
+def test_the_limit_holds_for_the_sum_over_a_users_named_servers(hub):
+    """Limit 50 % / 20 GiB: a second server gets only what the first leaves, through the
+    Hub's own spawn API; a restart counts the restarted server's new share, not its old one."""
+    status, body = start_named(hub, "one", vgpu_cores=30, vgpu_memory_units=32)
+    assert status in (201, 202), body
+    hub.wait(lambda: server_ready(hub, "one"), "server one")
+
+    status, body = start_named(hub, "two", vgpu_cores=30, vgpu_memory_units=32)
+    assert status == 400, body
+    assert "already hold" in body["message"] and "server 'one'" in body["message"], body
+    assert "more than the default limit allows" in body["message"], body
+    assert not server_ready(hub, "two")
+
+    status, body = start_named(hub, "two", vgpu_cores=20, vgpu_memory_units=32)  # 30 + 20 = 50
+    assert status in (201, 202), body
+    hub.wait(lambda: server_ready(hub, "two"), "server two")
+
+    status, body = hub.call("POST", "/vgpu/restart/alice/one", body={"vgpu_cores": 35, "vgpu_memory_units": 32})
+    assert status == 400 and "server 'two'" in body["message"], body  # 35 + 20 > 50
+    status, body = hub.call("POST", "/vgpu/restart/alice/one", body={"vgpu_cores": 25, "vgpu_memory_units": 16})
+    assert status == 202, body  # 25 + 20: server one's old 30 is not counted
+    record = hub.wait(lambda: (lambda r: r if r["state"] != "pending" else None)(
+        hub.call("GET", "/vgpu/restart/alice/one")[1]), "the restart of server one")
+    assert record["state"] == "scheduled", record
+    assert hub.server("alice", "one")["user_options"][contract.HUB_OPTION_CORES] == 25
+
+    # a stopped server holds nothing (its user_options stay in the Hub's database)
+    status, body = hub.call("DELETE", "/users/alice/servers/two")
+    assert status in (202, 204), body
+    hub.wait(lambda: not (hub.server("alice", "two") or {}).get("ready") and not (hub.server("alice", "two") or {}).get("pending"),
+             "server two to stop")
+    status, body = start_named(hub, "three", vgpu_cores=25, vgpu_memory_units=16)  # 25 + 25 = 50
+    assert status in (201, 202), body
+    hub.wait(lambda: server_ready(hub, "three"), "server three")

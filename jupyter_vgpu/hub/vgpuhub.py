@@ -1,0 +1,238 @@
+"""VGPUHub: the Hub-side settings, and the hooks that wire shares, limits and the pod into KubeSpawner."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from traitlets import Bool, Dict, Enum, List, Unicode, default
+from traitlets.config import Config, Configurable
+
+from jupyter_vgpu.core import contract
+from jupyter_vgpu.core.contract import Names, Request, RequestError
+from jupyter_vgpu.hub import pod as vgpu_pod
+from jupyter_vgpu.hub import profiles as vgpu_profiles
+from jupyter_vgpu.hub.limits import Limit, Usage, held_by_other_servers, limit_for
+from jupyter_vgpu.hub.options import is_runtime, requested, runtime_request
+from jupyter_vgpu.hub.scopes import custom_scopes, roles_with_restart
+from jupyter_vgpu.hub.shares import DEFAULT_SHARE_SPECS, Share, share_list
+
+
+class VGPUHub(Configurable):
+    """vGPU shares, limits and hooks for KubeSpawner. Configure as ``c.VGPUHub.<trait>``."""
+
+    resource_domain = Unicode(contract.DEFAULT_RESOURCE_DOMAIN, help="Domain of the vcuda-core/vcuda-memory resources.").tag(config=True)
+
+    scheduler_name = Unicode(contract.SCHEDULER_NAME, help="schedulerName set on pods that ask for a vGPU (only on those).").tag(config=True)
+
+    runtime_class_name = Unicode(
+        "",
+        help="runtimeClassName set on pods that ask for a vGPU (only on those), e.g. 'nvidia' where "
+        "the NVIDIA container runtime is not containerd's default (k3s/RKE2, GPU Operator without "
+        "a default runtime); without it such pods get the vGPU env but no GPU. '' leaves the pod's own.",
+    ).tag(config=True)
+
+    shares = List(
+        Dict(),
+        help="Offered shares: [{'slug', 'display_name', 'cores', 'memory': '20GiB', 'description'}].",
+    ).tag(config=True)
+
+    @default("shares")
+    def _default_shares(self) -> list[dict[str, Any]]:
+        return [dict(spec) for spec in DEFAULT_SHARE_SPECS]
+
+    custom_share = Bool(True, help="Offer a free-form 'Other…' share, checked against the user's limit.").tag(config=True)
+
+    profile_style = Enum(
+        ["profiles", "option"],
+        "profiles",
+        help="'profiles': one profile per share (plus 'Custom vGPU share' when custom_share); "
+        "'option': one 'vGPU notebook' profile with a share dropdown.",
+    ).tag(config=True)
+
+    default_limit = Dict(
+        None, allow_none=True, help="Ceiling for users with no user or group limit, e.g. {'cores': 50, 'memory': '20GiB'}; None: no ceiling. "
+        "Every limit holds for the sum over a user's running and starting servers (named servers included)."
+    ).tag(config=True)
+
+    user_limits = Dict(help="Per-user ceilings on the sum over the user's servers: {'alice': {'cores': 200}}. "
+                       "A user's own entry wins over groups.").tag(config=True)
+
+    group_limits = Dict(help="Per-group ceilings on the sum over each member's servers; a user in several "
+                        "groups gets the most generous.").tag(config=True)
+
+    allow_runtime_requests = Bool(
+        True,
+        help="Honour user_options vgpu_cores/vgpu_memory_units (sent by %vgpu request) and grant "
+        "single-user servers the scopes to restart themselves.",
+    ).tag(config=True)
+
+    @property
+    def names(self) -> Names:
+        return Names(domain=self.resource_domain)
+
+    def share_list(self) -> list[Share]:
+        return share_list(self.shares)
+
+    # -- limits -------------------------------------------------------------------------
+
+    def limit_for(self, user: Any) -> Limit:
+        return limit_for(user, self.user_limits, self.group_limits, self.default_limit)
+
+    def held_by_other_servers(self, user: Any, server_name: str) -> Usage:
+        """What the user's other running or starting servers asked for."""
+        def share_of(options: Mapping[str, Any]) -> Request | None:
+            request = self.requested(options)
+            return request if isinstance(request, Request) else None
+
+        return held_by_other_servers(user, server_name, share_of)
+
+    # -- profiles -----------------------------------------------------------------------
+
+    def limits_override(self, request: Request | None) -> dict[str, str | None]:
+        """extra_resource_limits for a request; None values delete a key left by an earlier profile."""
+        return vgpu_profiles.limits_override(request, self.names)
+
+    def profiles(self, shares: Iterable[Share] | None = None) -> list[dict[str, Any]]:
+        """KubeSpawner profile_list entries for shares (all configured shares by default)."""
+        return vgpu_profiles.profiles(self.share_list() if shares is None else shares, self.names,
+                                      style=self.profile_style, custom_share=self.custom_share)
+
+    def share_option(self, shares: Iterable[Share] | None = None) -> dict[str, Any]:
+        """A profile_options entry: a share dropdown, with 'Other…' free text when custom_share."""
+        return vgpu_profiles.share_option(self.share_list() if shares is None else shares, self.names,
+                                          custom_share=self.custom_share)
+
+    def profile_list_for(self, spawner: Any) -> list[dict[str, Any]]:
+        """The vGPU entries this spawner's user may pick (shares above their limit are left out).
+
+        Filtered by the limit alone, not by what other servers hold: KubeSpawner looks the
+        chosen profile up in this list again at start, after apply_user_options has checked
+        the sum with the reason."""
+        limit = self.limit_for(spawner.user)
+        return self.profiles([s for s in self.share_list() if limit.allows(s.request)])
+
+    # -- user_options -------------------------------------------------------------------
+
+    def requested(self, user_options: Mapping[str, Any] | None) -> Request | None | bool:
+        """The share user_options ask for: a Request, None for 'release the GPU', or False
+        when they say nothing about vGPU (a CPU profile, or the admin's own profiles).
+        Raises RequestError with the reason when they are malformed."""
+        return requested(user_options, self.share_list(), custom_share=self.custom_share,
+                         allow_runtime_requests=self.allow_runtime_requests)
+
+    def check_user_options(self, user: Any, user_options: Mapping[str, Any], server_name: str = "") -> Request | None:
+        """The share user_options ask for (None: no GPU); RequestError when malformed, or when it
+        and the user's other servers (all but ``server_name``) together are over the limit."""
+        request = self.requested(user_options)
+        if not isinstance(request, Request):
+            return None
+        self.limit_for(user).check(request, self.held_by_other_servers(user, server_name))
+        return request
+
+    def apply_user_options(self, spawner: Any, user_options: Mapping[str, Any]) -> None:
+        """Refuse, before anything starts, a share that is malformed or above the user's limit."""
+        try:
+            self.check_user_options(spawner.user, user_options, spawner.name)
+        except RequestError as error:
+            raise http_400(str(error)) from None
+
+    # -- the pod ------------------------------------------------------------------------
+
+    def modify_pod(self, spawner: Any, pod: Any) -> Any:
+        """Apply a runtime request, check the final request, route vGPU pods to the vGPU scheduler."""
+        containers = list(pod.spec.containers or [])
+        if not containers:
+            return pod
+        notebook = containers[0]  # KubeSpawner's "notebook" container comes first
+        if self.allow_runtime_requests and is_runtime(spawner.user_options):
+            vgpu_pod.set_vgpu_limits(notebook, self.limits_override(runtime_request(spawner.user_options)))
+        requests = vgpu_pod.container_requests(pod, self.names)
+        if not requests:
+            return pod
+        limit = self.limit_for(spawner.user)
+        held = self.held_by_other_servers(spawner.user, spawner.name)
+        for index, request in sorted(requests.items()):
+            limit.check(request, held)
+            held = held.plus(request, f"this server's container {containers[index].name!r}")
+        pod.spec.scheduler_name = self.scheduler_name
+        if self.runtime_class_name:
+            pod.spec.runtime_class_name = self.runtime_class_name
+        notebook_request = requests.get(0)
+        if notebook_request is not None:
+            vgpu_pod.set_env(notebook, vgpu_pod.hint_env(notebook_request, limit))
+        return pod
+
+    # -- wiring into the Hub's config ---------------------------------------------------
+
+    def chain_modify_pod_hook(self, admin_hook: Callable[..., Any] | None = None) -> Callable[..., Any]:
+        """A modify_pod_hook running the admin's hook (sync or async) first, then ours."""
+
+        async def modify_pod_hook(spawner: Any, pod: Any) -> Any:
+            if admin_hook is not None:
+                result = admin_hook(spawner, pod)
+                pod = (await result) if inspect.isawaitable(result) else result
+            return self.modify_pod(spawner, pod)
+
+        return modify_pod_hook
+
+    def chain_apply_user_options(self, admin_hook: Any = None) -> Callable[..., Any]:
+        """An apply_user_options hook running ours first, then the admin's (callable or dict form)."""
+
+        async def apply_user_options(spawner: Any, user_options: dict[str, Any]) -> None:
+            self.apply_user_options(spawner, user_options)
+            if callable(admin_hook):
+                result = admin_hook(spawner, user_options)
+                if inspect.isawaitable(result):
+                    await result
+            elif isinstance(admin_hook, Mapping):
+                for key, trait in admin_hook.items():
+                    if key in user_options:
+                        spawner.set_trait(trait, spawner.traits()[trait].from_string(str(user_options[key])))
+
+        return apply_user_options
+
+    def chain_profile_list(self, admin_profiles: Any = None) -> Callable[..., Any]:
+        """A callable profile_list: the admin's profiles (list, dict or callable), then ours."""
+
+        async def profile_list(spawner: Any) -> list[dict[str, Any]]:
+            base = admin_profiles
+            if callable(base):
+                base = base(spawner)
+                if inspect.isawaitable(base):
+                    base = await base
+            if isinstance(base, Mapping):
+                base = list(base.values())
+            return [dict(p) for p in (base or [])] + self.profile_list_for(spawner)
+
+        return profile_list
+
+    def configure(self, c: Config) -> None:
+        """Wire everything into a JupyterHub config object (``c`` in jupyterhub_config.py)."""
+        self.share_list()  # fail at hub start on a bad share, not at a user's spawn
+        self.limit_for(None)
+        for what, table in (("user", self.user_limits), ("group", self.group_limits)):
+            for key, spec in table.items():
+                Limit.from_spec(spec, f"{what} {key}'s limit")
+        spawner = c.KubeSpawner
+        spawner.profile_list = self.chain_profile_list(spawner.get("profile_list"))
+        spawner.modify_pod_hook = self.chain_modify_pod_hook(spawner.get("modify_pod_hook"))
+        spawner.apply_user_options = self.chain_apply_user_options(spawner.get("apply_user_options"))
+        if self.allow_runtime_requests:
+            # the restart endpoint runs inside the Hub only: imported here, where the Hub's config is loaded
+            from jupyter_vgpu.hub.restart import restart_handlers
+
+            hub = c.JupyterHub
+            hub.custom_scopes = custom_scopes(hub.get("custom_scopes", {}))
+            hub.load_roles = roles_with_restart(hub.get("load_roles", []))
+            hub.extra_handlers = list(hub.get("extra_handlers", [])) + restart_handlers(self)
+
+
+def http_400(message: str) -> Exception:
+    """The HTTP 400 JupyterHub shows on the spawn form and in the API answer."""
+    from tornado import web
+
+    error = web.HTTPError(400, "%s", message)
+    error.jupyterhub_message = message  # type: ignore[attr-defined]  # shown on the spawn form / API
+    return error
