@@ -28,6 +28,7 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 from simkube.apiserver import SimKubeAPI
+from simkube.waiting import wait_for
 from vgpu_plugin.informer import Informer
 from vgpu_plugin.metrics import MetricsServer
 from vgpu_plugin.tokens import TokenMinter, new_allocation_id
@@ -121,9 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         workloads = populate(core_v1, gpus, proc_root, args.containers)
         informer = Informer(core_v1.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={NODE}").start()
         assert informer.wait_synced(60)
-        deadline = time.monotonic() + 60
-        while len(informer.items()) < args.containers and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: len(informer.items()) >= args.containers, timeout=60, what="the informer to see every pod")
         minter = TokenMinter(secrets.token_bytes(32))
         scrape_token = secrets.token_hex(16)  # what Prometheus sends to the scrape port
         server = MetricsServer(NODE, gpus, informer, minter, address="127.0.0.1", port=0, period=args.period,

@@ -21,6 +21,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from simkube.waiting import wait_for
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "server"))
 
@@ -94,15 +96,15 @@ def main() -> None:
     try:
         base = f"http://127.0.0.1:{port}/vgpu/api/"
         auth = {"Authorization": f"token {token}"}
-        deadline = time.monotonic() + 60
-        while True:
+
+        def answers() -> bool:
             try:
                 json.loads(urllib.request.urlopen(urllib.request.Request(base + "allocation", headers=auth)).read())
-                break
             except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+                return False
+            return True
+
+        wait_for(answers, timeout=60, interval=0.2, what="the notebook server to answer")
         bearer = {"Authorization": f"Bearer {env['VGPU_TOKEN']}"}
         n = args.requests
         print(f"{n} sequential GETs each, 127.0.0.1, node sampling every 0.5 s, one notebook pod")

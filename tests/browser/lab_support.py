@@ -12,13 +12,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from simkube.waiting import wait_for
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.core.contract import DEFAULT_NAMES, PodAllocation
@@ -29,18 +29,6 @@ LABEXTENSION_OUT = REPO / "jupyter_vgpu" / "labextension"
 ARTIFACTS = REPO / "tests" / "artifacts"
 BASE_URL = "/user/ada/"
 NODE = "gpu-node-a"
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    """Poll ``condition`` until it is truthy (generous: the machine may be busy)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
 
 
 # --- the simulated cluster -------------------------------------------------------------------
@@ -144,18 +132,22 @@ def start_lab(labextension: Path, env_extra: dict[str, str], workdir: Path,
         process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env,
                                    cwd=workdir / "root", start_new_session=True)
     lab = Lab(url=f"http://127.0.0.1:{port}{BASE_URL}", token=token, process=process, log=log)
-    deadline = time.monotonic() + 120
-    while True:
+
+    def answers() -> bool:
         if process.poll() is not None:
             raise AssertionError(f"jupyter lab exited with {process.returncode}:\n{lab.log_tail()}")
         try:
             lab.api("api/status")
-            return lab
         except (urllib.error.URLError, OSError):
-            if time.monotonic() > deadline:
-                stop_lab(lab)
-                raise AssertionError(f"jupyter lab did not answer within 120 s:\n{lab.log_tail()}") from None
-            time.sleep(0.25)
+            return False
+        return True
+
+    try:
+        wait_for(answers, timeout=120, interval=0.25, what="jupyter lab to answer")
+    except TimeoutError:
+        stop_lab(lab)
+        raise AssertionError(f"jupyter lab did not answer within 120 s:\n{lab.log_tail()}") from None
+    return lab
 
 
 def stop_lab(lab: Lab) -> None:

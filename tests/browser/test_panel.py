@@ -17,7 +17,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-from lab_support import Cluster, Lab, start_lab, stop_lab, wait_until
+from lab_support import Cluster, Lab, start_lab, stop_lab
+from simkube.waiting import wait_for
 
 PANEL = "#jp-vgpu-panel"
 
@@ -55,7 +56,7 @@ def test_panel_shows_allocation_topology_live_usage_and_request(browser: Any, la
     # the status bar knows the share before the panel is ever opened
     status = page.locator(".jp-vgpu-status")
     status.wait_for()
-    wait_until(lambda: re.fullmatch(r"vGPU 25 % · [0-9.]+/4 GiB", status.inner_text()), what="status-bar summary")
+    wait_for(lambda: re.fullmatch(r"vGPU 25 % · [0-9.]+/4 GiB", status.inner_text()), timeout=60, what="status-bar summary")
 
     # keyboard: the shortcut opens the panel and puts focus in it
     page.keyboard.press("Alt+Shift+G")
@@ -98,9 +99,9 @@ def test_panel_shows_allocation_topology_live_usage_and_request(browser: Any, la
     # live charts: the stream delivers samples and the memory line moves within the limit
     page.wait_for_selector(f"{PANEL}[data-vgpu-transport='stream']")
     line = panel.locator(".jp-vgpu-chart-memory .jp-vgpu-chart-line")
-    wait_until(lambda: int(line.get_attribute("data-points") or 0) >= 3, what="three samples on the chart")
+    wait_for(lambda: int(line.get_attribute("data-points") or 0) >= 3, timeout=60, what="three samples on the chart")
     first = line.get_attribute("d")
-    wait_until(lambda: line.get_attribute("d") != first, timeout=30, what="the memory chart to change")
+    wait_for(lambda: line.get_attribute("d") != first, timeout=30, what="the memory chart to change")
     assert panel.locator(".jp-vgpu-chart-memory .jp-vgpu-chart-limit").count() == 1
     # the chart window comes from the user's settings (60 s, not the default 2 min)
     assert panel.locator(".jp-vgpu-chart-memory .jp-vgpu-chart-axis span").first.inner_text() == "−1 min"
@@ -126,7 +127,7 @@ def test_panel_shows_allocation_topology_live_usage_and_request(browser: Any, la
     memory_input.fill("")
     panel.get_by_role("button", name="Request").click()
     error = panel.locator(".jp-vgpu-form-error")
-    wait_until(lambda: "needs memory too" in error.inner_text(), what="the form's refusal")
+    wait_for(lambda: "needs memory too" in error.inner_text(), timeout=60, what="the form's refusal")
     assert memory_input.get_attribute("aria-invalid") == "true"
     assert posts == []
 
@@ -135,9 +136,9 @@ def test_panel_shows_allocation_topology_live_usage_and_request(browser: Any, la
     cores.fill("400")
     cores.press("Enter")
     outcome = panel.locator(".jp-vgpu-request-progress")
-    wait_until(lambda: "jp-vgpu-request-pending" in (outcome.get_attribute("class") or ""), timeout=30,
+    wait_for(lambda: "jp-vgpu-request-pending" in (outcome.get_attribute("class") or ""), timeout=30,
                what="the request to show as pending")
-    wait_until(lambda: "jp-vgpu-request-failed" in (outcome.get_attribute("class") or ""), timeout=120,
+    wait_for(lambda: "jp-vgpu-request-failed" in (outcome.get_attribute("class") or ""), timeout=120,
                what="the refusal")
     refused = lab.api("vgpu/api/requests")
     assert (refused["state"], refused["cores"]) == ("failed", 400)
@@ -149,7 +150,7 @@ def test_panel_shows_allocation_topology_live_usage_and_request(browser: Any, la
     memory_input.fill("8GiB")
     cores.fill("50")
     cores.press("Enter")
-    wait_until(lambda: "jp-vgpu-request-scheduled" in (outcome.get_attribute("class") or ""), timeout=120,
+    wait_for(lambda: "jp-vgpu-request-scheduled" in (outcome.get_attribute("class") or ""), timeout=120,
                what="the request to be scheduled")
     assert [urlparse(url).path for url in posts] == ["/user/ada/vgpu/api/requests"] * 2
     request = lab.api("vgpu/api/requests")
@@ -185,7 +186,7 @@ def test_panel_without_a_vgpu(browser: Any, labextension_built: Path, tmp_path: 
     try:
         page = open_lab(browser, lab)
         status = page.locator(".jp-vgpu-status")
-        wait_until(lambda: status.inner_text() == "vGPU: none", what="the status bar to say none")
+        wait_for(lambda: status.inner_text() == "vGPU: none", timeout=60, what="the status bar to say none")
         page.evaluate("() => window.jupyterapp.commands.execute('vgpu:open-panel')")
         panel = page.locator(PANEL)
         page.wait_for_selector(f"{PANEL}[data-vgpu-state='none']")

@@ -8,7 +8,6 @@ import runpy
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 import tomllib
 from packaging.requirements import Requirement
+from simkube.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 BINDER = REPO / "binder"
@@ -74,28 +74,25 @@ def test_the_demo_jupyter_server_proxy_starts_serves_lab_with_a_vgpu(tmp_path):
             return response.status, response.read()
 
     try:
-        deadline = time.monotonic() + entry["timeout"]
-        while True:
+
+        def lab_page():  # type: ignore[no-untyped-def]
             if process.poll() is not None:
                 pytest.fail(f"`{' '.join(command)}` exited with {process.returncode}:\n{(tmp_path / 'demo.log').read_text()[-3000:]}")
             try:
-                status, body = get("lab")
-                break
+                return get("lab")
             except (urllib.error.URLError, ConnectionError, OSError):
-                if time.monotonic() > deadline:
-                    pytest.fail(f"the demo's JupyterLab never answered at {prefix}lab:\n{(tmp_path / 'demo.log').read_text()[-3000:]}")
-                time.sleep(0.5)
+                return None
+
+        try:
+            status, body = wait_for(lab_page, timeout=entry["timeout"], interval=0.5, what="the demo's JupyterLab")
+        except TimeoutError:
+            pytest.fail(f"the demo's JupyterLab never answered at {prefix}lab:\n{(tmp_path / 'demo.log').read_text()[-3000:]}")
         assert status == 200
         assert b"Jupyter Server" not in body[:400] or b"token" not in body, (
             "the demo's lab shows its token login page behind the proxy")
         assert b"jupyter-vgpu" in body  # the panel's extension is in the lab's page config
-        deadline = time.monotonic() + 60
-        while True:
-            answer = json.loads(get("vgpu/api/allocation")[1])
-            if answer["state"] == "allocated" or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        assert answer["state"] == "allocated", answer
+        wait_for(lambda: json.loads(get("vgpu/api/allocation")[1])["state"] == "allocated", timeout=60, interval=0.5,
+                 what="the demo's notebook to hold its share")
     finally:
         if process.poll() is None:
             os.killpg(process.pid, 15)

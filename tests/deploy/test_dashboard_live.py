@@ -7,16 +7,17 @@ series the dashboard queries must be there with the labels the dashboard uses.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
 import tempfile
-import time
 import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from render_deploy import DEPLOY
+from simkube.waiting import wait_for
 
 
 @pytest.mark.slow
@@ -38,8 +39,8 @@ def test_every_dashboard_series_is_served_with_its_labels(topology_fixtures):
             cluster.create_notebook_pod("alice", cores=25, memory="8GiB")
             cluster.wait_for_pod("default", "alice")
             served: dict[str, set[str]] = {}
-            deadline = time.monotonic() + 30
-            while not set(wanted) <= set(served) and time.monotonic() < deadline:
+
+            def all_served() -> bool:
                 request = urllib.request.Request(cluster.node("gpu-a").scrape_url + "/metrics",
                                                  headers={"Authorization": f"Bearer {cluster.scrape_token}"})
                 with urllib.request.urlopen(request, timeout=10) as response:
@@ -47,7 +48,10 @@ def test_every_dashboard_series_is_served_with_its_labels(topology_fixtures):
                 for family in text_string_to_metric_families(text):
                     for sample in family.samples:
                         served.setdefault(sample.name, set()).update(sample.labels)
-                time.sleep(0.3)
+                return set(wanted) <= set(served)
+
+            with contextlib.suppress(TimeoutError):  # the assertions below name what is missing
+                wait_for(all_served, timeout=30, interval=0.3, what="every series the dashboard queries")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     missing = set(wanted) - set(served)

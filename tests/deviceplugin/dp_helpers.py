@@ -13,14 +13,14 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from simkube import waiting
+from simkube.waiting import wait_for
 from vgpu_plugin.deviceplugin import api_pb2, api_pb2_grpc
 from vgpu_plugin.deviceplugin.daemon import DaemonConfig, NodeDaemon
 from vgpu_plugin.deviceplugin.enforcement import EnforcementConfig
@@ -40,11 +40,6 @@ from jupyter_vgpu.gpu.simulated import SimulatedGPUs
 NAMES = DEFAULT_NAMES
 CORE = NAMES.core_resource
 MEMORY = NAMES.memory_resource
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02, what: str = "") -> Any:
-    return waiting.wait_for(condition, timeout=timeout, interval=interval, what=what or "a condition",
-                            error=AssertionError)
 
 
 class _Registration(api_pb2_grpc.RegistrationServicer):
@@ -244,7 +239,7 @@ def all_ids(kind: str, cards: int = 4, units: int = 160) -> list[str]:
 
 
 def wait_registered(peer: KubeletPeer, count: int = 2, timeout: float = 20.0) -> None:
-    wait_for(lambda: len(peer.registrations) >= count, timeout, what=f"{count} registrations")
+    wait_for(lambda: len(peer.registrations) >= count, timeout=timeout, what=f"{count} registrations")
 
 
 def stop_thread(thread: threading.Thread) -> None:
@@ -261,4 +256,4 @@ def confirmed_record(core_v1: Any, name: str, timeout: float = 20.0, namespace: 
         allocation = PodAllocation.from_json(anns[NAMES.allocation])
         return allocation if all(ctr.allocation_id for ctr in allocation.containers) else None
 
-    return wait_for(confirmed, timeout, what=f"{name} assigned and confirmed")
+    return wait_for(confirmed, timeout=timeout, what=f"{name} assigned and confirmed")

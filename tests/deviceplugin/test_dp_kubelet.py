@@ -17,8 +17,8 @@ from dp_helpers import (
     confirmed_record,
     place_pod,
     read_pod,
-    wait_for,
 )
+from simkube.waiting import wait_for
 from vgpu_plugin.demo.kubelet import SimKubelet
 from vgpu_plugin.deviceplugin.checkpoint import read_checkpoint
 
@@ -60,12 +60,12 @@ def start_pair(kubelets, daemons, gpus, *, drive_gpus=False, **kubelet_kwargs):
 def test_pods_run_with_their_allocation(kubelets, daemons, gpus, core_v1):
     kubelet, daemon = start_pair(kubelets, daemons, gpus)
     node = wait_for(lambda: (lambda n: n if (n.get("status") or {}).get("allocatable", {}).get(CORE) == "400" else None)(
-        json.loads(core_v1.read_node("node-1", _preload_content=False).data)))
+        json.loads(core_v1.read_node("node-1", _preload_content=False).data)), timeout=20)
     assert node["status"]["capacity"][MEMORY] == "640" and node["status"]["allocatable"][MEMORY] == "640"
     place_pod(core_v1, gpus, "nb-1", [(Request(25, 16), (1,))])
     place_pod(core_v1, gpus, "nb-2", [(Request(50, 40), (1,))])
     for name in ("nb-1", "nb-2"):
-        pod = wait_for(lambda name=name: running(core_v1, name), what=f"{name} running")
+        pod = wait_for(lambda name=name: running(core_v1, name), timeout=20, what=f"{name} running")
         status = pod["status"]
         assert status["podIP"].startswith("127.")
         container_id = status["containerStatuses"][0]["containerID"]
@@ -87,7 +87,7 @@ def test_either_resource_order_gives_the_same_answer(kubelets, daemons, gpus, co
     for i, card in enumerate((0, 2, 3)):
         place_pod(core_v1, gpus, f"nb-{i}", [(Request(20 + i, 8 + i), (card,)), (Request(10, 4), (card,))])
     for i, card in enumerate((0, 2, 3)):
-        wait_for(lambda i=i: running(core_v1, f"nb-{i}"))
+        wait_for(lambda i=i: running(core_v1, f"nb-{i}"), timeout=20)
         for ctr in ("c0", "c1"):
             env = kubelet.env("default", f"nb-{i}", ctr)
             assert env[c.ENV_CONTAINER] == ctr and env[c.ENV_DEVICE_INDICES] == str(card)
@@ -98,9 +98,9 @@ def test_either_resource_order_gives_the_same_answer(kubelets, daemons, gpus, co
 def test_refused_admission_fails_the_pod_as_kubelet_does(kubelets, daemons, gpus, core_v1):
     _, daemon = start_pair(kubelets, daemons, gpus)
     gpus.lose_card(2)
-    wait_for(lambda: not daemon.cards.by_index()[2].healthy)
+    wait_for(lambda: not daemon.cards.by_index()[2].healthy, timeout=20)
     place_pod(core_v1, gpus, "doomed", [(Request(100), (2,))])
-    pod = wait_for(lambda: (lambda p: p if p["status"].get("phase") == "Failed" else None)(read_pod(core_v1, "doomed")))
+    pod = wait_for(lambda: (lambda p: p if p["status"].get("phase") == "Failed" else None)(read_pod(core_v1, "doomed")), timeout=20)
     assert pod["status"]["reason"] == "UnexpectedAdmissionError"
     message = pod["status"]["message"]
     # kubelet still has 300 healthy core devices on the other cards, so it asks the plugin, which
@@ -113,7 +113,7 @@ def test_plugin_killed_and_restarted_keeps_every_assignment(kubelets, daemons, g
     for i in range(4):
         place_pod(core_v1, gpus, f"nb-{i}", [(Request(20, 8), (i % 4,))])
     for i in range(4):
-        wait_for(lambda i=i: running(core_v1, f"nb-{i}"))
+        wait_for(lambda i=i: running(core_v1, f"nb-{i}"), timeout=20)
         record(core_v1, f"nb-{i}")
     before = {f"nb-{i}": annotations(core_v1, f"nb-{i}") for i in range(4)}
     envs = {f"nb-{i}": kubelet.env("default", f"nb-{i}", "c0") for i in range(4)}
@@ -126,7 +126,7 @@ def test_plugin_killed_and_restarted_keeps_every_assignment(kubelets, daemons, g
     assert restarted.allocator.usage() == daemon_usage(before)
     # a new pod is served on its own card, and nobody's allocation was given twice
     place_pod(core_v1, gpus, "after", [(Request(20, 8), (0,))])
-    wait_for(lambda: running(core_v1, "after"))
+    wait_for(lambda: running(core_v1, "after"), timeout=20)
     assert record(core_v1, "after").containers[0].cards[0].index == 0
     assert len(kubelet.allocate_calls) == calls + 2
     assert {f"nb-{i}": annotations(core_v1, f"nb-{i}") for i in range(4)} == before
@@ -147,15 +147,15 @@ def daemon_usage(before):
 def test_kubelet_restart_reregisters_and_keeps_pods(kubelets, daemons, gpus, core_v1):
     kubelet, daemon = start_pair(kubelets, daemons, gpus)
     place_pod(core_v1, gpus, "nb", [(Request(25, 16), (3,))])
-    wait_for(lambda: running(core_v1, "nb"))
+    wait_for(lambda: running(core_v1, "nb"), timeout=20)
     kubelet.restart()
     kubelet.wait_for(lambda: kubelet.registered(CORE) and kubelet.registered(MEMORY), 15)
-    wait_for(lambda: daemon.registrations == 2)
+    wait_for(lambda: daemon.registrations == 2, timeout=20)
     assert len(kubelet.devices(CORE)) == 400
     in_use = kubelet.in_use(CORE)  # recovered from its checkpoint
     assert len(in_use) == 25 and all(d.startswith("gpu3-") for d in in_use)
     place_pod(core_v1, gpus, "nb-2", [(Request(25, 16), (3,))])
-    wait_for(lambda: running(core_v1, "nb-2"))
+    wait_for(lambda: running(core_v1, "nb-2"), timeout=20)
     assert daemon.allocator.usage() == {3: (50, 32)}
 
 
@@ -185,7 +185,7 @@ def test_out_of_order_admission_is_reconciled_so_records_and_tokens_are_true(kub
     uids = {name: read_pod(core_v1, name)["metadata"]["uid"] for name in ("early", "late")}
     envs = {}
     for name in ("early", "late"):
-        wait_for(lambda name=name: running(core_v1, name), what=name)
+        wait_for(lambda name=name: running(core_v1, name), timeout=20, what=name)
         envs[name] = kubelet.env("default", name, "c0")
     assert envs["early"][c.ENV_DEVICE_INDICES] == "2", "the ambiguity did happen"
     other = {"early": "late", "late": "early"}
@@ -206,7 +206,7 @@ def test_out_of_order_admission_is_reconciled_so_records_and_tokens_are_true(kub
             answers[name] = json.loads(body)
         return answers
 
-    answers = wait_for(own_answers, 30, interval=0.05, what="both tokens confirmed")
+    answers = wait_for(own_answers, timeout=30, interval=0.05, what="both tokens confirmed")
     for name, answer in answers.items():
         assert (answer["pod"], answer["podUid"], answer["namespace"]) == (name, uids[name], "default")
         assert [str(card["index"]) for card in answer["cards"]] == [envs[name][c.ENV_DEVICE_INDICES]]
@@ -223,7 +223,7 @@ def test_out_of_order_admission_is_reconciled_so_records_and_tokens_are_true(kub
                 return False
         return True
 
-    wait_for(truthful, what="annotations matching what each container got")
+    wait_for(truthful, timeout=20, what="annotations matching what each container got")
     assert restarted.allocator.usage() == {0: (30, 10), 2: (30, 10)}
 
     # usage and topology read the process in the container that holds the token, on the card it got
@@ -235,7 +235,7 @@ def test_out_of_order_admission_is_reconciled_so_records_and_tokens_are_true(kub
         return usage if current and current["cards"] and current["memoryUsedMib"] > 0 else None
 
     for name in ("early", "late"):
-        usage = wait_for(lambda name=name: usage_of(name), 30, interval=0.1, what=f"{name}'s GPU process sampled")
+        usage = wait_for(lambda name=name: usage_of(name), timeout=30, interval=0.1, what=f"{name}'s GPU process sampled")
         assert usage["limits"] == {"cores": 30, "memoryMib": 2560}
         assert [str(card["index"]) for card in usage["current"]["cards"]] == [envs[name][c.ENV_DEVICE_INDICES]]
         status, body = api_get(restarted.metrics_server.url + "/api/v1/topology", envs[name][c.ENV_TOKEN])
@@ -251,8 +251,8 @@ def test_runs_the_container_command_with_its_env_and_a_gpu_process(kubelets, dae
                               proc_root=str(proc_root))
     script = f"import json, os, time; json.dump(dict(os.environ), open({str(out)!r}, 'w')); time.sleep(60)"
     place_pod(core_v1, gpus, "proc", [(Request(40, 12), (1,))], extra={"command": [sys.executable, "-c", script]})
-    pod = wait_for(lambda: running(core_v1, "proc"))
-    env = wait_for(lambda: out.exists() and out.stat().st_size and json.loads(out.read_text()))
+    pod = wait_for(lambda: running(core_v1, "proc"), timeout=20)
+    env = wait_for(lambda: out.exists() and out.stat().st_size and json.loads(out.read_text()), timeout=20)
     assert env[c.ENV_POD_NAME] == "proc" and env[c.ENV_CORES] == "40" and env[c.ENV_DEVICE_INDICES] == "1"
     admitted = kubelet.admitted(pod["metadata"]["uid"])
     process = admitted.containers[0].process
@@ -271,6 +271,6 @@ def test_runs_the_container_command_with_its_env_and_a_gpu_process(kubelets, dae
     identity, _ = read_process_identity(str(proc_root), pid)
     assert identity.pod_uid == pod["metadata"]["uid"] and identity.container_id == container_id
     core_v1.delete_namespaced_pod("proc", "default")
-    wait_for(lambda: process.poll() is not None, what="process stopped")
-    wait_for(lambda: not kubelet.in_use(CORE) and pid not in gpus.process_ids())
+    wait_for(lambda: process.poll() is not None, timeout=20, what="process stopped")
+    wait_for(lambda: not kubelet.in_use(CORE) and pid not in gpus.process_ids(), timeout=20)
     assert not os.path.exists(proc_root / str(pid))

@@ -16,9 +16,9 @@ from dp_helpers import (
     make_node,
     place_pod,
     sim_gpus,
-    wait_for,
     wait_registered,
 )
+from simkube.waiting import wait_for
 from vgpu_plugin.deviceplugin import api_pb2
 from vgpu_plugin.deviceplugin.checkpoint import PodDeviceEntry, write_checkpoint
 from vgpu_plugin.tokens import TokenMinter, load_or_create_secret
@@ -94,7 +94,7 @@ def test_allocate_a_share_as_kubelet_does(daemons, peer, gpus, core_v1, tmp_path
     assert peer.stub(CORE).PreStartContainer(api_pb2.PreStartContainerRequest(devices_ids=core_ids),
                                              timeout=5) == api_pb2.PreStartContainerResponse()
 
-    done = wait_for(lambda: annotations(core_v1, "nb").get(NAMES.gpu_assigned) == "true" and annotations(core_v1, "nb"))
+    done = wait_for(lambda: annotations(core_v1, "nb").get(NAMES.gpu_assigned) == "true" and annotations(core_v1, "nb"), timeout=20)
     record = PodAllocation.from_json(done[NAMES.allocation])
     assert record.node == "node-1"
     assert [(s.index, s.uuid, s.cores, s.memory_units) for s in record.containers[0].cards] == [(2, uuid2, 25, 16)]
@@ -113,7 +113,7 @@ def test_memory_first_then_cores_give_one_consistent_answer(daemons, peer, gpus,
     _, core = peer.admit(CORE, 30, all_ids("core"))
     assert core.envs[c.ENV_DEVICE_INDICES] == "1"
     assert c.ENV_POD_NAME not in core.envs, "b asks for as many cores: the answer cannot be sure whose it is"
-    wait_for(lambda: annotations(core_v1, "a").get(NAMES.gpu_assigned) == "true")
+    wait_for(lambda: annotations(core_v1, "a").get(NAMES.gpu_assigned) == "true", timeout=20)
     assert annotations(core_v1, "b").get(NAMES.gpu_assigned) == "false"
 
 
@@ -167,14 +167,14 @@ def test_xid_makes_the_cards_devices_unhealthy_in_the_next_list(daemons, peer, g
         peer.allocate(CORE, [f"gpu1-core-{n:02d}" for n in range(10)])
     assert "card 1 is unhealthy (XID 79 (GPU has fallen off the bus))" in caught.value.details()
     gpus.restore_card(1)
-    wait_for(lambda: {d.health for d in peer.list_devices(CORE)} == {"Healthy"})
+    wait_for(lambda: {d.health for d in peer.list_devices(CORE)} == {"Healthy"}, timeout=20)
 
 
 def test_identical_requests_go_oldest_placement_first(daemons, peer, gpus, core_v1):
     daemon = ready(daemons, peer, gpus, core_v1)
     place_pod(core_v1, gpus, "newer", [(Request(20, 8), (3,))], predicate_time=2_000)
     place_pod(core_v1, gpus, "older", [(Request(20, 8), (0,))], predicate_time=1_000)
-    wait_for(lambda: (daemon.informer.get("default", "older") or {}).get("spec", {}).get("nodeName"))
+    wait_for(lambda: (daemon.informer.get("default", "older") or {}).get("spec", {}).get("nodeName"), timeout=20)
     ids, first = peer.admit(CORE, 20, all_ids("core"))
     assert first.envs[c.ENV_DEVICE_INDICES] == "0" and {i[:4] for i in ids} == {"gpu0"}
     first_mem, _ = peer.admit(MEMORY, 8, all_ids("memory"))
@@ -202,7 +202,7 @@ def test_identical_requests_go_oldest_placement_first(daemons, peer, gpus, core_
         PodDeviceEntry(uids["older"], "c0", MEMORY, tuple(sorted(second_mem)))], {})
     for name, answer, card in (("newer", first, 0), ("older", second, 3)):
         record = wait_for(lambda name=name: (lambda r: r if r.containers[0].allocation_id else None)(
-            PodAllocation.from_json(annotations(core_v1, name)[NAMES.allocation])), what=f"{name} confirmed")
+            PodAllocation.from_json(annotations(core_v1, name)[NAMES.allocation])), timeout=20, what=f"{name} confirmed")
         assert record.containers[0].allocation_id == minter.verify(answer.envs[c.ENV_TOKEN])
         assert [s.index for s in record.containers[0].cards] == [card]
 
@@ -221,7 +221,7 @@ def test_whole_cards_and_several_containers(daemons, peer, gpus, core_v1):
     assert second.envs[c.ENV_CONTAINER] == "c1" and second.envs[c.ENV_DEVICE_INDICES] == "0"
     peer.admit(MEMORY, 4, all_ids("memory"))
     record = PodAllocation.from_json(wait_for(
-        lambda: annotations(core_v1, "train").get(NAMES.gpu_assigned) == "true" and annotations(core_v1, "train"))[
+        lambda: annotations(core_v1, "train").get(NAMES.gpu_assigned) == "true" and annotations(core_v1, "train"), timeout=20)[
         NAMES.allocation])
     assert [[s.index for s in ctr.cards] for ctr in record.containers] == [[2, 3], [0]]
 
@@ -287,7 +287,7 @@ def test_node_annotation_published_once_and_on_health_change(daemons, peer, gpus
     def node_meta():
         return json.loads(core_v1.read_node("node-1", _preload_content=False).data)["metadata"]
 
-    text = wait_for(lambda: (node_meta().get("annotations") or {}).get(key))
+    text = wait_for(lambda: (node_meta().get("annotations") or {}).get(key), timeout=20)
     inventory = NodeInventory.from_json(text)
     assert [card.uuid for card in inventory.cards] == [card.uuid for card in gpus.inventory()]
     assert inventory.topology.links[0][1] == "NV4" and inventory.problem is None
@@ -296,7 +296,7 @@ def test_node_annotation_published_once_and_on_health_change(daemons, peer, gpus
     assert daemon.publisher.publish(check_node=True) is False, "unchanged inventory is not rewritten"
     assert node_meta()["resourceVersion"] == version
     gpus.lose_card(0)
-    changed = wait_for(lambda: NodeInventory.from_json(node_meta()["annotations"][key]).cards[0].healthy is False)
+    changed = wait_for(lambda: NodeInventory.from_json(node_meta()["annotations"][key]).cards[0].healthy is False, timeout=20)
     assert changed
 
 
@@ -310,7 +310,7 @@ def test_node_without_a_driver_says_so(daemons, peer, core_v1):
     ready(daemons, peer, nodriver, core_v1)
     assert peer.list_devices(CORE) == [] and peer.list_devices(MEMORY) == []
     text = wait_for(lambda: (json.loads(core_v1.read_node("node-1", _preload_content=False).data)["metadata"]
-                             .get("annotations") or {}).get(NAMES.node_inventory))
+                             .get("annotations") or {}).get(NAMES.node_inventory), timeout=20)
     inventory = NodeInventory.from_json(text)
     assert inventory.cards == () and inventory.problem == "no NVIDIA driver: simulated node without one"
 
@@ -343,7 +343,7 @@ def test_a_record_that_disagrees_with_the_request_is_not_believed(daemons, peer,
     core_v1.patch_namespaced_pod("greedy", "default", {"metadata": {"annotations": {
         NAMES.allocation: inflated.to_json()}}})
     wait_for(lambda: PodAllocation.from_json(  # the daemon's own cache has the inflated record
-        daemon.informer.get("default", "greedy")["metadata"]["annotations"][NAMES.allocation]).containers[0].cores == 90)
+        daemon.informer.get("default", "greedy")["metadata"]["annotations"][NAMES.allocation]).containers[0].cores == 90, timeout=20)
     _, core = peer.admit(CORE, 25, all_ids("core"))
     assert core.envs[c.ENV_CORES] == "25" and core.envs[c.ENV_MEMORY_MIB] == str(16 * 256)
     assert core.envs[c.ENV_HAMI_SM_LIMIT] == "25"

@@ -19,8 +19,8 @@ from dp_helpers import (
     confirmed_record,
     make_node,
     place_pod,
-    wait_for,
 )
+from simkube.waiting import wait_for
 from vgpu_plugin.demo.kubelet import SimKubelet
 from vgpu_plugin.deviceplugin.checkpoint import (
     CheckpointError,
@@ -140,7 +140,7 @@ def test_restart_rebuilds_from_annotations_without_a_checkpoint(daemons, peer, g
     place_pod(core_v1, gpus, "a", [(Request(70, 20), (0,))])
     peer.admit(CORE, 70, all_ids("core"))
     peer.admit(MEMORY, 20, all_ids("memory"))
-    wait_for(lambda: annotations(core_v1, "a").get(NAMES.gpu_assigned) == "true")
+    wait_for(lambda: annotations(core_v1, "a").get(NAMES.gpu_assigned) == "true", timeout=20)
     first.stop()
     second = daemons(gpus)  # this kubelet keeps no checkpoint: the annotations are the record
     wait_registered(peer, 4)
@@ -154,7 +154,7 @@ def test_restart_rebuilds_from_annotations_without_a_checkpoint(daemons, peer, g
     assert "card 0 cannot take 40 cores" in caught.value.details()
     # deleting "a" frees the card for "b"
     core_v1.delete_namespaced_pod("a", "default")
-    wait_for(lambda: second.allocator.usage() == {})
+    wait_for(lambda: second.allocator.usage() == {}, timeout=20)
     _, answer = peer.admit(CORE, 40, all_ids("core"))
     assert answer.envs["VGPU_POD_NAME"] == "b"
 
@@ -168,13 +168,13 @@ def test_the_same_daemon_object_can_be_stopped_and_started_again(daemons, peer, 
     place_pod(core_v1, gpus, "a", [(Request(30, 10), (2,))])
     peer.admit(CORE, 30, all_ids("core"))
     peer.admit(MEMORY, 10, all_ids("memory"))
-    wait_for(lambda: annotations(core_v1, "a").get(NAMES.gpu_assigned) == "true")
+    wait_for(lambda: annotations(core_v1, "a").get(NAMES.gpu_assigned) == "true", timeout=20)
     daemon.stop()
     assert not os.path.exists(os.path.join(peer.plugin_dir, "vgpu-core.sock"))
     daemon.start()
     wait_registered(peer, 4)
     assert daemon.wait_ready(10)
-    wait_for(lambda: daemon.allocator.usage() == {2: (30, 10)})
+    wait_for(lambda: daemon.allocator.usage() == {2: (30, 10)}, timeout=20)
     place_pod(core_v1, gpus, "b", [(Request(30, 10), (2,))])
     ids, answer = peer.admit(CORE, 30, [i for i in all_ids("core") if not i.startswith("gpu2-core-0")
                                         and not i.startswith("gpu2-core-1") and not i.startswith("gpu2-core-2")])
@@ -205,12 +205,12 @@ def test_daemon_killed_with_sigkill_comes_back_with_the_same_assignments(kube, p
         daemon = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         kubelet.wait_for(lambda: kubelet.registered(CORE) and kubelet.registered(MEMORY), 60)
         place_pod(core_v1, gpus, "after", [(Request(50, 16), (1,))])  # card 1 has exactly 50 cores left
-        wait_for(lambda: annotations(core_v1, "after").get(NAMES.gpu_assigned) == "true", 60)
+        wait_for(lambda: annotations(core_v1, "after").get(NAMES.gpu_assigned) == "true", timeout=60)
         assert {i: annotations(core_v1, f"nb-{i}") for i in range(4)} == before
         assert PodAllocation.from_json(annotations(core_v1, "after")[NAMES.allocation]).containers[0].cards[0].index == 1
         place_pod(core_v1, gpus, "too-much", [(Request(10, 4), (1,))])  # a broken placement: card 1 is full
         failed = wait_for(lambda: (lambda p: p if p["status"].get("phase") == "Failed" else None)(
-            read_pod(core_v1, "too-much")), 60)
+            read_pod(core_v1, "too-much")), timeout=60)
         assert "card 1 cannot take 10 cores" in failed["status"]["message"]
     finally:
         daemon.send_signal(signal.SIGTERM)
@@ -231,7 +231,7 @@ def test_nvml_node_without_driver_registers_nothing_and_says_why(daemons, peer, 
     wait_registered(peer)
     assert peer.list_devices(CORE) == []
     text = wait_for(lambda: (json.loads(core_v1.read_node("node-1", _preload_content=False).data)["metadata"]
-                             .get("annotations") or {}).get(NAMES.node_inventory))
+                             .get("annotations") or {}).get(NAMES.node_inventory), timeout=20)
     inventory = NodeInventory.from_json(text)
     assert inventory.problem.startswith("no NVIDIA driver") and inventory.cards == ()
     labels = json.loads(core_v1.read_node("node-1", _preload_content=False).data)["metadata"].get("labels") or {}

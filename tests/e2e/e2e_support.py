@@ -9,10 +9,8 @@ import re
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
-
-from simkube import waiting
 
 from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.core.inventory import NodeInventory
@@ -36,12 +34,6 @@ def http(url: str, token: str | None = None, timeout: float = 15.0) -> tuple[int
         return status, json.loads(raw)
     except ValueError:
         return status, raw.decode("utf-8", "replace")
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 60.0, what: str = "a condition",
-             interval: float = 0.1) -> Any:
-    return waiting.wait_for(condition, timeout=timeout, interval=interval, what=what or "a condition",
-                            error=AssertionError)
 
 
 def pod_body(cluster: Any, name: str, cores: int, memory_units: int | None, *, node: str | None = None,

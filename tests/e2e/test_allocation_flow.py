@@ -8,7 +8,6 @@ delete -> capacity back in the extender's ledger, the device plugin and the kube
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,9 +24,9 @@ from e2e_support import (
     inspect_cards,
     inventory,
     pod_body,
-    wait_for,
 )
 from prometheus_client.parser import text_string_to_metric_families
+from simkube.waiting import wait_for
 
 from jupyter_vgpu.core import contract as c
 
@@ -43,7 +42,7 @@ def pods(cluster: Any) -> Iterator[list[str]]:
     for name in names:
         delete_pod(cluster, "default", name)
     for node in (DGX, P40):
-        wait_for(lambda node=node: free_cores(cluster, node) == before[node], 30, f"{node}'s capacity back")
+        wait_for(lambda node=node: free_cores(cluster, node) == before[node], timeout=30, what=f"{node}'s capacity back")
 
 
 def _metric(text: str, name: str, **labels: str) -> float | None:
@@ -64,12 +63,9 @@ def _served(cluster: Any, node: str, uid: str) -> dict[int, tuple[int, int]]:
 def _allocation_api(env: dict[str, str]) -> tuple[int, Any]:
     """GET /api/v1/allocation with the pod's token, once the metrics server knows the pod runs."""
     url = env[c.ENV_METRICS_URL] + "/api/v1/allocation"
-    deadline = time.monotonic() + 30
-    while True:
-        status, body = http(url, env[c.ENV_TOKEN])
-        if status != 403 or time.monotonic() > deadline:
-            return status, body
-        time.sleep(0.1)
+    answer: tuple[int, Any] = wait_for(lambda: (r := http(url, env[c.ENV_TOKEN]))[0] != 403 and r, timeout=30,
+                                       interval=0.1, what="the metrics server to know the pod")
+    return answer
 
 
 def _kubelet_devices(cluster: Any, node: str, uid: str) -> dict[str, tuple[str, ...]]:
@@ -129,7 +125,7 @@ def test_share_pod_through_every_component_and_back(cluster: Any, pods: list[str
     assert http(node.scrape_url + "/metrics")[0] == 401  # every tenant's series: Prometheus's token only
     text = wait_for(lambda: (t := http(node.scrape_url + "/metrics", cluster.scrape_token)[1])
                     and _metric(t, c.METRIC_CONTAINER_REQUEST_CORES, **labels) is not None and t,
-                    30, "the pod's series in /metrics")
+                    timeout=30, what="the pod's series in /metrics")
     assert _metric(text, c.METRIC_CONTAINER_REQUEST_CORES, **labels) == 25
     assert _metric(text, c.METRIC_CONTAINER_REQUEST_MEMORY, **labels) == 4096 * 2**20
 
@@ -141,12 +137,12 @@ def test_share_pod_through_every_component_and_back(cluster: Any, pods: list[str
 
     # deleted: every component lets go
     delete_pod(cluster, "default", "share-a")
-    wait_for(lambda: free_cores(cluster, DGX) == free_before, 30, "the extender to free the share")
-    wait_for(lambda: not _served(cluster, DGX, uid), 30, "the device plugin to release the share")
-    wait_for(lambda: node.kubelet.admitted(uid) is None, 30, "the kubelet to forget the pod")
+    wait_for(lambda: free_cores(cluster, DGX) == free_before, timeout=30, what="the extender to free the share")
+    wait_for(lambda: not _served(cluster, DGX, uid), timeout=30, what="the device plugin to release the share")
+    wait_for(lambda: node.kubelet.admitted(uid) is None, timeout=30, what="the kubelet to forget the pod")
     assert not any(d for d in node.kubelet.in_use(NAMES.core_resource) if d in calls[NAMES.core_resource])
     status, _ = wait_for(lambda: (r := http(env[c.ENV_METRICS_URL] + "/api/v1/allocation", env[c.ENV_TOKEN]))
-                         [0] != 200 and r, 30, "the token to stop working")
+                         [0] != 200 and r, timeout=30, what="the token to stop working")
     assert status == 403
 
 

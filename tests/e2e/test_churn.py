@@ -10,6 +10,7 @@ device plugin and a kubelet stand-in in the middle of the churn.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -31,8 +32,8 @@ from e2e_support import (
     list_pods,
     overcommitted,
     pod_body,
-    wait_for,
 )
+from simkube.waiting import wait_for
 
 from jupyter_vgpu.core import contract as c
 
@@ -126,12 +127,9 @@ def _churn(cluster: Any, count: int, stay: int, seed: int, workers: int = 12,
         try:
             create_pod(cluster, pod_body(cluster, name, cores, memory, labels={CHURN: "true"}))
             started.release()
-            deadline = time.monotonic() + 8
-            while time.monotonic() < deadline:
-                pod = cluster.read_pod("default", name) or {}
-                if (pod.get("status") or {}).get("phase") in ("Running", "Failed"):
-                    break
-                time.sleep(0.1)
+            with contextlib.suppress(TimeoutError):  # a pod may wait for room: hold it anyway
+                wait_for(lambda: ((cluster.read_pod("default", name) or {}).get("status") or {}).get("phase")
+                         in ("Running", "Failed"), timeout=8, interval=0.1, what=f"{name} to run or fail")
             if not keep:
                 time.sleep(hold)
                 delete_pod(cluster, "default", name)
@@ -236,12 +234,12 @@ def _check_after_churn(cluster: Any, watcher: Watcher, kept: list[str],
     check then also proves the failed pod holds nothing anywhere)."""
     # deleted pods are gone everywhere, kept ones run (or wait for room, never half-placed)
     wait_for(lambda: {p["metadata"]["name"] for p in list_pods(cluster, label_selector=CHURN)} <= set(kept),
-             60, "deleted pods to go")
+             timeout=60, what="deleted pods to go")
     wait_for(lambda: [p for p in list_pods(cluster, label_selector=CHURN) if p["status"].get("phase") == "Running"],
-             60, "kept pods to run")
+             timeout=60, what="kept pods to run")
     try:
-        views = wait_for(lambda: _settled(cluster), 90, "every component to agree", interval=0.5)
-    except AssertionError:
+        views = wait_for(lambda: _settled(cluster), timeout=90, what="every component to agree", interval=0.5)
+    except TimeoutError:
         raise AssertionError(f"the components disagree: {_agreement(cluster)}") from None
     running = [p for p in list_pods(cluster, label_selector=CHURN) if p["status"].get("phase") == "Running"]
     assert views["annotations"], "some kept pods must hold shares, or the comparison says nothing"

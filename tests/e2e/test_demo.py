@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from simkube.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -48,18 +49,18 @@ class Output(threading.Thread):
         return "\n".join(self.lines)
 
     def wait_for(self, pattern: str, process: subprocess.Popen[str], timeout: float) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while True:
-            for line in list(self.lines):
-                match = re.fullmatch(pattern, line)
-                if match:
-                    return match
-            if process.poll() is not None:
+        def matched() -> re.Match[str] | None:
+            match = next((m for line in list(self.lines) if (m := re.fullmatch(pattern, line))), None)
+            if match is None and process.poll() is not None:
                 time.sleep(0.5)  # the rest of the output
                 raise AssertionError(f"the demo exited with {process.returncode}:\n{self.text()[-4000:]}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no line matching {pattern!r} within {timeout:.0f} s:\n{self.text()[-4000:]}")
-            time.sleep(0.1)
+            return match
+
+        try:
+            found: re.Match[str] = wait_for(matched, timeout=timeout, interval=0.1, what=f"a line matching {pattern!r}")
+        except TimeoutError as error:
+            raise AssertionError(f"{error}:\n{self.text()[-4000:]}") from None
+        return found
 
 
 def _descendants(pid: int) -> set[int]:
@@ -180,15 +181,14 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
         # live usage that moves
         first = _api(base, token, "vgpu/api/usage?history=30")
         assert first["state"] == "live" and first["limits"] == {"cores": 25, "memoryMib": 4096}, first
-        deadline = time.monotonic() + 20
-        while True:
-            time.sleep(2)
-            second = _api(base, token, "vgpu/api/usage?history=30")
-            a, b = first["current"], second["current"]
-            if b["t"] > a["t"] and (a["memoryUsedMib"], a["utilizationPercent"]) != (
-                    b["memoryUsedMib"], b["utilizationPercent"]):
-                break
-            assert time.monotonic() < deadline, f"usage did not move: {a} -> {b}"
+
+        def moved_on() -> dict[str, Any] | None:
+            a, b = first["current"], _api(base, token, "vgpu/api/usage?history=30")["current"]
+            moved = b["t"] > a["t"] and (a["memoryUsedMib"], a["utilizationPercent"]) != (
+                b["memoryUsedMib"], b["utilizationPercent"])
+            return b if moved else None
+
+        b = wait_for(moved_on, timeout=20, interval=2, what=f"usage to move from {first['current']}")
         assert 0 <= b["memoryUsedMib"] <= 4096 and 0 <= b["utilizationPercent"] <= 100
 
         # the topology marks the card as mine, and other people's pods show only as totals
@@ -202,16 +202,18 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
         # share and its lab takes over the same URL and token
         request = _api(base, token, "vgpu/api/requests", "POST", {"cores": 50, "memory": "8GiB"})
         assert request["state"] == "pending", request
-        deadline = time.monotonic() + 90
-        while True:
+
+        def on_new_share() -> dict[str, Any] | None:
             try:
                 moved = _api(base, token, "vgpu/api/allocation")
-                if (moved.get("allocation") or {}).get("pod") == "notebook-v2":
-                    break
             except (urllib.error.URLError, OSError):
-                pass  # the old pod's lab is gone, the new one is starting
-            assert time.monotonic() < deadline, f"the lab did not come back on the new share:\n{output.text()[-3000:]}"
-            time.sleep(0.5)
+                return None  # the old pod's lab is gone, the new one is starting
+            return moved if (moved.get("allocation") or {}).get("pod") == "notebook-v2" else None
+
+        try:
+            moved = wait_for(on_new_share, timeout=90, interval=0.5, what="the lab on the new share")
+        except TimeoutError:
+            raise AssertionError(f"the lab did not come back on the new share:\n{output.text()[-3000:]}") from None
         assert moved["state"] == "allocated" and (moved["allocation"]["cores"], moved["allocation"]["memoryMib"]) == (
             50, 8192), moved
         pods = {(p.metadata.namespace, p.metadata.name) for p in core.list_pod_for_all_namespaces().items}
@@ -234,10 +236,8 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
 
     assert code == 0, output.text()[-3000:]
     assert "jupyter-vgpu demo: stopping" in output.lines
-    deadline = time.monotonic() + 20
-    while [p for p in processes if _alive(p)] and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not [p for p in processes if _alive(p)], "processes of the demo outlived it"
+    wait_for(lambda: not [p for p in processes if _alive(p)], timeout=20, interval=0.2,
+             what="the demo's processes to exit with it")
     assert not _processes_mentioning(token, workdir)
     assert not os.path.exists(workdir), "the work dir (kubeconfig, sockets, logs) was left behind"
     with socket.socket() as sock:  # the lab's port is free again (as a server binds it)

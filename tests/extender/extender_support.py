@@ -13,7 +13,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from simkube import waiting
+from simkube.waiting import wait_for
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.core.inventory import Card, NodeInventory
@@ -93,12 +93,6 @@ def get(url: str, timeout: float = 30) -> tuple[int, bytes]:
         return error.code, error.read()
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02,
-             message: str = "condition") -> Any:
-    return waiting.wait_for(condition, timeout=timeout, interval=interval, what=message or "a condition",
-                            error=AssertionError)
-
-
 def filter_args(pod_obj: dict[str, Any], names: list[str]) -> dict[str, Any]:
     """ExtenderArgs as kube-scheduler sends it with nodeCacheCapable: true."""
     return {"Pod": pod_obj, "Nodes": None, "NodeNames": names}
@@ -156,6 +150,6 @@ class Cluster:
         return json.loads(response.data)["items"]
 
     def wait_ledger(self, condition: Callable[[Any], Any], message: str = "ledger") -> Any:
-        return wait_for(lambda: condition(self.extender.ledger), message=message)
+        return wait_for(lambda: condition(self.extender.ledger), timeout=20, what=message)
 
 

@@ -10,7 +10,8 @@ import subprocess
 import sys
 import time
 
-from extender_support import GIB_UNITS, binding_args, get, node, pod, post, wait_for
+from extender_support import GIB_UNITS, binding_args, get, node, pod, post
+from simkube.waiting import wait_for
 
 # the entry point installed beside this interpreter (the venv's), else the one on PATH
 EXE = shutil.which("jupyter-vgpu", path=os.path.dirname(sys.executable)) or shutil.which("jupyter-vgpu")
@@ -50,7 +51,7 @@ def test_runs_from_environment_and_stops_on_sigterm(cluster):
     process = subprocess.Popen([EXE, "extender"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_for(lambda: _up(base), timeout=60, message="the extender to answer /healthz")
+        wait_for(lambda: _up(base), timeout=60, what="the extender to answer /healthz")
         created = cluster.add_pod(pod("nb", cores=20, memory_units=2 * GIB_UNITS))
         status, reply = post(f"{base}/custom/bind", binding_args(created, "gpu-a"))
         assert (status, reply) == (200, {"Error": ""})

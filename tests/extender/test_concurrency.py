@@ -7,7 +7,8 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from extender_support import GIB_UNITS, NAMES, binding_args, node, pod, post, wait_for
+from extender_support import GIB_UNITS, NAMES, binding_args, node, pod, post
+from simkube.waiting import wait_for
 from vgpu_plugin.extender.ledger import Holding, Ledger, node_cards, pod_holding
 
 from jupyter_vgpu.core import contract
@@ -63,7 +64,7 @@ def random_pods(rng: random.Random, count: int) -> list[dict]:
 
 def settle(cluster) -> None:
     cluster.wait_ledger(lambda ledger: ledger.stats()["assumed"] == 0, "every bind confirmed by the watch")
-    wait_for(lambda: cluster.extender.ledger.claims() == api_ledger(cluster).claims(), message="ledger == API")
+    wait_for(lambda: cluster.extender.ledger.claims() == api_ledger(cluster).claims(), timeout=20, what="ledger == API")
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -140,12 +141,12 @@ def test_restart_mid_stream_rebuilds_the_same_ledger(cluster):
     with ThreadPoolExecutor(1) as side:
         running = side.submit(bind_all, second)
         answered.clear()
-        wait_for(lambda: len(answered) >= 10, message="binds under way")
+        wait_for(lambda: len(answered) >= 10, timeout=20, what="binds under way")
         cluster.stop_extender()
         outcomes = running.result()
     assert len(outcomes) == len(second)
     cluster.start_extender()
-    wait_for(lambda: cluster.extender.ledger.claims() == api_ledger(cluster).claims(), message="rebuild")
+    wait_for(lambda: cluster.extender.ledger.claims() == api_ledger(cluster).claims(), timeout=20, what="rebuild")
     bound = sum(1 for p in cluster.list_pods() if p["spec"].get("nodeName"))
     bind_all(third)
     settle(cluster)

@@ -14,8 +14,8 @@ from extender_support import (
     node,
     pod,
     post,
-    wait_for,
 )
+from simkube.waiting import wait_for
 
 from jupyter_vgpu.core import contract
 
@@ -145,7 +145,7 @@ def test_healthz_metrics_inspect(two_nodes):
     assert card["cores"] == {"capacity": 100, "held": 30, "free": 70}
     assert card["memoryMib"] == {"capacity": 16384, "held": 6144, "free": 10240}
     assert card["holders"][0]["pod"] == "nb" and card["holders"][0]["cores"] == 30
-    wait_for(lambda: json.loads(get(f"{base}/inspect")[1])["ledger"]["assumed"] == 0, message="confirmation")
+    wait_for(lambda: json.loads(get(f"{base}/inspect")[1])["ledger"]["assumed"] == 0, timeout=20, what="confirmation")
 
 
 def test_not_ready_until_pods_and_nodes_are_listed(cluster):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from extender_support import GIB_UNITS, NAMES, binding_args, filter_args, node, pod, post, wait_for
+from extender_support import GIB_UNITS, NAMES, binding_args, filter_args, node, pod, post
+from simkube.waiting import wait_for
 from vgpu_plugin.extender.ledger import Holding, Ledger, Unattributed, node_cards, pod_holding
 from vgpu_plugin.extender.wire import WireError, decode_binding_args, decode_extender_args
 
@@ -99,8 +100,8 @@ def test_watch_releases_deleted_and_finished_pods_and_learns_gpu_manager_nodes(c
     done = cluster.read_pod("a")
     done["status"]["phase"] = "Succeeded"
     cluster.core.replace_namespaced_pod_status("a", "default", done)
-    wait_for(lambda: post(f"{cluster.url}/filter", filter_args(c, ["gm"]))[1]["NodeNames"] == ["gm"],
-             message="a's card released")
+    wait_for(lambda: post(f"{cluster.url}/filter", filter_args(c, ["gm"]))[1]["NodeNames"] == ["gm"], timeout=20,
+             what="a's card released")
     # b is deleted: both cards free
     cluster.core.delete_namespaced_pod("b", "default")
     cluster.wait_ledger(lambda ledger: ledger.claims() == {}, "b released")
@@ -135,7 +136,7 @@ def test_assumptions_the_watch_never_confirms_are_settled_from_the_api(cluster):
     share = (contract.ContainerAllocation(0, "c", (contract.CardShare(0, "", 50, 4),)),)
     # a claim for a pod that is gone, and one for a live pod that carries no annotations
     live = cluster.add_pod(pod("live", cores=50, memory_units=4))
-    wait_for(lambda: view.pods.get("default", "live"), message="live pod in the cache")
+    wait_for(lambda: view.pods.get("default", "live"), timeout=20, what="live pod in the cache")
     ledger.put(Holding("gone-uid", "default", "gone", "n", share, assumed=True, assumed_at=0.0))
     ledger.put(Holding(live["metadata"]["uid"], "default", "live", "n", share, assumed=True, assumed_at=0.0))
     fresh = Holding("fresh-uid", "default", "fresh", "n", share, assumed=True, assumed_at=1e12)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from extender_support import GIB_UNITS, NAMES, node, pod, wait_for
+from extender_support import GIB_UNITS, NAMES, node, pod
 from simkube.scheduler import SimScheduler, fit_error, load_config
+from simkube.waiting import wait_for
 from vgpu_plugin.demo.cluster import scheduler_config_path
 from vgpu_plugin.informer import Informer
 
@@ -38,7 +39,7 @@ def test_pods_are_scheduled_through_the_extender(scheduled):
     # score pod n+1 before pod n's bind reaches it (placement then is valid but less packed).
     for i in range(6):
         cluster.add_pod(pod(f"nb-{i}", cores=30, memory_units=4 * GIB_UNITS))
-        wait_for(lambda name=f"nb-{i}": cluster.read_pod(name)["spec"].get("nodeName"), message=f"nb-{i} bound")
+        wait_for(lambda name=f"nb-{i}": cluster.read_pod(name)["spec"].get("nodeName"), timeout=20, what=f"nb-{i} bound")
     bound = cluster.list_pods()
     for p in bound:
         allocation = contract.PodAllocation.from_json(p["metadata"]["annotations"][NAMES.allocation])
@@ -57,19 +58,19 @@ def test_unschedulable_pod_gets_failed_scheduling_events_and_is_retried(schedule
     # 60 cores: only one such share per card; 4 cards
     for i in range(4):
         cluster.add_pod(pod(f"big-{i}", cores=60, memory_units=2 * GIB_UNITS))
-    wait_for(lambda: sum(1 for p in cluster.list_pods() if p["spec"].get("nodeName")) == 4, message="4 bound")
+    wait_for(lambda: sum(1 for p in cluster.list_pods() if p["spec"].get("nodeName")) == 4, timeout=20, what="4 bound")
     cluster.add_pod(pod("late", cores=60, memory_units=2 * GIB_UNITS))
-    failed = wait_for(lambda: events(cluster, "late", "FailedScheduling"), message="FailedScheduling event")
+    failed = wait_for(lambda: events(cluster, "late", "FailedScheduling"), timeout=20, what="FailedScheduling event")
     message = failed[0]["message"]
     # gpu-b has 2 CPUs for two 1-CPU pods: kube-scheduler's own fit refuses it first
     assert message == ("0/2 nodes are available: 1 Insufficient cpu, 1 needs 60 cores and 2 GiB on one card; "
                        "largest free share is 40 cores / 14 GiB on card 0."), message
     assert failed[0]["type"] == "Warning" and failed[0]["involvedObject"]["kind"] == "Pod"
     # retried with backoff: the same event counted again
-    wait_for(lambda: events(cluster, "late", "FailedScheduling")[0].get("count", 1) >= 2, message="a retry")
+    wait_for(lambda: events(cluster, "late", "FailedScheduling")[0].get("count", 1) >= 2, timeout=20, what="a retry")
     # free a card: the pod is scheduled on the next attempt
     cluster.core.delete_namespaced_pod("big-0", "default")
-    wait_for(lambda: cluster.read_pod("late")["spec"].get("nodeName"), message="late pod bound")
+    wait_for(lambda: cluster.read_pod("late")["spec"].get("nodeName"), timeout=20, what="late pod bound")
     assert cluster.extender.ledger.overcommitted() == []
 
 
@@ -80,7 +81,7 @@ def test_node_level_fit_comes_first_like_kube_scheduler(scheduled):
         "limits": {"cpu": "4", NAMES.core_resource: "10", NAMES.memory_resource: "4"}}
     hungry["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "gpu-b"}
     cluster.add_pod(hungry)
-    failed = wait_for(lambda: events(cluster, "hungry", "FailedScheduling"), message="event")
+    failed = wait_for(lambda: events(cluster, "hungry", "FailedScheduling"), timeout=20, what="event")
     assert failed[0]["message"] == ("0/2 nodes are available: 1 Insufficient cpu, "
                                     "1 node(s) didn't match Pod's node affinity/selector.")
 
@@ -101,14 +102,14 @@ def test_full_node_mode_works_too(cluster):
     scheduler = SimScheduler(cluster.kube.api_client(), full, informer=Informer, extender_url=cluster.extender.base_url)
     with scheduler:
         cluster.add_pod(pod("nb", cores=50, memory_units=4 * GIB_UNITS))
-        wait_for(lambda: cluster.read_pod("nb")["spec"].get("nodeName") == "gpu-a", message="bound")
+        wait_for(lambda: cluster.read_pod("nb")["spec"].get("nodeName") == "gpu-a", timeout=20, what="bound")
 
 
 def test_pods_without_vgpu_are_bound_by_the_scheduler_itself(scheduled):
     cluster, _ = scheduled
     plain = pod("plain", cores=None, memory_units=None)
     cluster.add_pod(plain)
-    bound = wait_for(lambda: cluster.read_pod("plain")["spec"].get("nodeName"), message="plain pod bound")
+    bound = wait_for(lambda: cluster.read_pod("plain")["spec"].get("nodeName"), timeout=20, what="plain pod bound")
     assert bound in ("gpu-a", "gpu-b")
     assert not (cluster.read_pod("plain")["metadata"].get("annotations") or {})  # the extender was not asked
     assert cluster.extender.metrics.decided("bind", "bound")._value.get() == 0
@@ -119,6 +120,6 @@ def test_other_schedulers_pods_are_left_alone(scheduled):
     cluster, _ = scheduled
     cluster.add_pod(pod("elsewhere", scheduler="default-scheduler"))
     cluster.add_pod(pod("mine"))
-    wait_for(lambda: cluster.read_pod("mine")["spec"].get("nodeName"), message="our pod bound")
+    wait_for(lambda: cluster.read_pod("mine")["spec"].get("nodeName"), timeout=20, what="our pod bound")
     assert not cluster.read_pod("elsewhere")["spec"].get("nodeName")
     assert not events(cluster, "elsewhere", "FailedScheduling")

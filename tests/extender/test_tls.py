@@ -12,8 +12,9 @@ import urllib.error
 import urllib.request
 
 import pytest
-from extender_support import GIB_UNITS, node, pod, wait_for
+from extender_support import GIB_UNITS, node, pod
 from simkube.scheduler import SimScheduler, load_config
+from simkube.waiting import wait_for
 from vgpu_plugin.demo.cluster import scheduler_config_path
 from vgpu_plugin.informer import Informer
 
@@ -86,7 +87,7 @@ def test_mutual_tls_between_scheduler_and_extender(cluster, pki):
     with SimScheduler(cluster.kube.api_client(), config, informer=Informer, extender_url=extender.base_url,
                       initial_backoff=0.2):
         cluster.add_pod(pod("nb", cores=20, memory_units=2 * GIB_UNITS))
-        wait_for(lambda: cluster.read_pod("nb")["spec"].get("nodeName") == "gpu-a", message="bound over mTLS")
+        wait_for(lambda: cluster.read_pod("nb")["spec"].get("nodeName") == "gpu-a", timeout=20, what="bound over mTLS")
 
 
 def test_tls_settings_must_come_in_pairs(pki):

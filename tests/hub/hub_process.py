@@ -9,11 +9,12 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+
+from simkube.waiting import wait_for
 
 HUBFILES = Path(__file__).parent / "hubfiles"
 ADMIN_TOKEN = "vgpu-test-admin-" + "0" * 32
@@ -50,13 +51,10 @@ class Hub:
         return model["servers"].get(name)
 
     def wait(self, condition, what: str, timeout: float = 90.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = condition()
-            if value:
-                return value
-            time.sleep(0.2)
-        raise AssertionError(f"timed out waiting for {what}; hub log:\n{(self.root / 'hub.log').read_text()[-3000:]}")
+        try:
+            return wait_for(condition, timeout=timeout, interval=0.2, what=what)
+        except TimeoutError as error:
+            raise AssertionError(f"{error}; hub log:\n{(self.root / 'hub.log').read_text()[-3000:]}") from None
 
     def token_of(self, user: str) -> str:
         return (self.root / f"{user}.token").read_text()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 import kubernetes.client
 import pytest
 from simkube.store import resource_type
+from simkube.waiting import wait_for
 from vgpu_plugin.informer import Informer
 
 POD = resource_type("", "v1", "pods")  # for writes straight into the store while the API is down
@@ -17,15 +17,6 @@ POD = resource_type("", "v1", "pods")  # for writes straight into the store whil
 def pod(name: str, labels: dict[str, str] | None = None) -> dict:
     return {"metadata": {"name": name, "labels": labels or {}},
             "spec": {"containers": [{"name": "main", "image": "busybox"}]}}
-
-
-def wait_for(condition: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Recorder:
@@ -71,7 +62,7 @@ def test_sees_add_modify_delete_as_plain_dicts(core_v1, informers):
     core_v1.create_namespaced_pod("default", pod("p"))
     core_v1.patch_namespaced_pod("p", "default", {"metadata": {"annotations": {"tencent.com/gpu-assigned": "true"}}})
     core_v1.delete_namespaced_pod("before", "default")
-    wait_for(lambda: len(seen.kinds()) == 5, what="three more events")
+    wait_for(lambda: len(seen.kinds()) == 5, timeout=30, what="three more events")
     assert seen.kinds()[2:] == [("ADDED", "p"), ("MODIFIED", "p"), ("DELETED", "before")]
 
     cached = informer.get("default", "p")
@@ -91,12 +82,12 @@ def test_selectors_limit_what_is_cached(kube, core_v1, informers):
     core_v1.create_namespaced_pod_binding("a", "default", {"metadata": {"name": "a"}, "target": {"name": "gpu-1"}},
                                           _preload_content=False)
     core_v1.create_node({"metadata": {"name": "gpu-1"}})
-    wait_for(lambda: names(on_node) == ["a"] and names(labelled) == ["a"] and names(nodes) == ["gpu-1"],
+    wait_for(lambda: names(on_node) == ["a"] and names(labelled) == ["a"] and names(nodes) == ["gpu-1"], timeout=30,
              what="selected objects")
     assert nodes.get(None, "gpu-1")["kind"] == "Node"
 
     core_v1.patch_namespaced_pod("a", "default", {"metadata": {"labels": {"app": "other"}}})
-    wait_for(lambda: names(labelled) == [], what="the relabelled pod to leave the label-selected cache")
+    wait_for(lambda: names(labelled) == [], timeout=30, what="the relabelled pod to leave the label-selected cache")
     assert names(on_node) == ["a"]
 
 
@@ -104,7 +95,7 @@ def test_resumes_after_an_api_restart_without_relisting(kube, core_v1, informers
     seen = Recorder()
     informer = informers(core_v1.list_namespaced_pod, namespace="default", on_event=seen, backoff_initial=0.05)
     core_v1.create_namespaced_pod("default", pod("one"))
-    wait_for(lambda: informer.get("default", "one"), what="the first pod")
+    wait_for(lambda: informer.get("default", "one"), timeout=30, what="the first pod")
 
     kube.stop()
     # Changes made while the API is down (straight into the store) must arrive after it is back.
@@ -113,7 +104,7 @@ def test_resumes_after_an_api_restart_without_relisting(kube, core_v1, informers
     time.sleep(0.3)  # let the informer hit connection errors and back off
     kube.start()
 
-    wait_for(lambda: names(informer) == ["two"], what="the changes made while the API was down")
+    wait_for(lambda: names(informer) == ["two"], timeout=30, what="the changes made while the API was down")
     assert informer.relists == 1
     assert seen.kinds()[-2:] == [("ADDED", "two"), ("DELETED", "one")]
 
@@ -131,7 +122,7 @@ def test_relists_on_410_and_reports_the_difference(kube, core_v1, informers):
     kube.store.compact()  # the informer's resourceVersion is now too old
     kube.start()
 
-    wait_for(lambda: informer.relists == 2, what="a relist after 410")
+    wait_for(lambda: informer.relists == 2, timeout=30, what="a relist after 410")
     assert names(informer) == ["changes", "new", "stays"]
     assert informer.get("default", "changes")["metadata"]["labels"] == {"v": "2"}
     after_relist = seen.kinds()[seen.kinds().index(("RELISTED", None)) + 1:]
@@ -139,7 +130,7 @@ def test_relists_on_410_and_reports_the_difference(kube, core_v1, informers):
     assert after_relist[-1] == ("RELISTED", None)
 
     core_v1.create_namespaced_pod("default", pod("after"))
-    wait_for(lambda: informer.get("default", "after"), what="events after the relist")
+    wait_for(lambda: informer.get("default", "after"), timeout=30, what="events after the relist")
 
 
 def test_never_misses_an_event_across_watch_timeouts_and_restarts(kube, core_v1, informers):
@@ -165,7 +156,7 @@ def test_never_misses_an_event_across_watch_timeouts_and_restarts(kube, core_v1,
     kube.restart()
     write(30)
     end_version = kube.resource_version
-    wait_for(lambda: int(informer.resource_version) >= end_version, what="the informer to catch up")
+    wait_for(lambda: int(informer.resource_version) >= end_version, timeout=30, what="the informer to catch up")
 
     versions = [int(v) for kind, _, v in seen.events if kind != "RELISTED" and v is not None]
     assert informer.relists == 1
@@ -180,7 +171,7 @@ def test_a_failing_callback_does_not_stop_the_cache(core_v1, informers):
     informer = informers(core_v1.list_namespaced_pod, namespace="default", on_event=explode)
     core_v1.create_namespaced_pod("default", pod("x"))
     core_v1.create_namespaced_pod("default", pod("y"))
-    wait_for(lambda: names(informer) == ["x", "y"], what="both pods despite the callback failing")
+    wait_for(lambda: names(informer) == ["x", "y"], timeout=30, what="both pods despite the callback failing")
 
 
 def test_stop_ends_an_open_watch(core_v1):

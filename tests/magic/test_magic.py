@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from magic_support import run
+from simkube.waiting import wait_for
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.requesters.hub import NOT_UNDER_HUB
@@ -17,11 +16,9 @@ def notebook(shell, real_node, monkeypatch):  # type: ignore[no-untyped-def]
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     shell.run_line_magic("load_ext", "jupyter_vgpu")
-    deadline = time.monotonic() + 60
     magics = shell.magics_manager.registry["VGPUMagics"]
-    while not (magics.facts.usage(0).get("current") or {}).get("memoryUsedMib"):
-        assert time.monotonic() < deadline, "the node never sampled the notebook's process"
-        time.sleep(0.1)
+    wait_for(lambda: (magics.facts.usage(0).get("current") or {}).get("memoryUsedMib"), timeout=60, interval=0.1,
+             what="the node to sample the notebook's process")
     return env
 
 
@@ -70,10 +67,7 @@ def test_watch_runs_in_the_background_and_stops_on_unload(shell, notebook, in_ke
     chart = magics.live[-1]
     assert chart.running  # the cell has returned and the chart's poll thread goes on
     first = chart.answer["current"]["t"]
-    deadline = time.monotonic() + 30
-    while chart.answer["current"]["t"] == first:
-        assert time.monotonic() < deadline, "the live chart did not update"
-        time.sleep(0.05)
+    wait_for(lambda: chart.answer["current"]["t"] != first, timeout=30, what="the live chart to update")
     shell.run_line_magic("unload_ext", "jupyter_vgpu")
     assert not chart.running
 

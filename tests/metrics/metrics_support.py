@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import secrets
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from simkube.waiting import wait_for
 from vgpu_plugin.tokens import TokenMinter, new_allocation_id
 
 from jupyter_vgpu.core.contract import (
@@ -122,11 +122,8 @@ def wait_for_samples(sampler: Any, count: int, timeout: float = 60.0, since: int
     """Wait until the running sampler has taken ``count`` more samples than now (or than ``since``);
     generous on a busy machine."""
     target = (sampler.samples_taken if since is None else since) + count
-    deadline = time.monotonic() + timeout
-    while sampler.samples_taken < target:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the sampler took {sampler.samples_taken} samples, expected {target}")
-        time.sleep(0.01)
+    wait_for(lambda: sampler.samples_taken >= target, timeout=timeout, interval=0.01,
+             what=f"the sampler to have taken {target} samples")
 
 
 class FlakyGPUs(SimulatedGPUs):

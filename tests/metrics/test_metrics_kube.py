@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 import urllib.error
 import urllib.request
 from typing import Any
 
 from metrics_support import NODE, SCRAPE_TOKEN, FakeNode, cgroup_text, token_of, wait_for_samples
 from prometheus_client.parser import text_string_to_metric_families
+from simkube.waiting import wait_for
 from vgpu_plugin.informer import Informer
 from vgpu_plugin.metrics import MetricsServer
 from vgpu_plugin.tokens import TokenMinter, new_allocation_id
@@ -39,14 +39,6 @@ def create_pod(core_v1: Any, fake_node: FakeNode, name: str, node: str, card: in
                                "containerID": f"containerd://{container_id}"}],
     }})
     return created.metadata.uid, container_id
-
-
-def wait_until(condition, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
 
 
 def gm_total(server: MetricsServer) -> dict[str, float]:
@@ -77,7 +69,7 @@ def test_informer_fed_server_maps_processes_and_follows_pod_lifecycle(kube: Any,
         fake_node.gpus.start_process(pid, 2, memory_limit_mib=4096, cores_limit=25)
         fake_node.gpus.set_usage(pid, 2500, 17)
 
-        wait_until(lambda: gm_total(server).get("jupyter-alice") == 17)
+        wait_for(lambda: gm_total(server).get("jupyter-alice") == 17, timeout=60, what="alice's utilisation in /metric")
         assert "jupyter-elsewhere" not in gm_total(server)
 
         token = token_of(minter, core_v1.read_namespaced_pod("jupyter-alice", "default").to_dict(), 0)
@@ -89,7 +81,7 @@ def test_informer_fed_server_maps_processes_and_follows_pod_lifecycle(kube: Any,
         assert (usage["current"]["memoryUsedMib"], usage["current"]["utilizationPercent"]) == (2500, 17)
 
         core_v1.delete_namespaced_pod("jupyter-alice", "default")
-        wait_until(lambda: "jupyter-alice" not in gm_total(server))
+        wait_for(lambda: "jupyter-alice" not in gm_total(server), timeout=60, what="alice gone from /metric")
         wait_for_samples(server.sampler, 1)
         try:
             urllib.request.urlopen(request, timeout=30)

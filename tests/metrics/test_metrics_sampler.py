@@ -7,6 +7,7 @@ import time
 
 import pytest
 from metrics_support import NODE, FakeNode, FlakyGPUs
+from simkube.waiting import wait_for
 from vgpu_plugin.metrics.podmap import PodIndex
 from vgpu_plugin.metrics.sampler import ContainerKey, Sampler
 
@@ -155,10 +156,7 @@ def test_thread_samples_on_its_period_and_stops(fake_node: FakeNode) -> None:
     sampler = make_sampler(fake_node, period=0.05)
     sampler.start()
     try:
-        deadline = time.monotonic() + 30
-        while sampler.samples_taken < 5 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert sampler.samples_taken >= 5
+        wait_for(lambda: sampler.samples_taken >= 5, timeout=30, interval=0.01, what="five samples")
     finally:
         sampler.stop()
     assert not any(t.name.startswith("vgpu-metrics-sampler") for t in threading.enumerate())

@@ -15,7 +15,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import zipfile
@@ -23,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from simkube.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 EXTENSION_DATA = "share/jupyter/labextensions/jupyter-vgpu"
@@ -110,15 +110,19 @@ def test_fresh_env_serves_the_extension_and_its_api(fresh_env: dict[str, str], t
             return response.status, response.read()
 
     try:
-        deadline = time.monotonic() + 120
-        while True:
+
+        def answers() -> bool:
             assert process.poll() is None, log.read_text()
             try:
                 get("api/status")
-                break
             except (urllib.error.URLError, OSError):
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.25)
+                return False
+            return True
+
+        try:
+            wait_for(answers, timeout=120, interval=0.25, what="the installed lab to answer")
+        except TimeoutError:
+            raise AssertionError(log.read_text()) from None
         _, page = get("lab")
         options = json.loads(re.search(rb'<script id="jupyter-config-data" type="application/json">(.*?)</script>',
                                        page, re.S).group(1))

@@ -4,11 +4,11 @@ POST requests re-creates the pod, the new pod's lab takes over the URL and repor
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 
 import pytest
+from simkube.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -29,21 +29,18 @@ def test_request_in_the_demo_moves_the_lab_to_the_new_share(tmp_path):  # type: 
         before = api("allocation")["allocation"]
         assert (before["pod"], before["cores"]) == ("notebook", 25)
         request_id = api("requests", "POST", {"cores": 50, "memory": "8GiB"})["id"]
-        deadline = time.monotonic() + 120
-        while (state := api(f"requests/{request_id}"))["state"] == "pending":
-            assert time.monotonic() < deadline, state
-            time.sleep(0.2)
+        state = wait_for(lambda: (s := api(f"requests/{request_id}"))["state"] != "pending" and s, timeout=120,
+                         interval=0.2, what="the request to leave pending")
         assert state["state"] == "scheduled" and state["message"].startswith("pod notebook-v2 was scheduled on ")
-        deadline = time.monotonic() + 180
-        while True:  # the old lab goes away; the new pod's lab answers on the same URL and token
-            try:
+
+        def new_lab():  # type: ignore[no-untyped-def]
+            try:  # the old lab goes away; the new pod's lab answers on the same URL and token
                 after = api("allocation")["allocation"]
-                if after and after["pod"] == "notebook-v2":
-                    break
             except (urllib.error.URLError, OSError, ValueError):
-                pass
-            assert time.monotonic() < deadline, "the new pod's lab never answered"
-            time.sleep(0.5)
+                return None
+            return after if after and after["pod"] == "notebook-v2" else None
+
+        after = wait_for(new_lab, timeout=180, interval=0.5, what="the new pod's lab to answer")
         assert (after["cores"], after["memoryMib"]) == (50, 8192)
         assert [(c["index"], c["uuid"]) for c in after["cards"]] == [(c["index"], c["uuid"]) for c in state["cards"]]
         recovered = api("requests")

@@ -14,12 +14,12 @@ import secrets
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+from simkube.waiting import wait_for
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.requesters.hub import HANDED_OVER, HUB_RESTART_SCOPE, HubRequester
@@ -87,15 +87,15 @@ c.JupyterHub.load_roles = [{{"name": "test-admin", "scopes": ["admin:users", "ad
             return error.code, error.read().decode()
 
     def wait(self, condition, what: str, timeout: float = 120):  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def while_running():  # type: ignore[no-untyped-def]
             if self.process.poll() is not None:
                 raise AssertionError("JupyterHub exited:\n" + (self.tmp / "hub.log").read_text()[-3000:])
-            value = condition()
-            if value:
-                return value
-            time.sleep(0.2)
-        raise AssertionError(f"timed out waiting for {what}:\n" + (self.tmp / "hub.log").read_text()[-3000:])
+            return condition()
+
+        try:
+            return wait_for(while_running, timeout=timeout, interval=0.2, what=what)
+        except TimeoutError as error:
+            raise AssertionError(f"{error}:\n" + (self.tmp / "hub.log").read_text()[-3000:]) from None
 
     def ready(self) -> None:
         def up():  # type: ignore[no-untyped-def]
@@ -234,10 +234,7 @@ class TestRestartedServerAPI:
             body = json.loads(run(jp_fetch("vgpu", "api", "requests")).body)
             return body if body["state"] != "pending" else None
 
-        deadline = time.monotonic() + 60
-        while (body := final()) is None:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        body = wait_for(final, timeout=60, interval=0.2, what="the Hub's outcome")
         assert body["state"] == "scheduled" and body["id"].startswith("hub-") and body["handed_over"]
         assert body["node"] == "gpu-a" and body["cards"][0]["uuid"] == "GPU-1111"
         again = json.loads(run(jp_fetch("vgpu", "api", "requests", body["id"])).body)

@@ -15,6 +15,7 @@ import tornado.httpclient
 import tornado.websocket
 from api_schema import check_response, check_schema
 from server_peers import ALLOCATION, TOKEN, as_json, closed_port_url
+from simkube.waiting import wait_for
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.data import TOPOLOGY_DIR
@@ -74,13 +75,8 @@ def node_env(monkeypatch, real_node):  # type: ignore[no-untyped-def]
 
 
 def wait_live(run, jp_fetch):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + 60
-    while True:
-        usage = get(run, jp_fetch, "usage", history="60")
-        if usage["state"] == "live" and usage["current"] and usage["current"]["memoryUsedMib"] > 0:
-            return usage
-        assert time.monotonic() < deadline, usage
-        time.sleep(0.1)
+    return wait_for(lambda: (u := get(run, jp_fetch, "usage", history="60"))["state"] == "live" and u["current"]
+                    and u["current"]["memoryUsedMib"] > 0 and u, timeout=60, interval=0.1, what="live usage")
 
 
 class TestNodeAPI:
@@ -114,24 +110,21 @@ class TestNodeAPI:
     def test_usage_changes_over_time(self, run, jp_fetch):  # type: ignore[no-untyped-def]
         first = wait_live(run, jp_fetch)
         assert first["limits"] == {"cores": 25, "memoryMib": 10240} and first["periodSeconds"] == 0.2
-        deadline = time.monotonic() + 60
-        while True:
+
+        def changed():  # type: ignore[no-untyped-def]
             later = get(run, jp_fetch, "usage", history="60")
-            if later["current"]["t"] > first["current"]["t"] and (
-                    later["current"]["memoryUsedMib"], later["current"]["utilizationPercent"]) != (
-                    first["current"]["memoryUsedMib"], first["current"]["utilizationPercent"]):
-                break
-            assert time.monotonic() < deadline, "usage never changed"
-            time.sleep(0.2)
+            return later if later["current"]["t"] > first["current"]["t"] and (
+                later["current"]["memoryUsedMib"], later["current"]["utilizationPercent"]) != (
+                first["current"]["memoryUsedMib"], first["current"]["utilizationPercent"]) else None
+
+        later = wait_for(changed, timeout=60, interval=0.2, what="usage to change")
         assert later["history"] and 0 < later["current"]["memoryUsedMib"] <= 10240
 
     def test_stale_samples_are_a_state(self, run, jp_fetch, real_node):  # type: ignore[no-untyped-def]
         wait_live(run, jp_fetch)
         real_node.server.sampler.stop()
-        deadline = time.monotonic() + 60
-        while (usage := get(run, jp_fetch, "usage"))["state"] != "stale":
-            assert time.monotonic() < deadline, usage
-            time.sleep(0.2)
+        usage = wait_for(lambda: (u := get(run, jp_fetch, "usage"))["state"] == "stale" and u, timeout=60,
+                         interval=0.2, what="stale usage")
         assert usage["message"]
 
     def test_bad_history_is_a_400(self, run, jp_fetch):  # type: ignore[no-untyped-def]
@@ -254,11 +247,8 @@ class TestGpuManager:
         body = allocation["allocation"]
         assert (body["cores"], body["memoryMib"], body["pod"], body["container"]) == (30, 8192, "jupyter-bob", "notebook")
         assert body["cards"][0]["index"] == 3 and body["cards"][0]["busId"] == "0000:3B:00.0"
-        deadline = time.monotonic() + 60
-        while (usage := get(run, jp_fetch, "usage", history="60"))["state"] != "live" \
-                or not usage["current"]["memoryUsedMib"]:
-            assert time.monotonic() < deadline, usage
-            time.sleep(0.2)
+        usage = wait_for(lambda: (u := get(run, jp_fetch, "usage", history="60"))["state"] == "live"
+                         and u["current"]["memoryUsedMib"] and u, timeout=60, interval=0.2, what="live usage")
         assert 0 < usage["current"]["memoryUsedMib"] <= 8192 and 0 < usage["current"]["utilizationPercent"] <= 30
         assert usage["limits"] == {"cores": 30, "memoryMib": 8192} and usage["history"]
         assert get(run, jp_fetch, "topology")["state"] == "none"

@@ -10,10 +10,10 @@ the pod through the Kubernetes API and report where it was scheduled (or why not
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from server_peers import as_json
+from simkube.waiting import wait_for
 
 from jupyter_vgpu.core import contract
 
@@ -100,31 +100,31 @@ class TestAllocationAndUsage:
 
     def test_usage_changes_over_time_in_api_and_magic(self, run, jp_fetch):  # type: ignore[no-untyped-def]
         seen = set()
-        deadline = time.monotonic() + 60
-        while len(seen) < 3:
+
+        def three_readings() -> bool:
             usage = as_json(run(jp_fetch("vgpu", "api", "usage", params={"history": "30"})))
             if usage["state"] == "live" and usage["current"]:
                 assert usage["limits"] == {"cores": 25, "memoryMib": 8192}
                 assert usage["current"]["memoryUsedMib"] <= 8192
                 seen.add((usage["current"]["memoryUsedMib"], usage["current"]["utilizationPercent"]))
-            assert time.monotonic() < deadline, seen
-            time.sleep(0.3)
+            return len(seen) >= 3
+
+        wait_for(three_readings, timeout=60, interval=0.3, what="three different usage readings")
         out, ip = shell_run("status")
         unload(ip)
         assert "usage (live)" in out and "of 8 GiB" in out
 
 
 def wait_request(run, jp_fetch, request_id, timeout=120):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
     messages = []
-    while True:
+
+    def settled():  # type: ignore[no-untyped-def]
         state = as_json(run(jp_fetch("vgpu", "api", "requests", request_id)))
         if not messages or messages[-1] != state["message"]:
             messages.append(state["message"])
-        if state["state"] != "pending":
-            return state, messages
-        assert time.monotonic() < deadline, messages
-        time.sleep(0.1)
+        return state if state["state"] != "pending" else None
+
+    return wait_for(settled, timeout=timeout, interval=0.1, what=f"request {request_id} to settle"), messages
 
 
 class TestShareRequests:

@@ -6,7 +6,6 @@ import base64
 import json
 import subprocess
 import threading
-import time
 import urllib.request
 
 import kubernetes.client
@@ -14,6 +13,7 @@ import pytest
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 from simkube.apiserver import SimKubeAPI
+from simkube.waiting import wait_for
 
 
 def pod(name: str, labels: dict[str, str] | None = None, **spec: object) -> dict:
@@ -188,10 +188,8 @@ def test_live_watch_sees_changes_as_they_happen(kube, core_v1):
 
     consumer = threading.Thread(target=consume)
     consumer.start()
-    deadline = time.monotonic() + 30
-    while not kube.call(lambda: len(kube.store.listeners)):  # the watch is open on the server
-        assert time.monotonic() < deadline, "the watch never connected"
-        time.sleep(0.01)
+    wait_for(lambda: kube.call(lambda: len(kube.store.listeners)), timeout=30, interval=0.01,  # open on the server
+             what="the watch to connect")
     core_v1.create_namespaced_pod("default", pod("live"))
     core_v1.patch_namespaced_pod("live", "default", {"metadata": {"annotations": {"a": "b"}}})
     core_v1.delete_namespaced_pod("live", "default", grace_period_seconds=0)

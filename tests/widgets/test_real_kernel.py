@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import queue
 import time
 
 import pytest
+from simkube.waiting import wait_for
 
 from jupyter_vgpu.data import TOPOLOGY_DIR
 
@@ -29,9 +31,12 @@ def kernel():  # type: ignore[no-untyped-def]
 def execute(client, code, on_message=None, timeout=120):  # type: ignore[no-untyped-def]
     """Run a cell; every iopub message while it runs goes to on_message; returns the reply."""
     msg_id = client.execute(code)
-    deadline = time.monotonic() + timeout
-    while True:
-        message = client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+
+    def reply():  # type: ignore[no-untyped-def]
+        try:
+            message = client.get_iopub_msg(timeout=0.1)
+        except queue.Empty:
+            return None
         if on_message is not None:
             on_message(message)
         if message["header"]["msg_type"] == "error" and message["parent_header"].get("msg_id") == msg_id:
@@ -39,6 +44,9 @@ def execute(client, code, on_message=None, timeout=120):  # type: ignore[no-unty
         if (message["header"]["msg_type"] == "status" and message["content"]["execution_state"] == "idle"
                 and message["parent_header"].get("msg_id") == msg_id):
             return client.get_shell_msg(timeout=timeout)
+        return None
+
+    return wait_for(reply, timeout=timeout, interval=0, what="the cell to finish")
 
 
 def test_live_chart_updates_while_a_cell_runs_and_stops_when_closed(kernel):  # type: ignore[no-untyped-def]

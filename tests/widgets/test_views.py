@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
+from simkube.waiting import wait_for
 
 from jupyter_vgpu.data import TOPOLOGY_DIR
 from jupyter_vgpu.gpu.simulated import SimulatedGPUs
@@ -94,10 +94,8 @@ def test_usage_chart_updates_live_and_stops_when_closed(comms, source):  # type:
     chart = UsageChart(source, interval=0.1, window=60)
     chart_id, svg_id = chart.model_id, chart.chart.model_id
     try:
-        deadline = time.monotonic() + 30
-        while len([s for s in comms.states(chart.chart.model_id) if "value" in s]) < 4:
-            assert time.monotonic() < deadline, "the chart did not update"
-            time.sleep(0.05)
+        wait_for(lambda: len([s for s in comms.states(chart.chart.model_id) if "value" in s]) >= 4, timeout=30,
+                 what="the chart to update")
         svgs = [s["value"] for s in comms.states(chart.chart.model_id) if "value" in s]
         assert "vgpu-memory" in svgs[-1] and svgs[-1] != svgs[0]  # more points, new picture
         memory_values = [s["value"] for s in comms.states(chart.memory.model_id) if "value" in s]
@@ -113,10 +111,7 @@ def test_frontend_closing_the_comm_stops_polling(comms, source):  # type: ignore
     chart = UsageChart(source, interval=0.05)
     assert chart.running
     chart.comm.handle_close({"content": {"data": {}}})  # what a frontend's comm_close triggers
-    deadline = time.monotonic() + 10
-    while chart.running:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_for(lambda: not chart.running, timeout=10, interval=0.02, what="the chart to stop polling")
     chart.close()
 
 
@@ -154,10 +149,8 @@ def test_views_over_the_real_node_api(comms, tmp_path, monkeypatch):  # type: ig
         node.add_notebook("neighbour", card=3, cores=60, memory_units=80)
         env = node.add_notebook("me", card=3, cores=30, memory_units=48)
         facts = NodeAPISource(SourceSettings(environ=env))
-        deadline = time.monotonic() + 60
-        while not ((facts.usage(0).get("current") or {}).get("memoryUsedMib")):
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_for(lambda: (facts.usage(0).get("current") or {}).get("memoryUsedMib"), timeout=60, interval=0.1,
+                 what="the node to sample the notebook")
         card = AllocationCard(facts)
         compute, memory = [c for c in card.children if type(c).__name__ == "FloatProgress"]
         assert (comms.last(compute.model_id, "value"), comms.last(memory.model_id, "value"),
