@@ -15,7 +15,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from dp_helpers import all_ids, make_node, place_pod, sim_gpus, wait_for, wait_registered
+from dp_helpers import all_ids, make_node, place_pod, sim_gpus, wait_registered
+from simkube.waiting import wait_for
 from vgpu_plugin.deviceplugin import api_pb2
 from vgpu_plugin.deviceplugin.checkpoint import PodDeviceEntry, write_checkpoint
 from vgpu_plugin.deviceplugin.daemon import DaemonConfig, NodeDaemon
@@ -230,7 +231,7 @@ def test_the_daemon_removes_a_gone_containers_cache_dir_on_its_loop(daemons, pee
     daemon.collect_hami_dirs()
     assert os.path.isdir(cache), "the container is still in kubelet's checkpoint"
     write_checkpoint(checkpoint, [], {})  # kubelet dropped the pod
-    wait_for(lambda: not os.path.exists(cache), what="the gone container's cache dir removed")
+    wait_for(lambda: not os.path.exists(cache), timeout=20, what="the gone container's cache dir removed")
 
 
 def test_a_mig_card_is_advertised_unhealthy_and_no_health_event_makes_it_shareable():

@@ -8,7 +8,8 @@ scheduler-name rule, the capacity re-check at bind and the own-claim exclusion.
 from __future__ import annotations
 
 import pytest
-from extender_support import GIB_UNITS, NAMES, binding_args, filter_args, node, pod, post, wait_for
+from extender_support import GIB_UNITS, NAMES, binding_args, filter_args, node, pod, post
+from simkube.waiting import wait_for
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.core.contract import CardShare, ContainerAllocation, PodAllocation
@@ -141,4 +142,4 @@ def test_an_interrupted_bind_is_retried_to_success(cluster):
     assert held(cluster, "gpu-a") == {0: 60} and cluster.extender.ledger.overcommitted() == []
     # and the next pod still sees the card as it is
     other = cluster.add_pod(pod("other", cores=60, memory_units=2 * GIB_UNITS))
-    wait_for(lambda: not filtered(cluster, other, ["gpu-a"])["NodeNames"], message="other refused")
+    wait_for(lambda: not filtered(cluster, other, ["gpu-a"])["NodeNames"], timeout=20, what="other refused")

@@ -12,7 +12,7 @@ import subprocess
 import threading
 
 import pytest
-from extender_support import wait_for
+from simkube.waiting import wait_for
 from test_cli import EXE, free_port
 from vgpu_plugin.extender.version_skew import check_paired_scheduler, image_tag, judge
 
@@ -82,7 +82,7 @@ def test_extender_logs_the_skew_at_start(kube, namespace):
     reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
     reader.start()
     try:
-        wait_for(lambda: any("version skew" in line for line in lines), timeout=60, message="the skew warning")
+        wait_for(lambda: any("version skew" in line for line in lines), timeout=60, what="the skew warning")
         (line,) = [line for line in lines if "version skew" in line]
         assert "WARNING" in line and "kube-scheduler v1.33.0 with API server v1.32.0-vgpu-sim" in line
         assert "newer than the API server" in line and process.poll() is None
