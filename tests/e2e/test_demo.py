@@ -254,6 +254,7 @@ def test_sim_runs_the_cluster_alone_for_kubectl_and_stops_clean(tmp_path: Path) 
         kubeconfig = output.wait_for(r"\s*kubeconfig: (\S+)", process, 120).group(1)
         extender = output.wait_for(r"\s*extender:\s+(\S+)\s.*", process, 10).group(1)
         metrics = output.wait_for(r"\s*node dgx-a100: .*metrics (\S+)", process, 10).group(1)
+        scrape_token = output.wait_for(r"\s*scrape token .*: (\S+)", process, 10).group(1)
         output.wait_for(r"Press Ctrl-C to stop\.", process, 10)
         nodes = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "--cache-dir", str(tmp_path / "kube-cache"),
                                 "get", "nodes", "-o", "name"], capture_output=True, text=True, timeout=60)
@@ -265,7 +266,11 @@ def test_sim_runs_the_cluster_alone_for_kubectl_and_stops_clean(tmp_path: Path) 
         cards = {n["name"]: n["cards"] for n in inspect["nodes"]}
         assert len(cards["dgx-a100"]) == 8 and len(cards["p40-pcie"]) == 7
         assert sum(card["cores"]["held"] for node in cards.values() for card in node) > 0, "neighbours hold cards"
-        with urllib.request.urlopen(metrics, timeout=30) as response:
+        with pytest.raises(urllib.error.HTTPError) as refused:  # every tenant's series: the token only
+            urllib.request.urlopen(metrics, timeout=30)
+        assert refused.value.code == 401
+        scrape = urllib.request.Request(metrics, headers={"Authorization": f"Bearer {scrape_token}"})
+        with urllib.request.urlopen(scrape, timeout=30) as response:
             assert b"vgpu_card_allocated_cores" in response.read()
     finally:
         if process.poll() is None:
