@@ -1,6 +1,6 @@
 """Notebook-side latency: the server extension's REST API vs the node API it wraps, and widget refresh cost.
 
-Starts the real node metrics server over simulated GPUs (tests/server/real_node.py) with one
+Starts the real node metrics server over simulated GPUs (tests/server/server_node_support.py) with one
 notebook pod, and a real `jupyter server` subprocess with the extension pointed at it, then
 times sequential GETs side by side in one run:
 
@@ -26,7 +26,7 @@ from simkube.waiting import wait_for
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "server"))
 
-from real_node import RealNode  # noqa: E402
+from server_node_support import RealNode  # noqa: E402
 
 
 def free_port() -> int:

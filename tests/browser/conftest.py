@@ -1,5 +1,5 @@
 """Browser-test fixtures: the built lab extension, Debian's headless Chromium through
-Playwright, and the simulated cluster (helpers in lab_support.py).
+Playwright, and the simulated cluster (helpers in browser_support.py).
 
 The lab runs under a JupyterHub-style base URL (`/user/ada/`) so the panel's URLs are
 proven to come from the server settings. It gets the environment the simulated kubelet
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_support import (
+from browser_support import (
     ARTIFACTS,
     LABEXTENSION_OUT,
     LABEXTENSION_SRC,

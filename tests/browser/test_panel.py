@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-from lab_support import Cluster, Lab, start_lab, stop_lab
+from browser_support import Cluster, Lab, start_lab, stop_lab
 from simkube.waiting import wait_for
 
 PANEL = "#jp-vgpu-panel"

@@ -12,8 +12,8 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from admission_cel import PolicyEvaluator
-from render_deploy import DEPLOY, find, render
+from deploy_admission_support import PolicyEvaluator
+from deploy_support import DEPLOY, find, render
 
 from jupyter_vgpu.core import contract
 
@@ -277,7 +277,7 @@ def test_the_params_name_the_accounts_and_domains_the_manifests_use():
 
 
 def test_the_policy_is_in_every_kustomization():
-    from render_deploy import KUSTOMIZATIONS
+    from deploy_support import KUSTOMIZATIONS
 
     for kustomization in KUSTOMIZATIONS:
         policy_objects(render(kustomization))

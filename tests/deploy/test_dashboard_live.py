@@ -15,8 +15,8 @@ import tempfile
 import urllib.request
 
 import pytest
+from deploy_support import DEPLOY
 from prometheus_client.parser import text_string_to_metric_families
-from render_deploy import DEPLOY
 from simkube.waiting import wait_for
 
 

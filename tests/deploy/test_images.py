@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import tomllib
 import yaml
-from render_deploy import DEPLOY, KUSTOMIZATIONS, REPO, find, render
+from deploy_support import DEPLOY, KUSTOMIZATIONS, REPO, find, render
 
 DOCKERFILES = ["plugin/Dockerfile", "deploy/z2jh/hub.Dockerfile", "deploy/z2jh/singleuser.Dockerfile"]
 WORKFLOW = REPO / ".github" / "workflows" / "images.yml"

@@ -13,7 +13,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from render_deploy import DEPLOY, KUSTOMIZATIONS, container, env_of, find, render
+from deploy_support import DEPLOY, KUSTOMIZATIONS, container, env_of, find, render
 
 from jupyter_vgpu.core import contract
 

@@ -21,7 +21,7 @@ import sys
 import kubernetes.client
 import kubernetes.client.api
 import pytest
-from render_deploy import REPO, find, render
+from deploy_support import REPO, find, render
 
 PLUGIN = REPO / "plugin" / "vgpu_plugin"
 SHARED = ("informer.py", "kubeclient.py", "tokens.py")
@@ -212,7 +212,7 @@ def _forbidden_writes(resource: str) -> list[tuple[str, str, dict, dict]]:
 def test_no_account_can_patch_pod_specs_or_arbitrary_node_fields(component):
     """Every pod or node write the component's roles grant is confined by the admission policy:
     evaluated on the policy's CEL, each change beyond the vGPU annotations is denied."""
-    from admission_cel import PolicyEvaluator
+    from deploy_admission_support import PolicyEvaluator
     from test_admission_policy import policy_objects, request
 
     service_account, _, roles = COMPONENTS[component]

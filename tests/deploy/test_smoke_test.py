@@ -9,7 +9,7 @@ import ast
 
 import kubernetes_validate
 import yaml
-from render_deploy import DEPLOY
+from deploy_support import DEPLOY
 from test_manifests import K8S_VERSION
 
 from jupyter_vgpu.core import contract

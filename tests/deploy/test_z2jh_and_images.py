@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import tomllib
 import yaml
-from render_deploy import DEPLOY, KUSTOMIZATIONS, REPO, render
+from deploy_support import DEPLOY, KUSTOMIZATIONS, REPO, render
 from traitlets.config import Config
 
 from jupyter_vgpu.core import contract

@@ -1,4 +1,4 @@
-"""Fixtures for tests/deviceplugin; they live in dp_helpers (a unique module name, so tests can
+"""Fixtures for tests/deviceplugin; they live in deviceplugin_support (a unique module name, so tests can
 import its helpers whichever directories pytest collects together)."""
 
-from dp_helpers import daemons, gpus, peer, plugin_dir  # noqa: F401
+from deviceplugin_support import daemons, gpus, peer, plugin_dir  # noqa: F401

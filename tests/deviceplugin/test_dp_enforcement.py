@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from dp_helpers import all_ids, make_node, place_pod, sim_gpus, wait_registered
+from deviceplugin_support import all_ids, make_node, place_pod, sim_gpus, wait_registered
 from simkube.waiting import wait_for
 from vgpu_plugin.deviceplugin import api_pb2
 from vgpu_plugin.deviceplugin.checkpoint import PodDeviceEntry, write_checkpoint

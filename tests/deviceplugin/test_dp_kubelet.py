@@ -9,7 +9,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from dp_helpers import (
+from deviceplugin_support import (
     CORE,
     MEMORY,
     NAMES,

@@ -7,7 +7,7 @@ import os
 
 import grpc
 import pytest
-from dp_helpers import (
+from deviceplugin_support import (
     CORE,
     MEMORY,
     NAMES,

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from dp_helpers import (
+from deviceplugin_support import (
     CORE,
     MEMORY,
     NAMES,
@@ -132,7 +132,7 @@ def test_the_command_runs_registers_and_stops_on_sigterm(kube, plugin_dir, tmp_p
 
 
 def test_restart_rebuilds_from_annotations_without_a_checkpoint(daemons, peer, gpus, core_v1):
-    from dp_helpers import all_ids, wait_registered
+    from deviceplugin_support import all_ids, wait_registered
 
     make_node(core_v1)
     first = daemons(gpus)
@@ -160,7 +160,7 @@ def test_restart_rebuilds_from_annotations_without_a_checkpoint(daemons, peer, g
 
 
 def test_the_same_daemon_object_can_be_stopped_and_started_again(daemons, peer, gpus, core_v1):
-    from dp_helpers import all_ids, wait_registered
+    from deviceplugin_support import all_ids, wait_registered
 
     make_node(core_v1)
     daemon = daemons(gpus)
@@ -182,7 +182,7 @@ def test_the_same_daemon_object_can_be_stopped_and_started_again(daemons, peer, 
 
 
 def test_daemon_killed_with_sigkill_comes_back_with_the_same_assignments(kube, plugin_dir, tmp_path, core_v1):
-    from dp_helpers import read_pod, sim_gpus
+    from deviceplugin_support import read_pod, sim_gpus
 
     from jupyter_vgpu.core.contract import PodAllocation
 
@@ -221,7 +221,7 @@ def test_daemon_killed_with_sigkill_comes_back_with_the_same_assignments(kube, p
 @pytest.mark.skipif(__import__("ctypes.util").util.find_library("nvidia-ml") is not None,
                     reason="this machine has an NVIDIA driver")
 def test_nvml_node_without_driver_registers_nothing_and_says_why(daemons, peer, core_v1):
-    from dp_helpers import wait_registered
+    from deviceplugin_support import wait_registered
 
     from jupyter_vgpu.core.inventory import NodeInventory
     from jupyter_vgpu.gpu.nvml import NVMLBackend

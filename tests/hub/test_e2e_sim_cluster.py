@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from hub_process import ADMIN_TOKEN, free_port, running_hub
+from hub_support import ADMIN_TOKEN, free_port, running_hub
 
 from jupyter_vgpu.core import contract
 

@@ -12,10 +12,10 @@ import json
 import sys
 
 import pytest
-from hub_process import HUBFILES, running_hub
+from hub_spawn_support import CORE, MEM, hub_config, make_spawner, make_user, spawn_pod
+from hub_support import HUBFILES, running_hub
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from spawn_support import CORE, MEM, hub_config, make_spawner, make_user, spawn_pod
 from tornado import web
 
 from jupyter_vgpu.core import contract

@@ -12,7 +12,15 @@ import subprocess
 import sys
 
 import pytest
-from spawn_support import CORE, MEM, hub_config, make_spawner, make_user, notebook_env, spawn_pod
+from hub_spawn_support import (
+    CORE,
+    MEM,
+    hub_config,
+    make_spawner,
+    make_user,
+    notebook_env,
+    spawn_pod,
+)
 from tornado import web
 from traitlets.config import Config
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from hub_process import HUBFILES, running_hub
+from hub_support import HUBFILES, running_hub
 
 from jupyter_vgpu.core import contract
 

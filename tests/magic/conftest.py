@@ -1,4 +1,4 @@
-"""%vgpu in a real IPython shell; the node side is the real metrics server (tests/server/real_node.py)."""
+"""%vgpu in a real IPython shell; the node side is the real metrics server (tests/server/server_node_support.py)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def clean_vgpu_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def real_node(tmp_path):  # type: ignore[no-untyped-def]
-    from real_node import RealNode
+    from server_node_support import RealNode
 
     node = RealNode(tmp_path).start()
     yield node

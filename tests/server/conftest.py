@@ -59,7 +59,7 @@ def peers(jp_asyncio_loop):  # type: ignore[no-untyped-def]
     """A node API and a gpu-manager /metric on 127.0.0.1; ``peers['url']`` is their base."""
     import asyncio
 
-    from server_peers import serve
+    from server_peers_support import serve
 
     asyncio.set_event_loop(jp_asyncio_loop)
     state: dict = {"metric_text": ""}
@@ -71,8 +71,8 @@ def peers(jp_asyncio_loop):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def real_node(tmp_path):  # type: ignore[no-untyped-def]
-    """The real node metrics server over simulated GPUs (see real_node.py)."""
-    from real_node import RealNode
+    """The real node metrics server over simulated GPUs (see server_node_support.py)."""
+    from server_node_support import RealNode
 
     node = RealNode(tmp_path).start()
     yield node
@@ -84,12 +84,12 @@ def jp_fetch(raw_jp_fetch):  # type: ignore[no-untyped-def]  # noqa: F811 - the 
     """pytest-jupyter's jp_fetch, checking every vgpu/api answer (errors too) against docs/server-api.yaml."""
     import json
 
-    import api_schema
+    import server_api_support
     import tornado.httpclient
 
     def check(parts, method, response):  # type: ignore[no-untyped-def]
         if parts[:2] == ("vgpu", "api") and response is not None:
-            api_schema.check_response("/".join(parts[2:]), method, response.code, json.loads(response.body or b"null"))
+            server_api_support.check_response("/".join(parts[2:]), method, response.code, json.loads(response.body or b"null"))
 
     async def fetch(*parts, **kwargs):  # type: ignore[no-untyped-def]
         method = kwargs.get("method", "GET")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-import api_schema
 import pytest
+import server_api_support
 import tornado.httpclient
-from api_schema import check_response, check_schema, document
+from server_api_support import check_response, check_schema, document
 
 
 def test_the_document_is_openapi_3_1_with_json_schema_2020_12():  # type: ignore[no-untyped-def]
@@ -40,7 +40,7 @@ def test_the_check_catches_what_the_document_does_not_say():  # type: ignore[no-
 
 def test_every_answer_of_a_server_round_is_checked(run, jp_fetch):  # type: ignore[no-untyped-def]
     """Through jp_fetch (which checks every vgpu/api answer): each route, each documented error."""
-    api_schema.CHECKED.clear()
+    server_api_support.CHECKED.clear()
 
     def fetch(*parts, **kwargs):  # type: ignore[no-untyped-def]
         return run(jp_fetch("vgpu", "api", *parts, raise_error=False, **kwargs))
@@ -57,7 +57,7 @@ def test_every_answer_of_a_server_round_is_checked(run, jp_fetch):  # type: igno
     assert fetch(f"requests/{request_id}").code == 200 and fetch("requests").code == 200
     with pytest.raises(tornado.httpclient.HTTPClientError):  # raising, the error body is checked too
         run(jp_fetch("vgpu", "api", "requests", "r9-none"))
-    assert sorted(set(api_schema.CHECKED)) == sorted({
+    assert sorted(set(server_api_support.CHECKED)) == sorted({
         ("allocation", "GET", 200), ("topology", "GET", 200), ("usage", "GET", 200), ("usage", "GET", 400),
         ("requests", "GET", 404), ("requests/r9-none", "GET", 404), ("requests", "POST", 400),
         ("requests", "POST", 202), (f"requests/{request_id}", "GET", 200), ("requests", "GET", 200)})

@@ -13,8 +13,8 @@ import time
 import pytest
 import tornado.httpclient
 import tornado.websocket
-from api_schema import check_response, check_schema
-from server_peers import ALLOCATION, TOKEN, as_json, closed_port_url
+from server_api_support import check_response, check_schema
+from server_peers_support import ALLOCATION, TOKEN, as_json, closed_port_url
 from simkube.waiting import wait_for
 
 from jupyter_vgpu.core import contract
@@ -221,7 +221,7 @@ class TestGpuManager:
     @pytest.fixture
     def real_node(self, tmp_path):  # type: ignore[no-untyped-def]
         """gpu-manager serves /metric to anyone; the stand-in's scrape port does so with tokens off."""
-        from real_node import RealNode
+        from server_node_support import RealNode
 
         node = RealNode(tmp_path, require_token=False).start()
         yield node

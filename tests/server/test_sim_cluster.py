@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from server_peers import as_json
+from server_peers_support import as_json
 from simkube.waiting import wait_for
 
 from jupyter_vgpu.core import contract

@@ -140,7 +140,7 @@ def test_views_over_the_real_node_api(comms, tmp_path, monkeypatch):  # type: ig
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
-    from real_node import RealNode
+    from server_node_support import RealNode
 
     from jupyter_vgpu.sources.node_api import NodeAPISource
 
