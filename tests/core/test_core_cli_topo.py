@@ -17,7 +17,7 @@ DGX = str(TOPOLOGY_DIR / "dgx-a100.txt")
 BIN = Path(sys.executable).parent
 
 
-def run(main, argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+def run(main, argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     code = main(argv)
     out, err = capsys.readouterr()
     return code, out, err

@@ -122,7 +122,7 @@ def test_pod_requests_index_containers_like_gpu_admission() -> None:
         {"name": "trainer", "resources": {"limits": {CORE: "200"}}},
     ]}}
     assert pod_requests(pod) == {1: Request(30, 40), 2: Request(200)}
-    pod["spec"]["containers"][2]["resources"]["limits"][CORE] = "250"  # type: ignore[index]
+    pod["spec"]["containers"][2]["resources"]["limits"][CORE] = "250"
     with pytest.raises(RequestError, match="container 'trainer': tencent.com/vcuda-core=250"):
         pod_requests(pod)
     init = {"spec": {"initContainers": [{"name": "warmup", "resources": {"limits": {CORE: "10", MEMORY: "4"}}}],
@@ -146,7 +146,7 @@ def allocation() -> PodAllocation:
 def test_allocation_round_trip_and_annotations() -> None:
     record = allocation()
     assert PodAllocation.from_json(record.to_json()) == record
-    assert record.container(2).cores == 200 and record.container(2).memory_units == 192  # type: ignore[union-attr]
+    assert record.container(2).cores == 200 and record.container(2).memory_units == 192
     assert record.container(1) is None
     annotations = predicate_annotations(record)
     assert annotations["tencent.com/predicate-gpu-idx-0"] == "3"

@@ -34,7 +34,7 @@ def test_round_trip_keeps_everything(topology_of: Callable[[str], Topology]) -> 
         "minor": 5, "busId": "00000000:09:00.0", "numa": 0, "healthy": False,
     }
     assert data["topology"]["links"][0][1] == "PIX"
-    assert inventory.card(3) is not None and inventory.card(3).memory_units == 24451 // 256  # type: ignore[union-attr]
+    assert inventory.card(3) is not None and inventory.card(3).memory_units == 24451 // 256
     assert inventory.card(9) is None
 
 

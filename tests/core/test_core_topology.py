@@ -91,7 +91,7 @@ def test_every_capture_parses_as_read_by_a_person(fixture_file: Path) -> None:
     assert topo.count == want["count"]
     assert [g.numa for g in topo.gpus] == want["numa"]
     assert topo.gpus[0].cpu_affinity == want["cpu"]
-    for (a, b), link in want["links"].items():  # type: ignore[attr-defined]
+    for (a, b), link in want["links"].items():
         assert topo.links[a][b] == topo.links[b][a] == link
     assert all(topo.links[i][i] == "X" for i in range(topo.count))
     # NIC rows and columns are not cards
@@ -410,7 +410,7 @@ def gpu_out_of_order() -> str:
     (gpu_out_of_order, r"^line 1: GPU columns must be GPU0, GPU1, \.\.\. in order; found GPU7 where GPU2 belongs"),
 ], ids=["empty", "prose", "json", "cut-row", "cut-table", "extra-cell", "unknown-link", "asymmetric",
         "x-off-diagonal", "no-header", "row-without-column", "prompt-after-rows", "gpu-out-of-order"])
-def test_garbage_is_refused_with_the_offending_line(make, pattern: str) -> None:  # type: ignore[no-untyped-def]
+def test_garbage_is_refused_with_the_offending_line(make, pattern: str) -> None:
     with pytest.raises(TopologyError, match=pattern):
         parse_nvidia_smi_topo(make())
 

@@ -75,7 +75,7 @@ def test_the_demo_jupyter_server_proxy_starts_serves_lab_with_a_vgpu(tmp_path):
 
     try:
 
-        def lab_page():  # type: ignore[no-untyped-def]
+        def lab_page():
             if process.poll() is not None:
                 pytest.fail(f"`{' '.join(command)}` exited with {process.returncode}:\n{(tmp_path / 'demo.log').read_text()[-3000:]}")
             try:

@@ -9,13 +9,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_configuration_reference_is_current():  # type: ignore[no-untyped-def]
+def test_configuration_reference_is_current():
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_configuration.py"), "--check"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
 
 
-def test_every_daemon_flag_names_its_environment_fallback():  # type: ignore[no-untyped-def]
+def test_every_daemon_flag_names_its_environment_fallback():
     text = (ROOT / "docs" / "configuration.md").read_text()
     section = text.split("## `jupyter-vgpu device-plugin`")[1].split("## `jupyter-vgpu sim`")[0]
     rows = [line for line in section.splitlines() if line.startswith("| `--")]

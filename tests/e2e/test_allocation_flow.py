@@ -190,7 +190,7 @@ def _multi_card(cluster: Any, pods: list[str], node: str, name: str, cards: int,
     inv = inventory(cluster, node)
     env = cluster.node(node).kubelet.env("default", name, "notebook")
     assert env is not None
-    assert env[c.ENV_NVIDIA_VISIBLE_DEVICES].split(",") == [inv.card(i).uuid for i in chosen]  # type: ignore[union-attr]
+    assert env[c.ENV_NVIDIA_VISIBLE_DEVICES].split(",") == [inv.card(i).uuid for i in chosen]
     assert env[c.ENV_DEVICE_INDICES].split(",") == [str(i) for i in chosen]
     status, body = _allocation_api(env)
     assert status == 200 and body["cores"] == 100 * cards and sorted(x["index"] for x in body["cards"]) == sorted(chosen)

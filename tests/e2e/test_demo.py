@@ -168,7 +168,7 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
         core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
         node = core.read_node(held["node"])
         inventory = NodeInventory.from_json(node.metadata.annotations[c.DEFAULT_NAMES.node_inventory])
-        assert inventory.card(card["index"]).uuid == card["uuid"]  # type: ignore[union-attr]
+        assert inventory.card(card["index"]).uuid == card["uuid"]
         pods = {(p.metadata.namespace, p.metadata.name) for p in core.list_pod_for_all_namespaces().items}
         assert ("default", "notebook") in pods and len(pods) > 1, "the neighbours run beside the notebook"
 

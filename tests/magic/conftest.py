@@ -26,7 +26,7 @@ def clean_vgpu_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def real_node(tmp_path):  # type: ignore[no-untyped-def]
+def real_node(tmp_path):
     from server_node_support import RealNode
 
     node = RealNode(tmp_path).start()
@@ -35,7 +35,7 @@ def real_node(tmp_path):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def shell():  # type: ignore[no-untyped-def]
+def shell():
     """The IPython shell with a fresh config for VGPUMagics and VGPUSettings; the extension unloaded afterwards."""
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-def run(ip, line):  # type: ignore[no-untyped-def]
+def run(ip, line):
     """(stdout, display outputs) of one %vgpu line."""
     from IPython.utils.capture import capture_output
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 
-def test_loaded_by_config_in_a_fresh_ipython(tmp_path):  # type: ignore[no-untyped-def]
+def test_loaded_by_config_in_a_fresh_ipython(tmp_path):
     profile = tmp_path / "profile"
     profile.mkdir()
     (profile / "ipython_config.py").write_text(

@@ -18,7 +18,7 @@ from jupyter_vgpu.core import contract
 from jupyter_vgpu.guards import GuardRails
 
 
-def share(memory_mib=10240, total=40960, cores=25):  # type: ignore[no-untyped-def]
+def share(memory_mib=10240, total=40960, cores=25):
     return {"cores": cores, "memoryMib": memory_mib,
             "cards": [{"index": 2, "uuid": "GPU-2", "cores": cores, "memoryMib": memory_mib, "memoryTotalMib": total}]}
 
@@ -52,9 +52,9 @@ config = _Config()
 
 
 @pytest.fixture
-def fake_modules(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+def fake_modules(tmp_path, monkeypatch):
     """Write stand-in packages; forget them (and the rails' hooks) afterwards."""
-    def write(name, source):  # type: ignore[no-untyped-def]
+    def write(name, source):
         package = tmp_path / name
         package.mkdir()
         (package / "__init__.py").write_text(textwrap.dedent(source))
@@ -70,11 +70,11 @@ def fake_modules(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
         sys.meta_path.remove(guards._finder)
 
 
-def rails_for(allocation, modules=None):  # type: ignore[no-untyped-def]
+def rails_for(allocation, modules=None):
     return GuardRails(allocation, environ={}, modules=modules)
 
 
-def test_torch_fraction_set_by_the_import_hook(fake_modules):  # type: ignore[no-untyped-def]
+def test_torch_fraction_set_by_the_import_hook(fake_modules):
     fake_modules("torch", FAKE_TORCH.format(available=True))
     rails = rails_for(share())
     rails.apply()
@@ -87,7 +87,7 @@ def test_torch_fraction_set_by_the_import_hook(fake_modules):  # type: ignore[no
     assert torch.__spec__.loader is not None and torch.__file__.endswith("__init__.py")  # an ordinary package
 
 
-def test_torch_already_imported_is_limited_at_once(fake_modules):  # type: ignore[no-untyped-def]
+def test_torch_already_imported_is_limited_at_once(fake_modules):
     fake_modules("torch", FAKE_TORCH.format(available=True))
     import torch  # noqa: PLC0415
 
@@ -96,7 +96,7 @@ def test_torch_already_imported_is_limited_at_once(fake_modules):  # type: ignor
     assert torch.calls == [(0.1, 0), (0.1, 1)]
 
 
-def test_torch_without_cuda_is_reported_not_faked(fake_modules):  # type: ignore[no-untyped-def]
+def test_torch_without_cuda_is_reported_not_faked(fake_modules):
     fake_modules("torch", FAKE_TORCH.format(available=False))
     rails = rails_for(share())
     rails.apply()
@@ -106,7 +106,7 @@ def test_torch_without_cuda_is_reported_not_faked(fake_modules):  # type: ignore
     assert "torch      not applied  torch sees no CUDA device" in rails.status_text()
 
 
-def test_tensorflow_logical_device_limit(fake_modules):  # type: ignore[no-untyped-def]
+def test_tensorflow_logical_device_limit(fake_modules):
     fake_modules("tensorflow", FAKE_TF)
     environ: dict[str, str] = {}
     rails = GuardRails(share(), environ=environ)
@@ -118,7 +118,7 @@ def test_tensorflow_logical_device_limit(fake_modules):  # type: ignore[no-untyp
     assert "tensorflow in force" in rails.status_text()
 
 
-def test_env_rails_for_jax_and_cupy(fake_modules):  # type: ignore[no-untyped-def]
+def test_env_rails_for_jax_and_cupy(fake_modules):
     environ: dict[str, str] = {}
     rails = GuardRails(share(memory_mib=10240, total=40960), environ=environ, modules={})
     rails.apply()
@@ -127,7 +127,7 @@ def test_env_rails_for_jax_and_cupy(fake_modules):  # type: ignore[no-untyped-de
     assert "jax        in force     XLA_PYTHON_CLIENT_MEM_FRACTION=0.250" in rails.status_text()
 
 
-def test_cupy_already_imported_gets_a_pool_limit(fake_modules):  # type: ignore[no-untyped-def]
+def test_cupy_already_imported_gets_a_pool_limit(fake_modules):
     fake_modules("cupy", '''
 limits = []
 class _Pool:
@@ -143,7 +143,7 @@ def get_default_memory_pool():
     assert cupy.limits == [2048 * 1024 * 1024]
 
 
-def test_a_looser_user_setting_is_kept_and_called_out(fake_modules):  # type: ignore[no-untyped-def]
+def test_a_looser_user_setting_is_kept_and_called_out(fake_modules):
     environ = {contract.ENV_XLA_MEM_FRACTION: "0.9"}
     rails = GuardRails(share(), environ=environ, modules={})
     rails.apply()
@@ -151,7 +151,7 @@ def test_a_looser_user_setting_is_kept_and_called_out(fake_modules):  # type: ig
     assert "jax        yours        XLA_PYTHON_CLIENT_MEM_FRACTION=0.9 is above your share (0.25)" in rails.status_text()
 
 
-def test_whole_cards_and_no_vgpu_need_no_rails(fake_modules):  # type: ignore[no-untyped-def]
+def test_whole_cards_and_no_vgpu_need_no_rails(fake_modules):
     environ: dict[str, str] = {}
     for allocation in (None, share(memory_mib=40960, total=40960, cores=100)):
         rails = GuardRails(allocation, environ=environ, modules={})
@@ -160,14 +160,14 @@ def test_whole_cards_and_no_vgpu_need_no_rails(fake_modules):  # type: ignore[no
     assert environ == {} and guards._finder not in sys.meta_path
 
 
-def test_unknown_card_size_limits_cupy_but_not_fractions(fake_modules):  # type: ignore[no-untyped-def]
+def test_unknown_card_size_limits_cupy_but_not_fractions(fake_modules):
     rails = GuardRails(share(total=None), environ={}, modules={})
     rails.apply()
     states = {g.framework: g.state for g in rails.status()}
     assert states == {"torch": "not applied", "jax": "not applied", "cupy": "in force", "tensorflow": "armed"}
 
 
-def test_real_torch_when_installed(tmp_path):  # type: ignore[no-untyped-def]
+def test_real_torch_when_installed(tmp_path):
     """With the real PyTorch: the hook runs on a real import in a fresh interpreter."""
     pytest.importorskip("torch", reason="PyTorch is not installed in this environment (no GPU, no CPU wheel)")
     import subprocess

@@ -11,7 +11,7 @@ from jupyter_vgpu.requesters.hub import NOT_UNDER_HUB
 
 
 @pytest.fixture
-def notebook(shell, real_node, monkeypatch):  # type: ignore[no-untyped-def]
+def notebook(shell, real_node, monkeypatch):
     env = real_node.add_notebook("jupyter-alice", card=2, cores=25, memory_units=40)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -22,7 +22,7 @@ def notebook(shell, real_node, monkeypatch):  # type: ignore[no-untyped-def]
     return env
 
 
-def test_help_and_bad_arguments(shell):  # type: ignore[no-untyped-def]
+def test_help_and_bad_arguments(shell):
     shell.run_line_magic("load_ext", "jupyter_vgpu")
     out, _ = run(shell, "--help")
     assert "%vgpu request --cores N --memory SIZE" in out and "%vgpu release" in out
@@ -30,7 +30,7 @@ def test_help_and_bad_arguments(shell):  # type: ignore[no-untyped-def]
     assert "invalid choice: 'frobnicate'" in out and "%vgpu status" in out
 
 
-def test_status_reports_the_allocation_usage_and_guard_rails(shell, notebook):  # type: ignore[no-untyped-def]
+def test_status_reports_the_allocation_usage_and_guard_rails(shell, notebook):
     out, _ = run(shell, "status")
     assert "vGPU on gpu-node-1 (pod jupyter/jupyter-alice) — node-api" in out
     assert "share: 25 % compute, 10 GiB memory, enforced by hami-core" in out
@@ -43,12 +43,12 @@ def test_status_reports_the_allocation_usage_and_guard_rails(shell, notebook):  
 
 
 @pytest.fixture
-def in_kernel(shell, monkeypatch):  # type: ignore[no-untyped-def]
+def in_kernel(shell, monkeypatch):
     """The shell as in a kernel (a frontend that may render widgets): ipykernel sets shell.kernel."""
     monkeypatch.setattr(shell, "kernel", object(), raising=False)
 
 
-def test_dashboard_topo_usage_display_widgets_with_text(shell, notebook, in_kernel):  # type: ignore[no-untyped-def]
+def test_dashboard_topo_usage_display_widgets_with_text(shell, notebook, in_kernel):
     magics = shell.magics_manager.registry["VGPUMagics"]
     _, outputs = run(shell, "")
     data = outputs[0].data
@@ -61,7 +61,7 @@ def test_dashboard_topo_usage_display_widgets_with_text(shell, notebook, in_kern
     assert outputs[0].data["text/plain"].startswith("usage (live)")
 
 
-def test_watch_runs_in_the_background_and_stops_on_unload(shell, notebook, in_kernel):  # type: ignore[no-untyped-def]
+def test_watch_runs_in_the_background_and_stops_on_unload(shell, notebook, in_kernel):
     magics = shell.magics_manager.registry["VGPUMagics"]
     run(shell, "watch --interval 0.1")
     chart = magics.live[-1]
@@ -72,7 +72,7 @@ def test_watch_runs_in_the_background_and_stops_on_unload(shell, notebook, in_ke
     assert not chart.running
 
 
-def test_without_a_widget_frontend_watch_prints_lines(shell, notebook):  # type: ignore[no-untyped-def]
+def test_without_a_widget_frontend_watch_prints_lines(shell, notebook):
     magics = shell.magics_manager.registry["VGPUMagics"]
     out, outputs = run(shell, "watch --interval 0.3 --count 3")
     lines = out.splitlines()
@@ -82,7 +82,7 @@ def test_without_a_widget_frontend_watch_prints_lines(shell, notebook):  # type:
     assert "25 % compute" in outputs[0].data["text/plain"] and not magics.live
 
 
-def test_request_validates_and_reports_the_outcome(shell, notebook):  # type: ignore[no-untyped-def]
+def test_request_validates_and_reports_the_outcome(shell, notebook):
     out, _ = run(shell, "request --cores 25 --memory 3.3GiB")
     assert "not a multiple of 256 MiB" in out
     out, _ = run(shell, "request --cores 150 --memory 4GiB")
@@ -95,13 +95,13 @@ def test_request_validates_and_reports_the_outcome(shell, notebook):  # type: ig
     assert "last request r1-" in out and "failed" in out
 
 
-def test_hub_ceiling_is_enforced_before_anything_restarts(shell, notebook, monkeypatch):  # type: ignore[no-untyped-def]
+def test_hub_ceiling_is_enforced_before_anything_restarts(shell, notebook, monkeypatch):
     monkeypatch.setenv(contract.ENV_HUB_MAX_MEMORY_MIB, "8192")
     out, _ = run(shell, "request --cores 25 --memory 16GiB")
     assert "16 GiB is more than your limit of 8 GiB" in out and "asking for" not in out
 
 
-def test_no_vgpu_says_how_to_get_one(shell):  # type: ignore[no-untyped-def]
+def test_no_vgpu_says_how_to_get_one(shell):
     shell.config.VGPUSettings.source = "none"
     shell.run_line_magic("load_ext", "jupyter_vgpu")
     out, _ = run(shell, "status")
@@ -109,7 +109,7 @@ def test_no_vgpu_says_how_to_get_one(shell):  # type: ignore[no-untyped-def]
     assert "torch      not needed" in out
 
 
-def test_the_former_setting_names_still_work(shell):  # type: ignore[no-untyped-def]
+def test_the_former_setting_names_still_work(shell):
     shell.config.VGPUMagics.source = "none"  # before VGPUSettings existed
     shell.run_line_magic("load_ext", "jupyter_vgpu")
     magics = shell.magics_manager.registry["VGPUMagics"]

@@ -131,7 +131,7 @@ class FlakyGPUs(SimulatedGPUs):
 
     failing: str | None = None
 
-    def sample(self):  # type: ignore[no-untyped-def]
+    def sample(self):
         if self.failing:
             raise GPUError(self.failing)
         return super().sample()

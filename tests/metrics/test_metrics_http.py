@@ -212,7 +212,7 @@ def test_scrape_does_not_call_the_backend(server: MetricsServer, fake_node: Fake
     server.sampler.stop()  # nothing samples any more
     calls = []
     original = fake_node.gpus.sample
-    fake_node.gpus.sample = lambda: calls.append(1) or original()  # type: ignore[method-assign]
+    fake_node.gpus.sample = lambda: calls.append(1) or original()
     for _ in range(5):
         scrape(server, "/metrics")
         scrape(server, "/metric")

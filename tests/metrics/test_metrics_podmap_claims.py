@@ -60,6 +60,6 @@ def test_an_agreeing_record_gives_the_token_and_a_whole_card_all_its_memory() ->
     assert shares(index) == {"share": [(2, 25, 16 * 256)], "whole": [(1, 100, 40960)]}
     found = index.by_allocation_id("id-s")
     assert found is not None and found[0].uid == "share"
-    allocation = index.by_uid("whole").allocation  # type: ignore[union-attr]
+    allocation = index.by_uid("whole").allocation
     assert allocation is not None and allocation.containers[0].cards[0].uuid == "GPU-1"
     assert allocation.containers[0].cards[0].memory_units == 160

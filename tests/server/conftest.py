@@ -26,7 +26,7 @@ def clean_vgpu_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def run(jp_asyncio_loop):  # type: ignore[no-untyped-def]
+def run(jp_asyncio_loop):
     """Run a coroutine on the server's loop (pytest-asyncio would run tests on another one)."""
     return jp_asyncio_loop.run_until_complete
 
@@ -44,7 +44,7 @@ def vgpu_extension_config() -> dict:
 
 
 @pytest.fixture
-def jp_server_config(vgpu_config, vgpu_extension_config):  # type: ignore[no-untyped-def]
+def jp_server_config(vgpu_config, vgpu_extension_config):
     from traitlets.config import Config
 
     return Config({
@@ -55,7 +55,7 @@ def jp_server_config(vgpu_config, vgpu_extension_config):  # type: ignore[no-unt
 
 
 @pytest.fixture
-def peers(jp_asyncio_loop):  # type: ignore[no-untyped-def]
+def peers(jp_asyncio_loop):
     """A node API and a gpu-manager /metric on 127.0.0.1; ``peers['url']`` is their base."""
     import asyncio
 
@@ -70,7 +70,7 @@ def peers(jp_asyncio_loop):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def real_node(tmp_path):  # type: ignore[no-untyped-def]
+def real_node(tmp_path):
     """The real node metrics server over simulated GPUs (see server_node_support.py)."""
     from server_node_support import RealNode
 
@@ -80,18 +80,18 @@ def real_node(tmp_path):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def jp_fetch(raw_jp_fetch):  # type: ignore[no-untyped-def]  # noqa: F811 - the fixture wraps the imported one
+def jp_fetch(raw_jp_fetch):  # noqa: F811 - the fixture wraps the imported one
     """pytest-jupyter's jp_fetch, checking every vgpu/api answer (errors too) against docs/server-api.yaml."""
     import json
 
     import server_api_support
     import tornado.httpclient
 
-    def check(parts, method, response):  # type: ignore[no-untyped-def]
+    def check(parts, method, response):
         if parts[:2] == ("vgpu", "api") and response is not None:
             server_api_support.check_response("/".join(parts[2:]), method, response.code, json.loads(response.body or b"null"))
 
-    async def fetch(*parts, **kwargs):  # type: ignore[no-untyped-def]
+    async def fetch(*parts, **kwargs):
         method = kwargs.get("method", "GET")
         try:
             response = await raw_jp_fetch(*parts, **kwargs)

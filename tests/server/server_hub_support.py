@@ -23,33 +23,33 @@ from traitlets import Unicode
 class MemoryProxy(Proxy):
     should_start = False
 
-    def __init__(self, **kwargs):  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.routes: dict = {}
 
-    async def add_route(self, routespec, target, data):  # type: ignore[no-untyped-def]
+    async def add_route(self, routespec, target, data):
         self.routes[routespec] = {"routespec": routespec, "target": target, "data": data}
 
-    async def delete_route(self, routespec):  # type: ignore[no-untyped-def]
+    async def delete_route(self, routespec):
         self.routes.pop(routespec, None)
 
-    async def get_all_routes(self):  # type: ignore[no-untyped-def]
+    async def get_all_routes(self):
         return dict(self.routes)
 
 
 class _Alive(tornado.web.RequestHandler):
-    def get(self, *args):  # type: ignore[no-untyped-def]
+    def get(self, *args):
         self.finish({"ok": True})
 
 
 class RecordingSpawner(Spawner):
     record_file = Unicode(os.environ.get("VGPU_TEST_SPAWN_LOG", ""), config=True)
 
-    def __init__(self, **kwargs):  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self._http = None
 
-    async def start(self):  # type: ignore[no-untyped-def]
+    async def start(self):
         sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
         self._http = tornado.httpserver.HTTPServer(tornado.web.Application([(r"/.*", _Alive)]))
         self._http.add_sockets(sockets)
@@ -59,13 +59,13 @@ class RecordingSpawner(Spawner):
                                          "token": self.api_token}) + "\n")
         return ("127.0.0.1", sockets[0].getsockname()[1])
 
-    async def poll(self):  # type: ignore[no-untyped-def]
+    async def poll(self):
         return None if self._http is not None else 0
 
-    async def stop(self, now=False):  # type: ignore[no-untyped-def]
+    async def stop(self, now=False):
         if self._http is not None:
             self._http.stop()
             self._http = None
 
-    def get_state(self):  # type: ignore[no-untyped-def]
+    def get_state(self):
         return super().get_state()

@@ -25,7 +25,7 @@ from jupyter_vgpu.sources.registry import detect, make_source
 NAMES = contract.DEFAULT_NAMES
 
 
-def test_vcuda_config_round_trip_and_bad_files():  # type: ignore[no-untyped-def]
+def test_vcuda_config_round_trip_and_bad_files():
     config = VcudaConfig("uid", "nb", "0000:3B:00.0", 3 * 1024**3, 40, False)
     assert parse_vcuda_config(encode_vcuda_config(config)) == config
     with pytest.raises(ValueError, match=f"shorter than vcuda-controller's {VCUDA_CONFIG_MIN_SIZE}-byte"):
@@ -36,7 +36,7 @@ def test_vcuda_config_round_trip_and_bad_files():  # type: ignore[no-untyped-def
         parse_vcuda_config(bytes(broken))
 
 
-def test_gpu_manager_with_a_corrupt_config_says_which_file(tmp_path):  # type: ignore[no-untyped-def]
+def test_gpu_manager_with_a_corrupt_config_says_which_file(tmp_path):
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / contract.GM_VCUDA_CONFIG_NAME).write_bytes(b"garbage")
     answer = GpuManagerSource(SourceSettings(vcuda_config_dir=str(tmp_path), environ={})).allocation()
@@ -45,7 +45,7 @@ def test_gpu_manager_with_a_corrupt_config_says_which_file(tmp_path):  # type: i
     assert usage["state"] == "unreachable" and "HOST_IP" in usage["message"]
 
 
-def test_prometheus_text_parser():  # type: ignore[no-untyped-def]
+def test_prometheus_text_parser():
     text = '\n'.join([
         "# HELP x help", "# TYPE x gauge",
         'x{pod_name="a\\"b",namespace="n"} 1.5',
@@ -58,7 +58,7 @@ def test_prometheus_text_parser():  # type: ignore[no-untyped-def]
     (25, "4GiB", (25, 16)), ("25", "4096MiB", (25, 16)), (25, 16, (25, 16)), (25, "16", (25, 16)),
     (100, None, (100, 0)), (0, None, (0, 0)),
 ])
-def test_parse_share(cores, memory, expected):  # type: ignore[no-untyped-def]
+def test_parse_share(cores, memory, expected):
     assert parse_share(cores, memory) == expected
 
 
@@ -68,19 +68,19 @@ def test_parse_share(cores, memory, expected):  # type: ignore[no-untyped-def]
     (25, "4PiB", "unknown unit"), (25, [16], "use a size such as"), (25, 4.5, "use a size such as"),
     ({"n": 1}, "4GiB", "not a count"),
 ])
-def test_parse_share_refuses(cores, memory, words):  # type: ignore[no-untyped-def]
+def test_parse_share_refuses(cores, memory, words):
     with pytest.raises(RequestError, match=words):
         parse_share(cores, memory)
 
 
-def test_parse_share_enforces_the_hub_ceiling():  # type: ignore[no-untyped-def]
+def test_parse_share_enforces_the_hub_ceiling():
     env = {contract.ENV_HUB_MAX_CORES: "50", contract.ENV_HUB_MAX_MEMORY_MIB: "8192"}
     assert parse_share(50, "8GiB", env) == (50, 32)
     with pytest.raises(RequestError, match="more than your limit of 50"):
         parse_share(100, None, env)
 
 
-def test_env_allocation():  # type: ignore[no-untyped-def]
+def test_env_allocation():
     assert env_allocation({}) is None and env_allocation({contract.ENV_CORES: "x"}) is None
     allocation = env_allocation({contract.ENV_CORES: "200", contract.ENV_MEMORY_MIB: "81920",
                                  contract.ENV_DEVICE_UUIDS: "GPU-a,GPU-b", contract.ENV_DEVICE_INDICES: "0,3"})
@@ -88,7 +88,7 @@ def test_env_allocation():  # type: ignore[no-untyped-def]
         [(0, "GPU-a", 100, 40960), (3, "GPU-b", 100, 40960)]
 
 
-def test_source_choice(tmp_path):  # type: ignore[no-untyped-def]
+def test_source_choice(tmp_path):
     with pytest.raises(ValueError, match="unknown vGPU fact source 'nope'"):
         make_source(SourceSettings(source="nope", environ={}))
     with pytest.raises(ValueError, match="use 'nvml' or 'simulated:"):
@@ -100,12 +100,12 @@ def test_source_choice(tmp_path):  # type: ignore[no-untyped-def]
     assert make_source(SourceSettings(environ={contract.ENV_NOTEBOOK_SOURCE: "none"})).name == "none"
 
 
-def test_next_pod_name():  # type: ignore[no-untyped-def]
+def test_next_pod_name():
     assert next_pod_name("alice") == "alice-v2" and next_pod_name("alice-v2") == "alice-v3"
     assert len(next_pod_name("a" * 63)) == 63
 
 
-def test_recreated_pod_spec():  # type: ignore[no-untyped-def]
+def test_recreated_pod_spec():
     old = {
         "metadata": {"name": "nb", "namespace": "jupyter", "uid": "u", "resourceVersion": "9",
                      "labels": {"app": "jupyter"},
@@ -131,7 +131,7 @@ def test_recreated_pod_spec():  # type: ignore[no-untyped-def]
     assert released["spec"]["containers"][1]["resources"] == {"limits": {"cpu": "1"}, "requests": {"cpu": "1"}}
 
 
-def test_auto_on_a_machine_without_a_driver_degrades_cleanly(tmp_path):  # type: ignore[no-untyped-def]
+def test_auto_on_a_machine_without_a_driver_degrades_cleanly(tmp_path):
     """NVML is real here (nvidia-ml-py, no driver): detection must not raise, and says none."""
     from jupyter_vgpu.gpu.nvml import NVMLBackend
 

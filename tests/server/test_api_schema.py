@@ -11,7 +11,7 @@ import tornado.httpclient
 from server_api_support import check_response, check_schema, document
 
 
-def test_the_document_is_openapi_3_1_with_json_schema_2020_12():  # type: ignore[no-untyped-def]
+def test_the_document_is_openapi_3_1_with_json_schema_2020_12():
     from jsonschema import Draft202012Validator
 
     spec = document()
@@ -22,7 +22,7 @@ def test_the_document_is_openapi_3_1_with_json_schema_2020_12():  # type: ignore
             or name == "ShareRequestBody", f"{name}: answers are closed objects"
 
 
-def test_the_check_catches_what_the_document_does_not_say():  # type: ignore[no-untyped-def]
+def test_the_check_catches_what_the_document_does_not_say():
     good = {"state": "none", "source": "none", "message": "no GPU", "allocation": None}
     check_response("allocation", "GET", 200, good)
     for bad, words in [({**good, "extra": 1}, "extra"), ({**good, "state": "maybe"}, "maybe"),
@@ -38,11 +38,11 @@ def test_the_check_catches_what_the_document_does_not_say():  # type: ignore[no-
         check_schema("UsageStreamMessage", {"state": "live"})
 
 
-def test_every_answer_of_a_server_round_is_checked(run, jp_fetch):  # type: ignore[no-untyped-def]
+def test_every_answer_of_a_server_round_is_checked(run, jp_fetch):
     """Through jp_fetch (which checks every vgpu/api answer): each route, each documented error."""
     server_api_support.CHECKED.clear()
 
-    def fetch(*parts, **kwargs):  # type: ignore[no-untyped-def]
+    def fetch(*parts, **kwargs):
         return run(jp_fetch("vgpu", "api", *parts, raise_error=False, **kwargs))
 
     for route in ("allocation", "topology", "usage"):

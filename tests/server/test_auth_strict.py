@@ -15,7 +15,7 @@ import tornado.websocket
 
 
 @pytest.fixture
-def jp_server_config():  # type: ignore[no-untyped-def]
+def jp_server_config():
     from traitlets.config import Config
 
     return Config({
@@ -24,7 +24,7 @@ def jp_server_config():  # type: ignore[no-untyped-def]
     })
 
 
-def vgpu_paths(web_app, base_url):  # type: ignore[no-untyped-def]
+def vgpu_paths(web_app, base_url):
     paths = []
     for rule in web_app.wildcard_router.rules + web_app.default_router.rules:
         rules = getattr(rule.target, "rules", [rule])  # host-matched rule groups
@@ -39,18 +39,18 @@ def vgpu_paths(web_app, base_url):  # type: ignore[no-untyped-def]
 
 
 def test_every_vgpu_endpoint_requires_authentication(run, jp_fetch, jp_serverapp, jp_base_url, jp_http_port,
-                                                     jp_auth_header):  # type: ignore[no-untyped-def]
+                                                     jp_auth_header):
     assert jp_serverapp.allow_unauthenticated_access is False
     paths = vgpu_paths(jp_serverapp.web_app, jp_base_url)
     assert len(paths) >= 6, paths  # allocation, topology, usage, usage/stream, requests, requests/<id>
     origin = f"http://127.0.0.1:{jp_http_port}"
 
-    async def probe(path, method, headers):  # type: ignore[no-untyped-def]
+    async def probe(path, method, headers):
         body = b'{"cores": 25, "memory": "4GiB"}' if method == "POST" else None
         return await tornado.httpclient.AsyncHTTPClient().fetch(
             origin + path, method=method, body=body, headers=headers, raise_error=False)
 
-    async def ws(path, headers):  # type: ignore[no-untyped-def]
+    async def ws(path, headers):
         request = tornado.httpclient.HTTPRequest(f"ws://127.0.0.1:{jp_http_port}{path}", headers=headers)
         try:
             connection = await tornado.websocket.websocket_connect(request)
@@ -79,14 +79,14 @@ class TestAuthorisation:
     """The routes ask jupyter-server's Authorizer about resource 'vgpu': read for views, write for requests."""
 
     @pytest.fixture
-    def jp_server_config(self):  # type: ignore[no-untyped-def]
+    def jp_server_config(self):
         from jupyter_server.auth.authorizer import Authorizer
         from traitlets.config import Config
 
         class ViewOnly(Authorizer):
             asked: list = []
 
-            def is_authorized(self, handler, user, action, resource):  # type: ignore[no-untyped-def]
+            def is_authorized(self, handler, user, action, resource):
                 ViewOnly.asked.append((action, resource))
                 return not (resource == "vgpu" and action == "write")
 
@@ -94,7 +94,7 @@ class TestAuthorisation:
         return Config({"ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}, "authorizer_class": ViewOnly},
                        "VGPUSettings": {"source": "none"}})
 
-    def test_views_need_read_and_requests_need_write(self, run, jp_fetch, jp_ws_fetch):  # type: ignore[no-untyped-def]
+    def test_views_need_read_and_requests_need_write(self, run, jp_fetch, jp_ws_fetch):
         for route in ("allocation", "topology", "usage"):
             assert run(jp_fetch("vgpu", "api", route)).code == 200
         run(jp_ws_fetch("vgpu", "api", "usage", "stream")).close()

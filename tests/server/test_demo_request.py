@@ -13,12 +13,12 @@ from simkube.waiting import wait_for
 pytestmark = pytest.mark.slow
 
 
-def test_request_in_the_demo_moves_the_lab_to_the_new_share(tmp_path):  # type: ignore[no-untyped-def]
+def test_request_in_the_demo_moves_the_lab_to_the_new_share(tmp_path):
     from vgpu_plugin.demo.lab import Demo, DemoOptions
 
     demo = Demo(DemoOptions(neighbours=False, root_dir=str(tmp_path)), say=lambda message: None).start()
 
-    def api(path, method="GET", body=None):  # type: ignore[no-untyped-def]
+    def api(path, method="GET", body=None):
         request = urllib.request.Request(demo.server_url + "vgpu/api/" + path, method=method,
                                          data=None if body is None else json.dumps(body).encode(),
                                          headers={"Authorization": f"token {demo.token}"})
@@ -33,7 +33,7 @@ def test_request_in_the_demo_moves_the_lab_to_the_new_share(tmp_path):  # type: 
                          interval=0.2, what="the request to leave pending")
         assert state["state"] == "scheduled" and state["message"].startswith("pod notebook-v2 was scheduled on ")
 
-        def new_lab():  # type: ignore[no-untyped-def]
+        def new_lab():
             try:  # the old lab goes away; the new pod's lab answers on the same URL and token
                 after = api("allocation")["allocation"]
             except (urllib.error.URLError, OSError, ValueError):

@@ -18,7 +18,7 @@ REFERENCE = (DOCS / "configuration.md").read_text()
 
 
 @pytest.mark.parametrize("cls", [VGPUSettings, VGPUExtension, VGPUMagics])
-def test_every_setting_is_documented_with_its_default(cls):  # type: ignore[no-untyped-def]
+def test_every_setting_is_documented_with_its_default(cls):
     rows = dict(re.findall(rf"^\| `c\.{cls.__name__}\.(\w+)` \| `([^`]*)` \|", REFERENCE, re.MULTILINE))
     traits = cls.class_own_traits(config=True)
     assert set(rows) == set(traits)
@@ -26,6 +26,6 @@ def test_every_setting_is_documented_with_its_default(cls):  # type: ignore[no-u
         assert default == repr(traits[name].default_value).replace("'", '"'), name
 
 
-def test_documented_magic_commands_exist():  # type: ignore[no-untyped-def]
+def test_documented_magic_commands_exist():
     for command in set(re.findall(r"^%vgpu (\w+)", DOC, re.MULTILINE)):
         assert f"%vgpu {command}" in USAGE, command

@@ -75,7 +75,7 @@ c.JupyterHub.load_roles = [{{"name": "test-admin", "scopes": ["admin:users", "ad
             [sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=tmp, env=env,
             stdout=self.log, stderr=subprocess.STDOUT)
 
-    def call(self, method: str, path: str, body=None, token: str = ADMIN):  # type: ignore[no-untyped-def]
+    def call(self, method: str, path: str, body=None, token: str = ADMIN):
         request = urllib.request.Request(self.api + path, method=method,
                                          data=None if body is None else json.dumps(body).encode(),
                                          headers={"Authorization": f"token {token}"})
@@ -86,8 +86,8 @@ c.JupyterHub.load_roles = [{{"name": "test-admin", "scopes": ["admin:users", "ad
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode()
 
-    def wait(self, condition, what: str, timeout: float = 120):  # type: ignore[no-untyped-def]
-        def while_running():  # type: ignore[no-untyped-def]
+    def wait(self, condition, what: str, timeout: float = 120):
+        def while_running():
             if self.process.poll() is not None:
                 raise AssertionError("JupyterHub exited:\n" + (self.tmp / "hub.log").read_text()[-3000:])
             return condition()
@@ -98,7 +98,7 @@ c.JupyterHub.load_roles = [{{"name": "test-admin", "scopes": ["admin:users", "ad
             raise AssertionError(f"{error}:\n" + (self.tmp / "hub.log").read_text()[-3000:]) from None
 
     def ready(self) -> None:
-        def up():  # type: ignore[no-untyped-def]
+        def up():
             try:
                 return self.call("GET", "/")[0] == 200
             except OSError:
@@ -135,7 +135,7 @@ c.JupyterHub.load_roles = [{{"name": "test-admin", "scopes": ["admin:users", "ad
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory):  # type: ignore[no-untyped-def]
+def hub(tmp_path_factory):
     hub = Hub(tmp_path_factory.mktemp("hub"))
     try:
         hub.ready()
@@ -144,14 +144,14 @@ def hub(tmp_path_factory):  # type: ignore[no-untyped-def]
         hub.stop()
 
 
-def new_server_env(hub, token):  # type: ignore[no-untyped-def]
+def new_server_env(hub, token):
     """What the restarted server sees: its new token, and the share as VGPU_* env."""
     return {"JUPYTERHUB_API_URL": hub.api, "JUPYTERHUB_API_TOKEN": token, "JUPYTERHUB_USER": "alice",
             contract.ENV_CORES: "30", contract.ENV_MEMORY_MIB: "8192", contract.ENV_NODE: "gpu-a",
             contract.ENV_DEVICE_INDICES: "1", contract.ENV_DEVICE_UUIDS: "GPU-1111"}
 
 
-def test_request_restarts_the_server_and_the_new_server_reads_the_outcome(hub):  # type: ignore[no-untyped-def]
+def test_request_restarts_the_server_and_the_new_server_reads_the_outcome(hub):
     old_token = hub.start_server({"image": "kept"})
     before = len(hub.spawns())
     tracker = RequestTracker(HubRequester.from_environ(
@@ -175,7 +175,7 @@ def test_request_restarts_the_server_and_the_new_server_reads_the_outcome(hub): 
     assert restarted.get(latest.id).state == "scheduled"
 
 
-def test_a_share_that_does_not_start_is_reported_after_the_fallback(hub):  # type: ignore[no-untyped-def]
+def test_a_share_that_does_not_start_is_reported_after_the_fallback(hub):
     hub.start_server({contract.HUB_OPTION_CORES: 25, contract.HUB_OPTION_MEMORY_UNITS: 16})
     before = len(hub.spawns())
     token = hub.spawns()[-1]["token"]
@@ -187,7 +187,7 @@ def test_a_share_that_does_not_start_is_reported_after_the_fallback(hub):  # typ
     assert hub.server()["user_options"][contract.HUB_OPTION_CORES] == 25
 
 
-def test_over_the_limit_is_refused_before_anything_stops(hub):  # type: ignore[no-untyped-def]
+def test_over_the_limit_is_refused_before_anything_stops(hub):
     token = hub.start_server()
     started = hub.server()["started"]
     outcome = HubRequester(hub.api, token, "alice").request(100, 0, lambda m: None)
@@ -195,7 +195,7 @@ def test_over_the_limit_is_refused_before_anything_stops(hub):  # type: ignore[n
     assert hub.server()["started"] == started
 
 
-def test_a_token_without_the_scope_is_told_what_to_grant(hub):  # type: ignore[no-untyped-def]
+def test_a_token_without_the_scope_is_told_what_to_grant(hub):
     hub.start_server()
     status, body = hub.call("POST", "/users/alice/tokens", {"scopes": ["read:users:name!user=alice"]})
     assert status == 201, body
@@ -204,7 +204,7 @@ def test_a_token_without_the_scope_is_told_what_to_grant(hub):  # type: ignore[n
     assert "VGPUHub(config=c).configure(c)" in outcome.message
 
 
-def test_a_hub_without_jupyter_vgpu_is_explained(tmp_path):  # type: ignore[no-untyped-def]
+def test_a_hub_without_jupyter_vgpu_is_explained(tmp_path):
     plain = Hub(tmp_path, vgpu=False)
     try:
         plain.ready()
@@ -219,7 +219,7 @@ class TestRestartedServerAPI:
     """Through the REST API: the server that comes back from a Hub restart serves the outcome."""
 
     @pytest.fixture
-    def vgpu_config(self, hub, monkeypatch):  # type: ignore[no-untyped-def]
+    def vgpu_config(self, hub, monkeypatch):
         old_token = hub.start_server()
         before = len(hub.spawns())
         assert HubRequester(hub.api, old_token, "alice", poll_interval=0.2).request(
@@ -229,8 +229,8 @@ class TestRestartedServerAPI:
             monkeypatch.setenv(key, value)
         return {"source": "none", "requester": "jupyterhub"}
 
-    def test_get_requests_returns_the_hubs_outcome(self, run, jp_fetch):  # type: ignore[no-untyped-def]
-        def final():  # type: ignore[no-untyped-def]
+    def test_get_requests_returns_the_hubs_outcome(self, run, jp_fetch):
+        def final():
             body = json.loads(run(jp_fetch("vgpu", "api", "requests")).body)
             return body if body["state"] != "pending" else None
 

@@ -18,12 +18,12 @@ from jupyter_vgpu.sources.base import SourceSettings  # noqa: E402
 from jupyter_vgpu.sources.local_nvml import LocalGPUSource  # noqa: E402
 
 
-def source(module, environ):  # type: ignore[no-untyped-def]
+def source(module, environ):
     return LocalGPUSource(SourceSettings(source="local-nvml", environ=environ,
                                          backend_factory=lambda: NVMLBackend(library=module)))
 
 
-def test_visible_cards_by_uuid_with_topology_and_usage():  # type: ignore[no-untyped-def]
+def test_visible_cards_by_uuid_with_topology_and_usage():
     cards = fake_pynvml.default_cards()
     cards[1].used_mib, cards[1].utilization, cards[1].processes = 5000, 40, {77: 5000}
     facts = source(fake_pynvml.make_module(cards=cards), {contract.ENV_NVIDIA_VISIBLE_DEVICES: cards[1].uuid})
@@ -38,7 +38,7 @@ def test_visible_cards_by_uuid_with_topology_and_usage():  # type: ignore[no-unt
 
 
 @pytest.mark.parametrize("error", [fake_pynvml.NVML_ERROR_DRIVER_NOT_LOADED, fake_pynvml.NVML_ERROR_LIBRARY_NOT_FOUND])
-def test_no_driver_is_an_empty_state(error):  # type: ignore[no-untyped-def]
+def test_no_driver_is_an_empty_state(error):
     facts = source(fake_pynvml.make_module(init_error=error), {})
     for answer in (facts.allocation(), facts.topology(), facts.usage()):
         assert answer["state"] == "none" and answer["message"].startswith("no local NVIDIA GPU:")

@@ -25,17 +25,17 @@ from jupyter_vgpu.sources.gpu_manager import VcudaConfig, encode_vcuda_config
 ROUTES = ("allocation", "topology", "usage", "requests")
 
 
-def get(run, jp_fetch, *parts, **params):  # type: ignore[no-untyped-def]
+def get(run, jp_fetch, *parts, **params):
     return as_json(run(jp_fetch("vgpu", "api", *parts, params=params or None)))
 
 
-def test_base_url_has_escapes(run, jp_fetch, jp_base_url):  # type: ignore[no-untyped-def]
+def test_base_url_has_escapes(run, jp_fetch, jp_base_url):
     assert "%40" in jp_base_url  # the rest of this module runs under it
     response = run(jp_fetch("vgpu", "api", "allocation"))
     assert response.effective_url.split("?")[0].endswith("/a%40b/vgpu/api/allocation")
 
 
-def test_no_vgpu_is_a_helpful_empty_state(run, jp_fetch):  # type: ignore[no-untyped-def]
+def test_no_vgpu_is_a_helpful_empty_state(run, jp_fetch):
     allocation = get(run, jp_fetch, "allocation")
     assert allocation["state"] == "none" and allocation["source"] == "none"
     assert allocation["allocation"] is None
@@ -45,10 +45,10 @@ def test_no_vgpu_is_a_helpful_empty_state(run, jp_fetch):  # type: ignore[no-unt
     assert usage["state"] == "none" and usage["current"] is None and usage["history"] == []
 
 
-def test_unauthenticated_requests_are_refused(run, jp_fetch, jp_base_url, jp_http_port):  # type: ignore[no-untyped-def]
+def test_unauthenticated_requests_are_refused(run, jp_fetch, jp_base_url, jp_http_port):
     base = f"http://127.0.0.1:{jp_http_port}{jp_base_url}vgpu/api/"
 
-    async def fetch(path, method):  # type: ignore[no-untyped-def]
+    async def fetch(path, method):
         body = json.dumps({"cores": 25, "memory": "4GiB"}) if method == "POST" else None
         return await tornado.httpclient.AsyncHTTPClient().fetch(base + path, method=method, body=body,
                                                                 raise_error=False)
@@ -66,7 +66,7 @@ def test_unauthenticated_requests_are_refused(run, jp_fetch, jp_base_url, jp_htt
 
 
 @pytest.fixture
-def node_env(monkeypatch, real_node):  # type: ignore[no-untyped-def]
+def node_env(monkeypatch, real_node):
     real_node.add_notebook("jupyter-eve", card=2, cores=50, memory_units=40)  # a neighbour on the same card
     env = real_node.add_notebook("jupyter-alice", card=2, cores=25, memory_units=40)
     for key, value in env.items():
@@ -74,21 +74,21 @@ def node_env(monkeypatch, real_node):  # type: ignore[no-untyped-def]
     return env
 
 
-def wait_live(run, jp_fetch):  # type: ignore[no-untyped-def]
+def wait_live(run, jp_fetch):
     return wait_for(lambda: (u := get(run, jp_fetch, "usage", history="60"))["state"] == "live" and u["current"]
                     and u["current"]["memoryUsedMib"] > 0 and u, timeout=60, interval=0.1, what="live usage")
 
 
 class TestNodeAPI:
     @pytest.fixture
-    def vgpu_config(self, node_env):  # type: ignore[no-untyped-def]
+    def vgpu_config(self, node_env):
         return {"source": "auto"}
 
     @pytest.fixture
-    def vgpu_extension_config(self):  # type: ignore[no-untyped-def]
+    def vgpu_extension_config(self):
         return {"stream_interval": 0.2}
 
-    def test_allocation_is_what_the_device_plugin_gave(self, run, jp_fetch, node_env):  # type: ignore[no-untyped-def]
+    def test_allocation_is_what_the_device_plugin_gave(self, run, jp_fetch, node_env):
         answer = get(run, jp_fetch, "allocation")
         assert answer["state"] == "allocated" and answer["source"] == "node-api" and answer["message"] is None
         allocation = answer["allocation"]
@@ -97,7 +97,7 @@ class TestNodeAPI:
         [card] = allocation["cards"]
         assert (card["index"], card["uuid"], card["memoryTotalMib"]) == (2, node_env[contract.ENV_DEVICE_UUIDS], 40960)
 
-    def test_topology_shows_neighbours_only_as_counts(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+    def test_topology_shows_neighbours_only_as_counts(self, run, jp_fetch):
         wait_live(run, jp_fetch)
         answer = get(run, jp_fetch, "topology")
         assert answer["state"] == "available"
@@ -107,11 +107,11 @@ class TestNodeAPI:
         assert card["mine"] and card["allocatedCores"] == 75 and card["tenants"] == 1
         assert "jupyter-eve" not in json.dumps(topology)
 
-    def test_usage_changes_over_time(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+    def test_usage_changes_over_time(self, run, jp_fetch):
         first = wait_live(run, jp_fetch)
         assert first["limits"] == {"cores": 25, "memoryMib": 10240} and first["periodSeconds"] == 0.2
 
-        def changed():  # type: ignore[no-untyped-def]
+        def changed():
             later = get(run, jp_fetch, "usage", history="60")
             return later if later["current"]["t"] > first["current"]["t"] and (
                 later["current"]["memoryUsedMib"], later["current"]["utilizationPercent"]) != (
@@ -120,22 +120,22 @@ class TestNodeAPI:
         later = wait_for(changed, timeout=60, interval=0.2, what="usage to change")
         assert later["history"] and 0 < later["current"]["memoryUsedMib"] <= 10240
 
-    def test_stale_samples_are_a_state(self, run, jp_fetch, real_node):  # type: ignore[no-untyped-def]
+    def test_stale_samples_are_a_state(self, run, jp_fetch, real_node):
         wait_live(run, jp_fetch)
         real_node.server.sampler.stop()
         usage = wait_for(lambda: (u := get(run, jp_fetch, "usage"))["state"] == "stale" and u, timeout=60,
                          interval=0.2, what="stale usage")
         assert usage["message"]
 
-    def test_bad_history_is_a_400(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+    def test_bad_history_is_a_400(self, run, jp_fetch):
         with pytest.raises(tornado.httpclient.HTTPClientError) as error:
             run(jp_fetch("vgpu", "api", "usage", params={"history": "lots"}))
         assert error.value.code == 400
 
-    def test_usage_stream_sends_samples(self, run, jp_fetch, jp_ws_fetch):  # type: ignore[no-untyped-def]
+    def test_usage_stream_sends_samples(self, run, jp_fetch, jp_ws_fetch):
         wait_live(run, jp_fetch)
 
-        async def two_messages():  # type: ignore[no-untyped-def]
+        async def two_messages():
             ws = await jp_ws_fetch("vgpu", "api", "usage", "stream")
             first = json.loads(await asyncio.wait_for(ws.read_message(), 30))
             second = first
@@ -153,14 +153,14 @@ class TestNodeAPI:
 
 class TestSlowNodeAPI:
     @pytest.fixture
-    def vgpu_config(self, monkeypatch, peers):  # type: ignore[no-untyped-def]
+    def vgpu_config(self, monkeypatch, peers):
         monkeypatch.setenv(contract.ENV_METRICS_URL, peers["url"])
         monkeypatch.setenv(contract.ENV_TOKEN, TOKEN)
         peers["delay"] = 2.0
         return {"source": "node-api"}
 
-    def test_slow_node_api_does_not_block_the_server(self, run, jp_fetch):  # type: ignore[no-untyped-def]
-        async def both():  # type: ignore[no-untyped-def]
+    def test_slow_node_api_does_not_block_the_server(self, run, jp_fetch):
+        async def both():
             slow = asyncio.ensure_future(jp_fetch("vgpu", "api", "allocation"))
             await asyncio.sleep(0.2)
             started = time.monotonic()
@@ -174,13 +174,13 @@ class TestSlowNodeAPI:
 
 class TestNodeAPICutOff:
     @pytest.fixture
-    def vgpu_config(self, monkeypatch, peers):  # type: ignore[no-untyped-def]
+    def vgpu_config(self, monkeypatch, peers):
         monkeypatch.setenv(contract.ENV_METRICS_URL, peers["url"])
         monkeypatch.setenv(contract.ENV_TOKEN, TOKEN)
         peers["cut"] = True
         return {"source": "node-api"}
 
-    def test_a_peer_dying_mid_answer_is_unreachable(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+    def test_a_peer_dying_mid_answer_is_unreachable(self, run, jp_fetch):
         for route in ("allocation", "usage", "topology"):
             answer = get(run, jp_fetch, route)
             assert answer["state"] == "unreachable" and "is unreachable" in answer["message"], answer
@@ -188,11 +188,11 @@ class TestNodeAPICutOff:
 
 class TestNodeAPIUnreachable:
     @pytest.fixture
-    def vgpu_config(self, node_env, monkeypatch):  # type: ignore[no-untyped-def]
+    def vgpu_config(self, node_env, monkeypatch):
         monkeypatch.setenv(contract.ENV_METRICS_URL, closed_port_url())
         return {"source": "node-api", "timeout": 2.0}
 
-    def test_unreachable_is_a_state_not_an_error(self, run, jp_fetch, node_env):  # type: ignore[no-untyped-def]
+    def test_unreachable_is_a_state_not_an_error(self, run, jp_fetch, node_env):
         allocation = get(run, jp_fetch, "allocation")
         assert allocation["state"] == "unreachable" and "unreachable" in allocation["message"]
         # what the device plugin put in the environment is still shown
@@ -205,11 +205,11 @@ class TestNodeAPIUnreachable:
 
 class TestNodeAPIRefusesToken:
     @pytest.fixture
-    def vgpu_config(self, node_env, monkeypatch, real_node):  # type: ignore[no-untyped-def]
+    def vgpu_config(self, node_env, monkeypatch, real_node):
         monkeypatch.setenv(contract.ENV_TOKEN, real_node.minter.mint("an-allocation-that-is-gone"))
         return {"source": "auto"}
 
-    def test_refused_token_says_so(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+    def test_refused_token_says_so(self, run, jp_fetch):
         allocation = get(run, jp_fetch, "allocation")
         assert allocation["state"] == "unreachable" and "refused this pod's read token (HTTP 403" in allocation["message"]
 
@@ -219,7 +219,7 @@ class TestNodeAPIRefusesToken:
 
 class TestGpuManager:
     @pytest.fixture
-    def real_node(self, tmp_path):  # type: ignore[no-untyped-def]
+    def real_node(self, tmp_path):
         """gpu-manager serves /metric to anyone; the stand-in's scrape port does so with tokens off."""
         from server_node_support import RealNode
 
@@ -228,7 +228,7 @@ class TestGpuManager:
         node.stop()
 
     @pytest.fixture
-    def vgpu_config(self, real_node, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    def vgpu_config(self, real_node, tmp_path, monkeypatch):
         real_node.add_notebook("jupyter-bob", card=3, cores=30, memory_units=32)
         config_dir = tmp_path / "vcuda" / "0123abcd"
         config_dir.mkdir(parents=True)
@@ -241,7 +241,7 @@ class TestGpuManager:
         return {"source": "auto", "vcuda_config_dir": str(tmp_path / "vcuda"),
                 "gpu_manager_metric_url": real_node.server.scrape_url + "/metric"}
 
-    def test_gpu_manager_limits_and_usage(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+    def test_gpu_manager_limits_and_usage(self, run, jp_fetch):
         allocation = get(run, jp_fetch, "allocation")
         assert allocation["state"] == "allocated" and allocation["source"] == "gpu-manager"
         body = allocation["allocation"]
@@ -259,11 +259,11 @@ class TestGpuManager:
 
 class TestLocalGPUs:
     @pytest.fixture
-    def vgpu_config(self, monkeypatch):  # type: ignore[no-untyped-def]
+    def vgpu_config(self, monkeypatch):
         monkeypatch.setenv(contract.ENV_NVIDIA_VISIBLE_DEVICES, "1,2")
         return {"source": "auto", "local_backend": f"simulated:{TOPOLOGY_DIR / 'a100-sxm-4gpu-nv4.txt'}"}
 
-    def test_visible_cards_topology_usage(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+    def test_visible_cards_topology_usage(self, run, jp_fetch):
         allocation = get(run, jp_fetch, "allocation")
         assert allocation["source"] == "local-nvml" and allocation["state"] == "allocated"
         assert [c["index"] for c in allocation["allocation"]["cards"]] == [1, 2]
@@ -278,8 +278,8 @@ class TestLocalGPUs:
 # --- share requests ----------------------------------------------------------------------------
 
 
-def test_requests_validate_and_explain(run, jp_fetch):  # type: ignore[no-untyped-def]
-    def post(body):  # type: ignore[no-untyped-def]
+def test_requests_validate_and_explain(run, jp_fetch):
+    def post(body):
         return run(jp_fetch("vgpu", "api", "requests", method="POST", body=json.dumps(body), raise_error=False))
 
     for body, words in [({"cores": 25}, "needs vcuda-memory"), ({"cores": 150, "memory": 4}, "did you mean 100 or 200"),
@@ -307,9 +307,9 @@ def test_requests_validate_and_explain(run, jp_fetch):  # type: ignore[no-untype
 
 class TestMisconfigured:
     @pytest.fixture
-    def vgpu_config(self):  # type: ignore[no-untyped-def]
+    def vgpu_config(self):
         return {"source": "local-nvml", "local_backend": "cuda-magic"}
 
-    def test_a_bad_setting_is_shown_not_fatal(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+    def test_a_bad_setting_is_shown_not_fatal(self, run, jp_fetch):
         answer = get(run, jp_fetch, "allocation")
         assert answer["state"] == "none" and "jupyter-vgpu is misconfigured: local backend 'cuda-magic'" in answer["message"]

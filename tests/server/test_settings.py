@@ -29,17 +29,17 @@ class FixedSource(FactSource):
     def __init__(self, settings: SourceSettings) -> None:
         self.timeout = settings.timeout
 
-    def allocation(self):  # type: ignore[no-untyped-def]
+    def allocation(self):
         return allocation_answer("none", self.name, None, "fixed")
 
-    def topology(self):  # type: ignore[no-untyped-def]
+    def topology(self):
         return {}
 
-    def usage(self, history_seconds: float = 0):  # type: ignore[no-untyped-def]
+    def usage(self, history_seconds: float = 0):
         return {}
 
 
-def settings_of(config: dict) -> VGPUSettings:  # type: ignore[type-arg]
+def settings_of(config: dict) -> VGPUSettings:
     return Owner(config=Config(config)).make_vgpu_settings()
 
 
@@ -50,14 +50,14 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def test_settings_apply_to_every_owner_and_one_owner_can_differ():  # type: ignore[no-untyped-def]
+def test_settings_apply_to_every_owner_and_one_owner_can_differ():
     config = {"VGPUSettings": {"source": "none", "timeout": 2.0}, "Owner": {"VGPUSettings": {"timeout": 7.0}}}
     settings = settings_of(config)
     assert (settings.source, settings.timeout) == ("none", 7.0)
     assert VGPUSettings(config=Config(config)).timeout == 2.0
 
 
-def test_former_names_are_forwarded_with_a_warning_and_lose_to_the_new_ones(caplog):  # type: ignore[no-untyped-def]
+def test_former_names_are_forwarded_with_a_warning_and_lose_to_the_new_ones(caplog):
     with caplog.at_level(logging.WARNING):
         settings = settings_of({"Owner": {"source": "gpu-manager", "timeout": "3.5", "token": "t"},
                                 "VGPUSettings": {"token": "new"}})
@@ -67,7 +67,7 @@ def test_former_names_are_forwarded_with_a_warning_and_lose_to_the_new_ones(capl
     assert "c.Owner.timeout is deprecated" in said and "c.Owner.token" not in said
 
 
-def test_former_requester_names(caplog):  # type: ignore[no-untyped-def]
+def test_former_requester_names(caplog):
     assert settings_of({"Owner": {"requester": "none"}}).requester_class is None
     assert settings_of({"Owner": {"requester": "jupyterhub"}}).requester_class is HubRequester
     with caplog.at_level(logging.ERROR):
@@ -76,7 +76,7 @@ def test_former_requester_names(caplog):  # type: ignore[no-untyped-def]
     assert "vgpu_plugin.demo.requester.KubeRecreateRequester" in caplog.text
 
 
-def test_source_class_plugs_in_a_source_from_an_import_string():  # type: ignore[no-untyped-def]
+def test_source_class_plugs_in_a_source_from_an_import_string():
     settings = settings_of({"VGPUSettings": {"source_class": f"{__name__}.FixedSource", "timeout": 9.0}})
     source = settings.make_source()
     assert isinstance(source, FixedSource) and source.timeout == 9.0
@@ -85,7 +85,7 @@ def test_source_class_plugs_in_a_source_from_an_import_string():  # type: ignore
         settings_of({"VGPUSettings": {"source_class": "jupyter_vgpu.requesters.hub.HubRequester"}})
 
 
-def test_the_requester_class_and_why_a_request_cannot_be_made(monkeypatch):  # type: ignore[no-untyped-def]
+def test_the_requester_class_and_why_a_request_cannot_be_made(monkeypatch):
     assert settings_of({}).make_tracker().unavailable_reason == NOT_UNDER_HUB
     assert settings_of({"VGPUSettings": {"requester_class": None}}).make_tracker().unavailable_reason == TURNED_OFF
     monkeypatch.setenv("JUPYTERHUB_API_URL", "http://127.0.0.1:1/hub/api")
@@ -99,7 +99,7 @@ def test_the_requester_class_and_why_a_request_cannot_be_made(monkeypatch):  # t
     assert settings_of({}).make_tracker().unavailable_reason == TURNED_OFF
 
 
-def test_the_server_passes_its_choices_on_to_its_kernels(monkeypatch):  # type: ignore[no-untyped-def]
+def test_the_server_passes_its_choices_on_to_its_kernels(monkeypatch):
     settings_of({"VGPUSettings": {"source": "node-api", "requester_class": None}}).pass_on_to_kernels()
     assert os.environ[contract.ENV_NOTEBOOK_SOURCE] == "node-api"
     assert os.environ[contract.ENV_NOTEBOOK_REQUESTER] == "none"

@@ -23,14 +23,14 @@ KUBE_REQUESTER = "vgpu_plugin.demo.requester.KubeRecreateRequester"
 
 
 @pytest.fixture(scope="module")
-def cluster():  # type: ignore[no-untyped-def]
+def cluster():
     from vgpu_plugin.demo.cluster import NodeSpec, SimCluster
 
     with SimCluster([NodeSpec("gpu-a", "a100-sxm-4gpu-nv4.txt")], metrics_period=0.2) as sim:
         yield sim
 
 
-def start_notebook(cluster, name, cores, memory):  # type: ignore[no-untyped-def]
+def start_notebook(cluster, name, cores, memory):
     cluster.create_notebook_pod(name, cores=cores, memory=memory)
     pod = cluster.wait_for_pod("default", name)
     pod = cluster.wait_for(lambda: (p := cluster.read_pod("default", name))["metadata"]["annotations"].get(
@@ -41,14 +41,14 @@ def start_notebook(cluster, name, cores, memory):  # type: ignore[no-untyped-def
 
 
 @pytest.fixture
-def in_pod(monkeypatch):  # type: ignore[no-untyped-def]
-    def enter(env):  # type: ignore[no-untyped-def]
+def in_pod(monkeypatch):
+    def enter(env):
         for key, value in env.items():
             monkeypatch.setenv(key, value)
     return enter
 
 
-def shell_run(line):  # type: ignore[no-untyped-def]
+def shell_run(line):
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
@@ -60,24 +60,24 @@ def shell_run(line):  # type: ignore[no-untyped-def]
     return captured.stdout, ip
 
 
-def unload(ip):  # type: ignore[no-untyped-def]
+def unload(ip):
     if "jupyter_vgpu" in ip.extension_manager.loaded:
         ip.run_line_magic("unload_ext", "jupyter_vgpu")
 
 
 @pytest.fixture(scope="module")
-def alice(cluster):  # type: ignore[no-untyped-def]
+def alice(cluster):
     return start_notebook(cluster, "alice", 25, "8GiB")
 
 
 class TestAllocationAndUsage:
     @pytest.fixture
-    def vgpu_config(self, alice, in_pod):  # type: ignore[no-untyped-def]
+    def vgpu_config(self, alice, in_pod):
         self.env, self.record = alice
         in_pod(self.env)
         return {"source": "auto"}
 
-    def test_api_and_magic_report_the_device_plugins_allocation(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+    def test_api_and_magic_report_the_device_plugins_allocation(self, run, jp_fetch):
         [share] = self.record.containers[0].cards
         answer = as_json(run(jp_fetch("vgpu", "api", "allocation")))
         assert answer["state"] == "allocated" and answer["source"] == "node-api"
@@ -98,7 +98,7 @@ class TestAllocationAndUsage:
         topology = as_json(run(jp_fetch("vgpu", "api", "topology")))["topology"]
         assert [g["index"] for g in topology["gpus"] if g["mine"]] == [share.index]
 
-    def test_usage_changes_over_time_in_api_and_magic(self, run, jp_fetch):  # type: ignore[no-untyped-def]
+    def test_usage_changes_over_time_in_api_and_magic(self, run, jp_fetch):
         seen = set()
 
         def three_readings() -> bool:
@@ -115,10 +115,10 @@ class TestAllocationAndUsage:
         assert "usage (live)" in out and "of 8 GiB" in out
 
 
-def wait_request(run, jp_fetch, request_id, timeout=120):  # type: ignore[no-untyped-def]
+def wait_request(run, jp_fetch, request_id, timeout=120):
     messages = []
 
-    def settled():  # type: ignore[no-untyped-def]
+    def settled():
         state = as_json(run(jp_fetch("vgpu", "api", "requests", request_id)))
         if not messages or messages[-1] != state["message"]:
             messages.append(state["message"])
@@ -129,13 +129,13 @@ def wait_request(run, jp_fetch, request_id, timeout=120):  # type: ignore[no-unt
 
 class TestShareRequests:
     @pytest.fixture
-    def vgpu_config(self, cluster, in_pod, monkeypatch):  # type: ignore[no-untyped-def]
+    def vgpu_config(self, cluster, in_pod, monkeypatch):
         env, _ = start_notebook(cluster, "bob", 25, "4GiB")
         in_pod(env)
         monkeypatch.setenv(contract.ENV_NOTEBOOK_KUBECONFIG, cluster.kubeconfig)
         return {"source": "auto", "requester_class": KUBE_REQUESTER}
 
-    def test_request_recreates_the_pod_with_the_new_share(self, run, jp_fetch, cluster):  # type: ignore[no-untyped-def]
+    def test_request_recreates_the_pod_with_the_new_share(self, run, jp_fetch, cluster):
         accepted = run(jp_fetch("vgpu", "api", "requests", method="POST",
                                 body=json.dumps({"cores": 50, "memory": "8GiB"})))
         assert accepted.code == 202
@@ -166,7 +166,7 @@ class TestShareRequests:
         assert (recovered.id, recovered.state, recovered.message) == ("pod-bob-v2", "scheduled", final["message"])
         assert recovered.cards == final["cards"] and recovered.progress[0] == "re-created from pod bob"
 
-    def test_release_recreates_the_pod_without_a_gpu(self, cluster, in_pod, monkeypatch):  # type: ignore[no-untyped-def]
+    def test_release_recreates_the_pod_without_a_gpu(self, cluster, in_pod, monkeypatch):
         env, _ = start_notebook(cluster, "dave", 10, "2GiB")
         in_pod(env)
         monkeypatch.setenv(contract.ENV_NOTEBOOK_KUBECONFIG, cluster.kubeconfig)
@@ -178,7 +178,7 @@ class TestShareRequests:
         assert not set(limits) & set(contract.DEFAULT_NAMES.resources)
         cluster.wait_for(lambda: cluster.read_pod("default", "dave") is None, what="the old pod to be deleted")
 
-    def test_an_impossible_request_says_why_and_keeps_the_old_pod(self, cluster, in_pod, monkeypatch):  # type: ignore[no-untyped-def]
+    def test_an_impossible_request_says_why_and_keeps_the_old_pod(self, cluster, in_pod, monkeypatch):
         env, _ = start_notebook(cluster, "carol", 10, "2GiB")
         in_pod(env)
         monkeypatch.setenv(contract.ENV_NOTEBOOK_KUBECONFIG, cluster.kubeconfig)

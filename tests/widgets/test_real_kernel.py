@@ -15,7 +15,7 @@ FIXTURE = TOPOLOGY_DIR / "a100-sxm-4gpu-nv4.txt"
 
 
 @pytest.fixture
-def kernel():  # type: ignore[no-untyped-def]
+def kernel():
     from jupyter_client.manager import start_new_kernel
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VGPU_", "JUPYTERHUB_", "CUDA_"))}
@@ -28,11 +28,11 @@ def kernel():  # type: ignore[no-untyped-def]
         manager.shutdown_kernel(now=True)
 
 
-def execute(client, code, on_message=None, timeout=120):  # type: ignore[no-untyped-def]
+def execute(client, code, on_message=None, timeout=120):
     """Run a cell; every iopub message while it runs goes to on_message; returns the reply."""
     msg_id = client.execute(code)
 
-    def reply():  # type: ignore[no-untyped-def]
+    def reply():
         try:
             message = client.get_iopub_msg(timeout=0.1)
         except queue.Empty:
@@ -49,7 +49,7 @@ def execute(client, code, on_message=None, timeout=120):  # type: ignore[no-unty
     return wait_for(reply, timeout=timeout, interval=0, what="the cell to finish")
 
 
-def test_live_chart_updates_while_a_cell_runs_and_stops_when_closed(kernel):  # type: ignore[no-untyped-def]
+def test_live_chart_updates_while_a_cell_runs_and_stops_when_closed(kernel):
     execute(kernel, f'%config VGPUSettings.local_backend = "simulated:{FIXTURE}"\n%load_ext jupyter_vgpu')
     opened = []
     execute(kernel, "%vgpu watch --interval 0.2",
@@ -57,7 +57,7 @@ def test_live_chart_updates_while_a_cell_runs_and_stops_when_closed(kernel):  # 
     assert opened, "no widget was opened"
     updates = []
 
-    def during(message):  # type: ignore[no-untyped-def]
+    def during(message):
         if message["header"]["msg_type"] == "comm_msg" and message["content"]["data"].get("method") == "update":
             updates.append((time.monotonic(), message["content"]["data"]["state"]))
 

@@ -24,7 +24,7 @@ SHARE = {
 
 
 @pytest.fixture
-def gpus():  # type: ignore[no-untyped-def]
+def gpus():
     backend = SimulatedGPUs.from_fixture(TOPOLOGY_DIR / "a100-sxm-4gpu-nv4.txt", seed=7)
     backend.start_process(4242, 1, memory_limit_mib=8192, cores_limit=50, pattern="training")
     yield backend
@@ -32,17 +32,17 @@ def gpus():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def source(gpus, monkeypatch):  # type: ignore[no-untyped-def]
+def source(gpus, monkeypatch):
     monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "1")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return LocalGPUSource(SourceSettings(source="local-nvml", backend_factory=lambda: gpus))
 
 
-def widget_ids(widget):  # type: ignore[no-untyped-def]
+def widget_ids(widget):
     return [c.model_id for c in widget.children]
 
 
-def test_allocation_card_sends_share_bars(comms):  # type: ignore[no-untyped-def]
+def test_allocation_card_sends_share_bars(comms):
     card = AllocationCard(source=None, answer=SHARE)
     bars = [c for c in card.children if type(c).__name__ == "FloatProgress"]
     compute, memory = bars
@@ -58,7 +58,7 @@ def test_allocation_card_sends_share_bars(comms):  # type: ignore[no-untyped-def
     assert "25 % compute, 10 GiB memory" in text and "10 GiB of 40 GiB" in text and "GPU-2222" in text
 
 
-def test_empty_state_says_how_to_get_one(comms):  # type: ignore[no-untyped-def]
+def test_empty_state_says_how_to_get_one(comms):
     from jupyter_vgpu.sources.base import NoVGPUSource
 
     card = AllocationCard(NoVGPUSource())
@@ -66,7 +66,7 @@ def test_empty_state_says_how_to_get_one(comms):  # type: ignore[no-untyped-def]
     assert "%vgpu request" in repr(card)
 
 
-def test_topology_svg_highlights_yours_and_shows_others_anonymously(comms, source, gpus):  # type: ignore[no-untyped-def]
+def test_topology_svg_highlights_yours_and_shows_others_anonymously(comms, source, gpus):
     view = TopologyView(source)
     svg = comms.last(view.model_id, "value")
     assert svg.count('class="vgpu-card') == 4
@@ -77,7 +77,7 @@ def test_topology_svg_highlights_yours_and_shows_others_anonymously(comms, sourc
     assert "GPU 1" in text and "<- yours" in text
 
 
-def test_topology_view_of_a_share(comms):  # type: ignore[no-untyped-def]
+def test_topology_view_of_a_share(comms):
     topology = {"state": "available", "source": "node-api", "message": None, "topology": {
         "node": "n1", "links": [["X", "SYS"], ["SYS", "X"]],
         "tree": {"level": "ROOT", "gpus": [0, 1], "children": [{"level": "GPU", "gpus": [0], "children": []},
@@ -90,7 +90,7 @@ def test_topology_view_of_a_share(comms):  # type: ignore[no-untyped-def]
     assert "GPU 1 ✕" in svg  # unhealthy marked
 
 
-def test_usage_chart_updates_live_and_stops_when_closed(comms, source):  # type: ignore[no-untyped-def]
+def test_usage_chart_updates_live_and_stops_when_closed(comms, source):
     chart = UsageChart(source, interval=0.1, window=60)
     chart_id, svg_id = chart.model_id, chart.chart.model_id
     try:
@@ -107,7 +107,7 @@ def test_usage_chart_updates_live_and_stops_when_closed(comms, source):  # type:
     assert comms.closed(svg_id) and comms.closed(chart_id)
 
 
-def test_frontend_closing_the_comm_stops_polling(comms, source):  # type: ignore[no-untyped-def]
+def test_frontend_closing_the_comm_stops_polling(comms, source):
     chart = UsageChart(source, interval=0.05)
     assert chart.running
     chart.comm.handle_close({"content": {"data": {}}})  # what a frontend's comm_close triggers
@@ -115,7 +115,7 @@ def test_frontend_closing_the_comm_stops_polling(comms, source):  # type: ignore
     chart.close()
 
 
-def test_dashboard_combines_and_closes_everything(comms, source):  # type: ignore[no-untyped-def]
+def test_dashboard_combines_and_closes_everything(comms, source):
     board = Dashboard(source, interval=0.1)
     board_id = board.model_id
     try:
@@ -127,7 +127,7 @@ def test_dashboard_combines_and_closes_everything(comms, source):  # type: ignor
     assert not board.usage.running and comms.closed(board_id)
 
 
-def test_usage_svg_draws_limits():  # type: ignore[no-untyped-def]
+def test_usage_svg_draws_limits():
     history = [{"t": 100.0 + i, "memoryUsedMib": 1000 * i, "utilizationPercent": 10 * i} for i in range(5)]
     svg = render.usage_svg(history, {"cores": 25, "memoryMib": 4096})
     assert "vgpu-core-limit" in svg and "share 25 %" in svg and "of 4 GiB" in svg
@@ -135,7 +135,7 @@ def test_usage_svg_draws_limits():  # type: ignore[no-untyped-def]
     assert len(points) == 5 and points[0].startswith("28.0,") and points[-1].startswith("452.0,")
 
 
-def test_views_over_the_real_node_api(comms, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+def test_views_over_the_real_node_api(comms, tmp_path, monkeypatch):
     """The share bars and the highlighted card come from the node metrics server's answers."""
     import sys
 
