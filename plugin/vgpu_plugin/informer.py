@@ -55,6 +55,7 @@ class Informer:
         self._watch: Any = None
         self.resource_version: str | None = None
         self.relists = 0  # how many full lists it has made (1 after the first sync)
+        self.failures = 0  # how many list/watch attempts failed (API errors other than 410, connection errors)
         self.name = getattr(list_func, "__name__", "informer")
 
     # -- public API ----------------------------------------------------------------
@@ -112,12 +113,14 @@ class Informer:
                     continue
                 if self._stopping.is_set():
                     break
+                self.failures += 1
                 log.warning("%s: API error %s %s; retrying in %.1fs", self.name, error.status, error.reason, backoff)
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, self._backoff_max)
             except Exception as error:  # connection refused/reset, timeouts, malformed data
                 if self._stopping.is_set():
                     break
+                self.failures += 1
                 log.warning("%s: %s; retrying in %.1fs", self.name, error or type(error).__name__, backoff)
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, self._backoff_max)

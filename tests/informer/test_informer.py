@@ -101,7 +101,8 @@ def test_resumes_after_an_api_restart_without_relisting(kube, core_v1, informers
     # Changes made while the API is down (straight into the store) must arrive after it is back.
     kube.store.create(POD, "default", pod("two"))
     kube.store.delete(POD, "default", "one")
-    time.sleep(0.3)  # let the informer hit connection errors and back off
+    failed = informer.failures
+    wait_for(lambda: informer.failures > failed, timeout=30, what="the informer to meet the API down")
     kube.start()
 
     wait_for(lambda: names(informer) == ["two"], timeout=30, what="the changes made while the API was down")
