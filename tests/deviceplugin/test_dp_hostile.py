@@ -25,9 +25,9 @@ from deviceplugin_support import (
     make_node,
     place_pod,
     read_pod,
-    wait_for,
     wait_registered,
 )
+from simkube.waiting import wait_for
 from vgpu_plugin.deviceplugin.checkpoint import PodDeviceEntry, write_checkpoint
 from vgpu_plugin.tokens import TokenMinter, load_or_create_secret
 
@@ -65,7 +65,7 @@ def test_a_pod_forged_as_assigned_steals_no_allocate_identity_or_token(daemons, 
     wait_registered(peer)
     victim = place_pod(core_v1, gpus, "victim", [(Request(30, 10), (0,))], predicate_time=1_000)
     thief = create_forged_pod(core_v1, "thief", Request(30, 10), card=1, predicate_time=2_000)
-    wait_for(lambda: daemon.informer.get("default", "thief") and daemon.informer.get("default", "victim"))
+    wait_for(lambda: daemon.informer.get("default", "thief") and daemon.informer.get("default", "victim"), timeout=20)
 
     # kubelet admits the forged pod first: two containers wait for 30 cores, so the answer is a
     # guess and names nobody
@@ -94,7 +94,7 @@ def test_a_pod_forged_as_assigned_steals_no_allocate_identity_or_token(daemons, 
         record = PodAllocation.from_json(anns[NAMES.allocation])
         return record if record.containers[0].allocation_id else None
 
-    record = wait_for(victim_confirmed, what="the victim's record confirmed")
+    record = wait_for(victim_confirmed, what="the victim's record confirmed", timeout=20)
     assert record.containers[0].allocation_id == minter.verify(answer.envs[c.ENV_TOKEN])
     assert record.containers[0].allocation_id != minter.verify(stolen.envs[c.ENV_TOKEN])
     # the victim's record names the cards its container really runs on
@@ -113,7 +113,7 @@ def test_a_forged_assigned_pod_is_not_taken_for_served_when_the_daemon_restarts(
     write_checkpoint(first.checkpoint_path, [
         PodDeviceEntry(served["metadata"]["uid"], "c0", CORE, tuple(sorted(core_ids)), core.SerializeToString()),
         PodDeviceEntry(served["metadata"]["uid"], "c0", MEMORY, tuple(sorted(mem_ids)))], {})
-    wait_for(lambda: annotations(core_v1, "served").get(NAMES.gpu_assigned) == "true")
+    wait_for(lambda: annotations(core_v1, "served").get(NAMES.gpu_assigned) == "true", timeout=20)
     first.stop()
     place_pod(core_v1, gpus, "victim", [(Request(30, 10), (0,))], predicate_time=1_000)
     create_forged_pod(core_v1, "thief", Request(30, 10), card=1, predicate_time=2_000)
@@ -140,7 +140,7 @@ def test_a_forged_assigned_pod_with_unreadable_requests_is_a_rival_too(daemons, 
             "name": "c0", "image": "jupyter/base-notebook",
             "resources": {"limits": {NAMES.core_resource: "30", NAMES.memory_resource: "not-a-number"}}}]}},
         _preload_content=False)
-    wait_for(lambda: daemon.informer.get("default", "odd") and daemon.informer.get("default", "victim"))
+    wait_for(lambda: daemon.informer.get("default", "odd") and daemon.informer.get("default", "victim"), timeout=20)
     _, answer = peer.admit(CORE, 30, all_ids("core"))
     assert not POD_ENV & set(answer.envs)
 
@@ -177,7 +177,7 @@ def test_a_garbled_checkpoint_never_keeps_the_daemon_from_registering(daemons, p
     place_pod(core_v1, gpus, "a", [(Request(70, 20), (0,))])
     peer.admit(CORE, 70, all_ids("core"))
     peer.admit(MEMORY, 20, all_ids("memory"))
-    wait_for(lambda: annotations(core_v1, "a").get(NAMES.gpu_assigned) == "true")
+    wait_for(lambda: annotations(core_v1, "a").get(NAMES.gpu_assigned) == "true", timeout=20)
     first.stop()
     garbled_checkpoint(first.checkpoint_path, read_pod(core_v1, "a")["metadata"]["uid"], how)
 
@@ -203,9 +203,9 @@ def test_readiness_follows_registration_with_kubelet(daemons, plugin_dir, gpus, 
         assert daemon.wait_ready(10)
         assert readyz(daemon)[0] == 200
         kubelet.stop()  # kubelet went away: its socket is gone
-        wait_for(lambda: readyz(daemon)[0] == 503, what="not ready without kubelet")
+        wait_for(lambda: readyz(daemon)[0] == 503, what="not ready without kubelet", timeout=20)
         kubelet.start()
-        wait_for(lambda: readyz(daemon)[0] == 200, what="ready again once registered")
+        wait_for(lambda: readyz(daemon)[0] == 200, what="ready again once registered", timeout=20)
     finally:
         kubelet.stop()
 
