@@ -36,7 +36,7 @@ import asyncio
 import json
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
@@ -45,7 +45,9 @@ from jupyter_vgpu.core import contract
 from jupyter_vgpu.core.contract import Request, RequestError
 from jupyter_vgpu.hub.quantities import shown
 from jupyter_vgpu.hub.scopes import RESTART_SCOPE
-from jupyter_vgpu.hub.vgpuhub import VGPUHub
+
+if TYPE_CHECKING:  # the settings object is handed in by VGPUHub.configure, which imports this module
+    from jupyter_vgpu.hub.vgpuhub import VGPUHub
 
 RESTART_PATH = r"/api/vgpu/restart/([^/]+)/?([^/]*)"
 STATE_KEY = "jupyter_vgpu_restarts"  # tornado settings key: (user, server) -> latest record
