@@ -106,7 +106,9 @@ def start_lab(labextension: Path, env_extra: dict[str, str], workdir: Path,
         (workdir / "settings" / "jupyter-vgpu" / "plugin.jupyterlab-settings").write_text(json.dumps(vgpu_settings))
     # enabled here too: an editable install does not put the wheel's etc/jupyter file in place
     (workdir / "config" / "jupyter_server_config.json").write_text(
-        json.dumps({"ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}}}))
+        json.dumps({"ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}},
+                    # the simulated cluster's requester, as the demo configures it
+                    "VGPUSettings": {"requester_class": "vgpu_plugin.demo.requester.KubeRecreateRequester"}}))
     env = {key: value for key, value in os.environ.items()
            if key not in contract.VGPU_ENV_NAMES and not key.startswith(("JUPYTERHUB_", "JUPYTER_VGPU_"))}
     env.update({
