@@ -9,6 +9,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "server"))
 
+from server_node_support import real_node  # noqa: E402, F401 - the fixture
+
 from jupyter_vgpu.core import contract  # noqa: E402
 
 _ENV = (*contract.VGPU_ENV_NAMES, contract.ENV_NOTEBOOK_SOURCE, contract.ENV_NOTEBOOK_KUBECONFIG,
@@ -25,13 +27,6 @@ def clean_vgpu_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.fixture
-def real_node(tmp_path):
-    from server_node_support import RealNode
-
-    node = RealNode(tmp_path).start()
-    yield node
-    node.stop()
 
 
 @pytest.fixture

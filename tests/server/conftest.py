@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from pytest_jupyter.jupyter_server import *  # noqa: F403
 from pytest_jupyter.jupyter_server import jp_fetch as raw_jp_fetch  # noqa: F401 - wrapped below
+from server_node_support import real_node  # noqa: F401 - the fixture
 
 from jupyter_vgpu.core import contract
 
@@ -69,14 +70,6 @@ def peers(jp_asyncio_loop):
     server.stop()
 
 
-@pytest.fixture
-def real_node(tmp_path):
-    """The real node metrics server over simulated GPUs (see server_node_support.py)."""
-    from server_node_support import RealNode
-
-    node = RealNode(tmp_path).start()
-    yield node
-    node.stop()
 
 
 @pytest.fixture

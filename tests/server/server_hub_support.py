@@ -1,6 +1,6 @@
 """Pieces a real JupyterHub loads in the Hub tests (imported by the Hub process, not by pytest).
 
-``MemoryProxy`` keeps routes in memory (no configurable-http-proxy on this machine);
+The proxy is the Hub tests' ``null_proxy.MemoryProxy`` (tests/hub/hubfiles);
 ``RecordingSpawner`` serves a tiny HTTP endpoint inside the Hub's own event loop as the
 "single-user server" and appends every spawn's ``user_options`` and API token to a
 JSON-lines file, so the test can see exactly what a share request made the Hub start and
@@ -15,26 +15,8 @@ import os
 import tornado.httpserver
 import tornado.netutil
 import tornado.web
-from jupyterhub.proxy import Proxy
 from jupyterhub.spawner import Spawner
 from traitlets import Unicode
-
-
-class MemoryProxy(Proxy):
-    should_start = False
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.routes: dict = {}
-
-    async def add_route(self, routespec, target, data):
-        self.routes[routespec] = {"routespec": routespec, "target": target, "data": data}
-
-    async def delete_route(self, routespec):
-        self.routes.pop(routespec, None)
-
-    async def get_all_routes(self):
-        return dict(self.routes)
 
 
 class _Alive(tornado.web.RequestHandler):

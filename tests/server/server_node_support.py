@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from vgpu_plugin.metrics.server import MetricsServer
 from vgpu_plugin.tokens import TokenMinter, new_allocation_id
 
@@ -90,3 +91,11 @@ class RealNode:
             contract.ENV_XLA_MEM_FRACTION: f"{min(1.0, memory_mib / card_total):.3f}",
             contract.ENV_CUPY_MEMORY_LIMIT: str(memory_mib * 1024 * 1024),
         }
+
+
+@pytest.fixture
+def real_node(tmp_path):
+    """The real node metrics server over simulated GPUs, for tests/server and tests/magic."""
+    node = RealNode(tmp_path).start()
+    yield node
+    node.stop()

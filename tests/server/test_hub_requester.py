@@ -26,6 +26,7 @@ from jupyter_vgpu.requesters.hub import HANDED_OVER, HUB_RESTART_SCOPE, HubReque
 from jupyter_vgpu.requesters.tracker import RequestTracker
 
 HERE = Path(__file__).resolve().parent
+HUBFILES = HERE.parent / "hub" / "hubfiles"  # null_proxy.MemoryProxy, shared with the Hub tests
 ADMIN = secrets.token_hex(16)
 
 
@@ -57,7 +58,7 @@ c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = {free_port()}
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = {self.hub_port}
-c.JupyterHub.proxy_class = "server_hub_support.MemoryProxy"
+c.JupyterHub.proxy_class = "null_proxy.MemoryProxy"
 c.JupyterHub.spawner_class = "server_hub_support.RecordingSpawner"
 c.JupyterHub.authenticator_class = "dummy"
 c.Authenticator.allowed_users = {{"alice"}}
@@ -68,7 +69,7 @@ c.JupyterHub.load_roles = [{{"name": "test-admin", "scopes": ["admin:users", "ad
                              "services": ["test-admin"]}}]
 {vgpu_lines}
 """)
-        env = dict(os.environ, PYTHONPATH=f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(HUBFILES), os.environ.get("PYTHONPATH", "")]),
                    VGPU_TEST_SPAWN_LOG=str(self.spawn_log), CONFIGPROXY_AUTH_TOKEN="unused")
         self.log = open(tmp / "hub.log", "w")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
