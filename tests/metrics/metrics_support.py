@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import urllib.error
+import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,3 +145,17 @@ def token_of(minter: TokenMinter, pod: dict[str, Any], index: int) -> str:
     container = record.container(index)
     assert container is not None and container.allocation_id, f"container {index} has no allocation id"
     return minter.mint(container.allocation_id)
+
+
+def http_get(url: str, token: str | None = None, header: str | None = None) -> tuple[int, Any, str]:
+    """GET ``url`` with a bearer ``token`` (or a raw Authorization ``header``): status, headers, body."""
+    request = urllib.request.Request(url)
+    if header is not None:
+        request.add_header("Authorization", header)
+    elif token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.headers, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers, error.read().decode()

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -13,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from metrics_support import NODE, FakeNode, token_of, wait_for_samples
+from metrics_support import NODE, FakeNode, http_get, token_of, wait_for_samples
 from vgpu_plugin.metrics import MetricsServer
 from vgpu_plugin.tokens import TokenMinter, new_allocation_id
 
@@ -50,16 +48,7 @@ def server(fake_node: FakeNode, minter: TokenMinter, cluster: dict[str, Any]) ->
 
 def get(server: MetricsServer, path: str, token: str | None = None,
         header: str | None = None) -> tuple[int, Any, str]:
-    request = urllib.request.Request(server.url + path)
-    if header is not None:
-        request.add_header("Authorization", header)
-    elif token is not None:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, response.headers, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.headers, error.read().decode()
+    return http_get(server.url + path, token, header)
 
 
 def uid(pod: dict[str, Any]) -> str:

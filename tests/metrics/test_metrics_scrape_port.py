@@ -11,30 +11,18 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from metrics_support import NODE, SCRAPE_TOKEN, FakeNode, token_of, wait_for_samples
+from metrics_support import http_get as fetch
 from prometheus_client.parser import text_string_to_metric_families
 from vgpu_plugin.metrics import MetricsServer
 from vgpu_plugin.tokens import TokenMinter
 
 from jupyter_vgpu.core import contract as c
-
-
-def fetch(url: str, token: str | None = None) -> tuple[int, Any, str]:
-    request = urllib.request.Request(url)
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, response.headers, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.headers, error.read().decode()
 
 
 @pytest.fixture
