@@ -215,6 +215,25 @@ class Names:
         return f"{self.project_domain}/share-request"
 
     @property
+    def isolation(self) -> str:
+        """Pod annotation (user input): 'mig' asks to be placed only on a hardware-isolated MIG slice."""
+        return f"{self.project_domain}/isolation"
+
+    @property
+    def gpu_sharing(self) -> str:
+        """Node annotation (the admin's): which cards serve time-shared shares and which MIG slices
+        (see core.mig.parse_sharing)."""
+        return f"{self.project_domain}/gpu-sharing"
+
+    def mig_slice(self, container_index: int) -> str:
+        """Pod annotation written at bind (trusted key): the MIG device UUID a container holds."""
+        return f"{self.project_domain}/mig-slice-{container_index}"
+
+    @property
+    def mig_slice_prefix(self) -> str:
+        return f"{self.project_domain}/mig-slice-"
+
+    @property
     def node_label_gpu(self) -> str:
         """Node label set by the device plugin on nodes that have healthy vGPU cards."""
         return f"{self.project_domain}/gpu"
