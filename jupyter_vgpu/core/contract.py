@@ -522,6 +522,9 @@ class CardShare:
     uuid: str
     cores: int
     memory_units: int
+    mig_device: str = ""
+    """The MIG device (``MIG-<uuid>``) the share is served on, "" for a time-shared share or a whole card.
+    Read from ``Names.mig_slice(i)``; the container gets the whole slice."""
 
     @property
     def memory_mib(self) -> int:
@@ -577,7 +580,8 @@ class PodAllocation:
                         "index": c.index,
                         "name": c.name,
                         "cards": [
-                            {"index": s.index, "uuid": s.uuid, "cores": s.cores, "memoryUnits": s.memory_units}
+                            {"index": s.index, "uuid": s.uuid, "cores": s.cores, "memoryUnits": s.memory_units,
+                             **({"migDevice": s.mig_device} if s.mig_device else {})}
                             for s in c.cards
                         ],
                         **({"allocationId": c.allocation_id} if c.allocation_id else {}),
@@ -612,6 +616,7 @@ class PodAllocation:
                             uuid=str(s.get("uuid", "")),
                             cores=_nonneg(s["cores"], "cores"),
                             memory_units=_nonneg(s["memoryUnits"], "memoryUnits"),
+                            mig_device=check_mig_device(s.get("migDevice", ""), allow_empty=True),
                         )
                         for s in c["cards"]
                     ),
@@ -636,6 +641,16 @@ def _allocation_id(value: object) -> str:
     return value
 
 
+def check_mig_device(value: object, *, allow_empty: bool = False) -> str:
+    """A MIG device UUID as NVML spells it ("MIG-" + letters, digits, '-' and '/'); ValueError otherwise."""
+    if allow_empty and value == "":
+        return ""
+    if not isinstance(value, str) or not value.startswith("MIG-") or len(value) > 100 or not value.isascii() \
+            or not all(ch.isalnum() or ch in "-/" for ch in value):
+        raise ValueError(f"{_short(value)} is not a MIG device UUID ('MIG-<uuid>')")
+    return value
+
+
 def _nonneg(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{what} {value!r} is not a non-negative integer")
@@ -647,6 +662,10 @@ def predicate_annotations(allocation: PodAllocation, names: Names = DEFAULT_NAME
     annotations = {
         names.predicate_gpu_idx(c.index): ",".join(str(s.index) for s in c.cards) for c in allocation.containers
     }
+    for c in allocation.containers:
+        devices = [s.mig_device for s in c.cards if s.mig_device]
+        if devices:
+            annotations[names.mig_slice(c.index)] = devices[0]
     annotations[names.predicate_node] = allocation.node
     annotations[names.predicate_time] = str(allocation.assigned_at_ns)
     annotations[names.gpu_assigned] = "false"
@@ -671,6 +690,29 @@ def parse_predicate_indices(annotations: Mapping[str, str], names: Names = DEFAU
         if not parts or not all(p.isdigit() for p in parts):
             raise ValueError(f"annotation {key}={value!r}: expected card indices like '1' or '0,3'")
         result[int(suffix)] = tuple(int(p) for p in parts)
+    return result
+
+
+def parse_mig_slices(annotations: Mapping[str, str], names: Names = DEFAULT_NAMES) -> dict[int, str]:
+    """Container index -> MIG device UUID from the ``mig-slice-<i>`` keys our bind writes.
+
+    Raises ValueError naming the key when the index or the UUID is malformed, or when two
+    containers name the same slice (a slice is held whole, by one container).
+    """
+    result: dict[int, str] = {}
+    prefix = names.mig_slice_prefix
+    for key, value in annotations.items():
+        if not key.startswith(prefix):
+            continue
+        suffix = key[len(prefix):]
+        if not suffix.isdigit() or len(suffix) > 6:
+            raise ValueError(f"annotation {key!r}: container index {suffix!r} is not a number")
+        try:
+            result[int(suffix)] = check_mig_device(value)
+        except ValueError as error:
+            raise ValueError(f"annotation {key}: {error}") from None
+    if len(set(result.values())) != len(result):
+        raise ValueError(f"annotations {prefix}<i> name one MIG slice for several containers")
     return result
 
 

@@ -29,6 +29,7 @@ from jupyter_vgpu.core.contract import (
     Names,
     Request,
     RequestError,
+    check_mig_device,
     format_mib,
 )
 
@@ -133,9 +134,7 @@ class MigSlice:
     the slice is published but never placed."""
 
     def __post_init__(self) -> None:
-        if not self.uuid.startswith("MIG-") or len(self.uuid) > 100 or not self.uuid.isascii() \
-                or not all(ch.isalnum() or ch in "-/" for ch in self.uuid):
-            raise ValueError(f"MIG device UUID {self.uuid!r} does not look like 'MIG-<uuid>'")
+        check_mig_device(self.uuid)
         check_profile_name(self.profile)
         if not 0 < self.slices <= self.card_slices <= 8:
             raise ValueError(f"slice {self.uuid}: {self.slices} of {self.card_slices} compute slices")
