@@ -52,6 +52,7 @@ ENV_CONTAINER = "VGPU_CONTAINER"
 ENV_METRICS_URL = "VGPU_METRICS_URL"
 ENV_TOKEN = "VGPU_TOKEN"
 ENV_ENFORCEMENT = "VGPU_ENFORCEMENT"
+ENV_MIG_PROFILE = "VGPU_MIG_PROFILE"
 
 VGPU_ENV_NAMES = (
     ENV_CORES,
@@ -67,6 +68,7 @@ VGPU_ENV_NAMES = (
     ENV_METRICS_URL,
     ENV_TOKEN,
     ENV_ENFORCEMENT,
+    ENV_MIG_PROFILE,
 )
 
 ENV_NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
@@ -106,6 +108,8 @@ ENV_HUB_MAX_CORES = "VGPU_MAX_CORES"
 ENV_HUB_MAX_MEMORY_MIB = "VGPU_MAX_MEMORY_MIB"
 
 ENFORCEMENT_BACKENDS = ("hami-core", "mps", "none")
+ENFORCEMENT_MIG = "mig"
+"""What a container on a MIG slice is told in ENV_ENFORCEMENT: the hardware isolates it, no library."""
 
 # --- metric names ------------------------------------------------------------
 
