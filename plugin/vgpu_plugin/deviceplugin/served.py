@@ -102,5 +102,5 @@ class Ledger:
 
 
 def same_cards(a: ContainerAllocation, b: ContainerAllocation) -> bool:
-    return sorted((s.index, s.cores, s.memory_units) for s in a.cards) == \
-        sorted((s.index, s.cores, s.memory_units) for s in b.cards)
+    return sorted((s.index, s.cores, s.memory_units, s.mig_device) for s in a.cards) == \
+        sorted((s.index, s.cores, s.memory_units, s.mig_device) for s in b.cards)
