@@ -3,6 +3,8 @@ time-shared pods never on a MIG card unless the node allows it, slices are never
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from extender_support import GIB_UNITS, NAMES, binding_args, filter_args, node, pod, post
 
@@ -131,3 +133,24 @@ def test_a_malformed_sharing_annotation_falls_back_to_the_default(cluster):
     created = cluster.add_pod(pod("iso", cores=10, memory_units=4 * GIB_UNITS, annotations=ISOLATED))
     status, result = post(f"{cluster.url}/filter", filter_args(created, ["mig-d"]))
     assert result["NodeNames"] == ["mig-d"]
+
+
+def test_inspect_shows_each_slice_at_its_real_size_with_its_holder(mig_cluster):
+    from extender_support import get
+
+    cluster = mig_cluster
+    created = cluster.add_pod(pod("iso", cores=10, memory_units=4 * GIB_UNITS, annotations=ISOLATED))
+    device = bind(cluster, created, "mig-a")[NAMES.mig_slice(0)]
+    status, raw = get(f"{cluster.extender.base_url}/inspect?node=mig-a")
+    assert status == 200
+    (entry,) = json.loads(raw)["nodes"]
+    assert entry["sharing"] == "isolated"
+    card = entry["cards"][0]
+    assert card["holders"] == [] and card["cores"]["held"] == 0     # slices do not count as time-shared use
+    by_uuid = {s["uuid"]: s for s in card["slices"]}
+    held = by_uuid[device]
+    assert (held["profile"], held["cores"], held["memoryMib"]) == ("1g.5gb", 14, 5120)
+    assert held["holder"]["pod"] == "iso" and held["holder"]["cores"] == 14 and held["holder"]["askedCores"] == 10
+    assert held["holder"]["memoryMib"] == 5120 and held["holder"]["askedMemoryMib"] == 4096
+    assert all(s["holder"] is None for uuid, s in by_uuid.items() if uuid != device)
+    assert "slices" not in entry["cards"][1]
