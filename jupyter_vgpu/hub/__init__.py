@@ -80,11 +80,13 @@ class Share:
     display_name: str
     request: Request
     description: str = ""
+    isolated: bool = False
+    """Placed only on a hardware-isolated MIG slice (the pod asks with ``Names.isolation``)."""
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> Share:
-        """From config: ``{"slug", "display_name", "cores", "memory": "20GiB" | units, "description"}``."""
-        unknown = set(spec) - {"slug", "display_name", "cores", "memory", "description"}
+        """From config: ``{"slug", "display_name", "cores", "memory": "20GiB" | units, "description", "isolated"}``."""
+        unknown = set(spec) - {"slug", "display_name", "cores", "memory", "description", "isolated"}
         if unknown:
             raise ValueError(f"vGPU share {dict(spec)!r}: unknown keys {sorted(unknown)}")
         for key in ("slug", "display_name", "cores"):
@@ -100,10 +102,14 @@ class Share:
             request = Request(cores, units)
         except RequestError as error:
             raise ValueError(f"vGPU share {slug!r}: {error}") from None
-        return cls(slug, str(spec["display_name"]), request, str(spec.get("description", "")))
+        isolated = spec.get("isolated", False)
+        if not isinstance(isolated, bool) or (isolated and not request.is_share):
+            raise ValueError(f"vGPU share {slug!r}: 'isolated' is true or false, and only for a share of one card")
+        return cls(slug, str(spec["display_name"]), request, str(spec.get("description", "")), isolated)
 
     def describe(self) -> str:
-        return self.description or _describe(self.request)
+        text = self.description or _describe(self.request)
+        return f"{text}, on a hardware-isolated MIG slice" if self.isolated and not self.description else text
 
 
 DEFAULT_SHARE_SPECS: tuple[dict[str, Any], ...] = (
@@ -224,7 +230,8 @@ class VGPUHub(Configurable):
 
     shares = List(
         Dict(),
-        help="Offered shares: [{'slug', 'display_name', 'cores', 'memory': '20GiB', 'description'}].",
+        help="Offered shares: [{'slug', 'display_name', 'cores', 'memory': '20GiB', 'description', "
+        "'isolated': True (only on a hardware-isolated MIG slice)}].",
     ).tag(config=True)
 
     @default("shares")
@@ -401,6 +408,15 @@ class VGPUHub(Configurable):
         self.limit_for(user).check(request)
         return request
 
+    def chosen_share(self, user_options: Mapping[str, Any] | None) -> Share | None:
+        """The configured share the spawn form picked (a profile, or a choice in the share dropdown), or None."""
+        options = user_options or {}
+        by_slug = {share.slug: share for share in self.share_list()}
+        for picked in (options.get(SHARE_OPTION), options.get("profile")):
+            if isinstance(picked, str) and picked in by_slug:
+                return by_slug[picked]
+        return None
+
     def apply_user_options(self, spawner: Any, user_options: Mapping[str, Any]) -> None:
         """Refuse, before anything starts, a share that is malformed or above the user's limit."""
         try:
@@ -432,6 +448,9 @@ class VGPUHub(Configurable):
                 requests[index] = request
         if not requests:
             return pod
+        share = self.chosen_share(spawner.user_options)
+        if share is not None and share.isolated and not (self.allow_runtime_requests and _is_runtime(spawner.user_options)):
+            pod.metadata.annotations = {**(pod.metadata.annotations or {}), names.isolation: "mig"}
         limit = self.limit_for(spawner.user)
         for request in requests.values():
             limit.check(request)
