@@ -80,3 +80,25 @@ def test_a_pod_on_a_slice_that_no_longer_exists_is_refused(daemons, peer, core_v
     place_pod(core_v1, gpus, "late", [(Request(10, 16), (1,))], slices={0: made[3].uuid})
     with pytest.raises(grpc.RpcError, match="does not exist"):
         peer.admit(NAMES.core_resource, 10, mig_ids("core", 1, 84))
+
+
+def test_a_node_whose_cards_are_all_in_mig_mode_is_labelled_and_publishes_its_slices(daemons, peer, core_v1):
+    import json
+
+    from jupyter_vgpu.core.inventory import NodeInventory
+
+    make_node(core_v1)
+    gpus = sim_gpus()
+    for card in range(4):
+        gpus.set_mig_layout(card, ["3g.20gb", "3g.20gb"])
+    daemons(gpus)
+    wait_registered(peer)
+
+    def meta() -> dict:
+        return json.loads(core_v1.read_node("node-1", _preload_content=False).data)["metadata"]
+
+    text = wait_for(lambda: (meta().get("annotations") or {}).get(NAMES.node_inventory), what="the inventory")
+    inventory = NodeInventory.from_json(text)
+    assert all(not card.healthy and [s.profile for s in card.slices] == ["3g.20gb"] * 2 for card in inventory.cards)
+    assert meta()["labels"][NAMES.node_label_gpu] == "true"   # slices to serve: a GPU node all the same
+    assert len(peer.list_devices(NAMES.core_resource)) == 4 * 2 * 42
