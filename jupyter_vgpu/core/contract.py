@@ -144,6 +144,12 @@ METRIC_EXTENDER_REQUEST_SECONDS = "vgpu_extender_request_duration_seconds"  # la
 METRIC_EXTENDER_DECISIONS = "vgpu_extender_decisions_total"  # labels verb, outcome
 METRIC_EXTENDER_LEDGER_PODS = "vgpu_extender_ledger_pods"  # label state: held|assumed|unattributed
 METRIC_EXTENDER_NODES = "vgpu_extender_nodes"
+# one series per MIG slice; utilisation only where the backend measures it (NVML cannot: DCGM / GPM)
+METRIC_SLICE_MEMORY_TOTAL = "vgpu_mig_slice_memory_total_bytes"
+METRIC_SLICE_MEMORY_USED = "vgpu_mig_slice_memory_used_bytes"
+METRIC_SLICE_UTILIZATION = "vgpu_mig_slice_utilization_percent"
+METRIC_SLICE_HEALTHY = "vgpu_mig_slice_healthy"
+SLICE_LABELS = ("node", "gpu", "uuid", "profile")
 CARD_LABELS = ("node", "gpu", "uuid", "model")
 CONTAINER_LABELS = ("node", "namespace", "pod", "container", "gpu", "uuid")
 PROCESS_LABELS = ("node", "gpu", "uuid", "pid", "namespace", "pod", "container")  # "" when not in a known pod

@@ -362,3 +362,4 @@ def test_a_container_on_a_mig_slice_sees_the_slice(fake_node: FakeNode, minter: 
     assert data["enforcement"] == c.ENFORCEMENT_MIG and (data["cores"], data["memoryMib"]) == (28, 10240)
     assert data["cards"] == [{"index": 5, "uuid": made[0].uuid, "model": "NVIDIA A100-SXM4-40GB", "cores": 28,
                               "memoryMib": 10240, "memoryTotalMib": 10240, "migProfile": "2g.10gb"}]
+    _validator(yaml.safe_load(OPENAPI.read_text()), "/api/v1/allocation", "200").validate(data)
