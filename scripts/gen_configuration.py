@@ -132,7 +132,8 @@ def render() -> str:
             contract.ENV_CONTAINER: "container name (same condition)",
             contract.ENV_METRICS_URL: "base URL of the node metrics endpoint",
             contract.ENV_TOKEN: "read token for this allocation on the node API",
-            contract.ENV_ENFORCEMENT: "enforcement backend: hami-core, mps or none",
+            contract.ENV_ENFORCEMENT: "enforcement backend: hami-core, mps or none; mig on a MIG slice",
+            contract.ENV_MIG_PROFILE: "the MIG profile of the slice held (\"2g.10gb\"); unset off MIG",
         }
         lines += [f"| `{name}` | {meanings[name]} |" for name in contract.VGPU_ENV_NAMES]
         return "\n".join(lines) + "\n"

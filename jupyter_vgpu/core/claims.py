@@ -21,6 +21,10 @@ Precedence of a claim (``pod_claim``), and why:
    but no keys (written by an older release, or in tests) is read from the record, again
    only where it agrees with the requests.
 
+4. **MIG slices come from the ``mig-slice-<i>`` keys** (written by our bind, protected
+   like the predicate keys): the MIG device a share container holds, on the card its
+   predicate key names. A key for a container without a share makes the claim unreadable.
+
 A claim whose parts disagree (keys naming cards for a container that asks for nothing, a
 record or a ``predicate-node`` naming another node than the one the pod is bound to) holds
 nothing and carries a ``problem``. A pod that is not bound holds something only when it
@@ -45,6 +49,7 @@ from jupyter_vgpu.core.contract import (
     Request,
     RequestError,
     format_mib,
+    parse_mig_slices,
     parse_predicate_indices,
     pod_requests,
 )
@@ -131,8 +136,25 @@ def pod_claim(pod: Mapping[str, Any], names: Names = DEFAULT_NAMES, *,
         return refused(f"{names.predicate_node} names node {predicate_node}, pod is on {bound}")
     try:
         keys = parse_predicate_indices(annotations, names)
+        slices = parse_mig_slices(annotations, names)
     except ValueError as error:
         return refused(str(error))
+    read = _read_cards(claim, keys, record, record_problem, request_problem, bound, requests, spec, names)
+    if slices and read.allocation is not None:
+        return _on_slices(read, slices, names)
+    if slices and read.problem is None:
+        return refused(f"{names.mig_slice_prefix}<i> names MIG slices but the pod holds no cards")
+    return read
+
+
+def _read_cards(claim: PodClaim, keys: Mapping[int, tuple[int, ...]], record: PodAllocation | None,
+                record_problem: str | None, request_problem: str | None, bound: str,
+                requests: Mapping[int, Request], spec: Mapping[str, Any], names: Names) -> PodClaim:
+    """The claim's cards from the predicate keys, else the record (see the module docstring)."""
+
+    def refused(problem: str) -> PodClaim:
+        return replace(claim, problem=problem)
+
     if keys:
         if request_problem:
             return refused(request_problem)
@@ -157,6 +179,28 @@ def pod_claim(pod: Mapping[str, Any], names: Names = DEFAULT_NAMES, *,
     if bound and requests:
         return refused("bound without a card assignment (no allocation or predicate annotations)")
     return claim
+
+
+def _on_slices(claim: PodClaim, slices: Mapping[int, str], names: Names) -> PodClaim:
+    """The claim with each ``mig-slice-<i>`` key's MIG device on container i's one share (the keys win)."""
+    if claim.allocation is None:
+        return claim
+    containers = []
+    for container in claim.allocation.containers:
+        device = slices.get(container.index)
+        if device is None:
+            containers.append(container)
+            continue
+        if len(container.cards) != 1 or is_whole_card(container.cards[0].cores):
+            return replace(claim, allocation=None, from_record=frozenset(),
+                           problem=f"{names.mig_slice(container.index)}: a MIG slice holds one share, "
+                                   f"container {container.index} asks for whole cards")
+        containers.append(replace(container, cards=(replace(container.cards[0], mig_device=device),)))
+    unknown = sorted(set(slices) - {c.index for c in claim.allocation.containers})
+    if unknown:
+        return replace(claim, allocation=None, from_record=frozenset(),
+                       problem=f"{names.mig_slice(unknown[0])} names a slice for a container without a card")
+    return replace(claim, allocation=replace(claim.allocation, containers=tuple(containers)))
 
 
 def _read_record(annotations: Mapping[str, Any], names: Names) -> tuple[PodAllocation | None, str | None]:

@@ -52,6 +52,7 @@ ENV_CONTAINER = "VGPU_CONTAINER"
 ENV_METRICS_URL = "VGPU_METRICS_URL"
 ENV_TOKEN = "VGPU_TOKEN"
 ENV_ENFORCEMENT = "VGPU_ENFORCEMENT"
+ENV_MIG_PROFILE = "VGPU_MIG_PROFILE"
 
 VGPU_ENV_NAMES = (
     ENV_CORES,
@@ -67,6 +68,7 @@ VGPU_ENV_NAMES = (
     ENV_METRICS_URL,
     ENV_TOKEN,
     ENV_ENFORCEMENT,
+    ENV_MIG_PROFILE,
 )
 
 ENV_NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
@@ -106,6 +108,8 @@ ENV_HUB_MAX_CORES = "VGPU_MAX_CORES"
 ENV_HUB_MAX_MEMORY_MIB = "VGPU_MAX_MEMORY_MIB"
 
 ENFORCEMENT_BACKENDS = ("hami-core", "mps", "none")
+ENFORCEMENT_MIG = "mig"
+"""What a container on a MIG slice is told in ENV_ENFORCEMENT: the hardware isolates it, no library."""
 
 # --- metric names ------------------------------------------------------------
 
@@ -140,6 +144,12 @@ METRIC_EXTENDER_REQUEST_SECONDS = "vgpu_extender_request_duration_seconds"  # la
 METRIC_EXTENDER_DECISIONS = "vgpu_extender_decisions_total"  # labels verb, outcome
 METRIC_EXTENDER_LEDGER_PODS = "vgpu_extender_ledger_pods"  # label state: held|assumed|unattributed
 METRIC_EXTENDER_NODES = "vgpu_extender_nodes"
+# one series per MIG slice; utilisation only where the backend measures it (NVML cannot: DCGM / GPM)
+METRIC_SLICE_MEMORY_TOTAL = "vgpu_mig_slice_memory_total_bytes"
+METRIC_SLICE_MEMORY_USED = "vgpu_mig_slice_memory_used_bytes"
+METRIC_SLICE_UTILIZATION = "vgpu_mig_slice_utilization_percent"
+METRIC_SLICE_HEALTHY = "vgpu_mig_slice_healthy"
+SLICE_LABELS = ("node", "gpu", "uuid", "profile")
 CARD_LABELS = ("node", "gpu", "uuid", "model")
 CONTAINER_LABELS = ("node", "namespace", "pod", "container", "gpu", "uuid")
 PROCESS_LABELS = ("node", "gpu", "uuid", "pid", "namespace", "pod", "container")  # "" when not in a known pod
@@ -213,6 +223,25 @@ class Names:
     def share_request(self) -> str:
         """Pod annotation: the share request that re-created this notebook pod (JSON, notebook side)."""
         return f"{self.project_domain}/share-request"
+
+    @property
+    def isolation(self) -> str:
+        """Pod annotation (user input): 'mig' asks to be placed only on a hardware-isolated MIG slice."""
+        return f"{self.project_domain}/isolation"
+
+    @property
+    def gpu_sharing(self) -> str:
+        """Node annotation (the admin's): which cards serve time-shared shares and which MIG slices
+        (see core.mig.parse_sharing)."""
+        return f"{self.project_domain}/gpu-sharing"
+
+    def mig_slice(self, container_index: int) -> str:
+        """Pod annotation written at bind (trusted key): the MIG device UUID a container holds."""
+        return f"{self.project_domain}/mig-slice-{container_index}"
+
+    @property
+    def mig_slice_prefix(self) -> str:
+        return f"{self.project_domain}/mig-slice-"
 
     @property
     def node_label_gpu(self) -> str:
@@ -503,6 +532,9 @@ class CardShare:
     uuid: str
     cores: int
     memory_units: int
+    mig_device: str = ""
+    """The MIG device (``MIG-<uuid>``) the share is served on, "" for a time-shared share or a whole card.
+    Read from ``Names.mig_slice(i)``; the container gets the whole slice."""
 
     @property
     def memory_mib(self) -> int:
@@ -558,7 +590,8 @@ class PodAllocation:
                         "index": c.index,
                         "name": c.name,
                         "cards": [
-                            {"index": s.index, "uuid": s.uuid, "cores": s.cores, "memoryUnits": s.memory_units}
+                            {"index": s.index, "uuid": s.uuid, "cores": s.cores, "memoryUnits": s.memory_units,
+                             **({"migDevice": s.mig_device} if s.mig_device else {})}
                             for s in c.cards
                         ],
                         **({"allocationId": c.allocation_id} if c.allocation_id else {}),
@@ -593,6 +626,7 @@ class PodAllocation:
                             uuid=str(s.get("uuid", "")),
                             cores=_nonneg(s["cores"], "cores"),
                             memory_units=_nonneg(s["memoryUnits"], "memoryUnits"),
+                            mig_device=check_mig_device(s.get("migDevice", ""), allow_empty=True),
                         )
                         for s in c["cards"]
                     ),
@@ -617,6 +651,16 @@ def _allocation_id(value: object) -> str:
     return value
 
 
+def check_mig_device(value: object, *, allow_empty: bool = False) -> str:
+    """A MIG device UUID as NVML spells it ("MIG-" + letters, digits, '-' and '/'); ValueError otherwise."""
+    if allow_empty and value == "":
+        return ""
+    if not isinstance(value, str) or not value.startswith("MIG-") or len(value) > 100 or not value.isascii() \
+            or not all(ch.isalnum() or ch in "-/" for ch in value):
+        raise ValueError(f"{_short(value)} is not a MIG device UUID ('MIG-<uuid>')")
+    return value
+
+
 def _nonneg(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{what} {value!r} is not a non-negative integer")
@@ -628,6 +672,10 @@ def predicate_annotations(allocation: PodAllocation, names: Names = DEFAULT_NAME
     annotations = {
         names.predicate_gpu_idx(c.index): ",".join(str(s.index) for s in c.cards) for c in allocation.containers
     }
+    for c in allocation.containers:
+        devices = [s.mig_device for s in c.cards if s.mig_device]
+        if devices:
+            annotations[names.mig_slice(c.index)] = devices[0]
     annotations[names.predicate_node] = allocation.node
     annotations[names.predicate_time] = str(allocation.assigned_at_ns)
     annotations[names.gpu_assigned] = "false"
@@ -652,6 +700,29 @@ def parse_predicate_indices(annotations: Mapping[str, str], names: Names = DEFAU
         if not parts or not all(p.isdigit() for p in parts):
             raise ValueError(f"annotation {key}={value!r}: expected card indices like '1' or '0,3'")
         result[int(suffix)] = tuple(int(p) for p in parts)
+    return result
+
+
+def parse_mig_slices(annotations: Mapping[str, str], names: Names = DEFAULT_NAMES) -> dict[int, str]:
+    """Container index -> MIG device UUID from the ``mig-slice-<i>`` keys our bind writes.
+
+    Raises ValueError naming the key when the index or the UUID is malformed, or when two
+    containers name the same slice (a slice is held whole, by one container).
+    """
+    result: dict[int, str] = {}
+    prefix = names.mig_slice_prefix
+    for key, value in annotations.items():
+        if not key.startswith(prefix):
+            continue
+        suffix = key[len(prefix):]
+        if not suffix.isdigit() or len(suffix) > 6:
+            raise ValueError(f"annotation {key!r}: container index {suffix!r} is not a number")
+        try:
+            result[int(suffix)] = check_mig_device(value)
+        except ValueError as error:
+            raise ValueError(f"annotation {key}: {error}") from None
+    if len(set(result.values())) != len(result):
+        raise ValueError(f"annotations {prefix}<i> name one MIG slice for several containers")
     return result
 
 

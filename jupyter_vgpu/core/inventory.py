@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_vgpu.core.contract import MEMORY_UNIT_MIB
+from jupyter_vgpu.core.mig import MigSlice
 from jupyter_vgpu.core.topology import Topology, TopologyError
 
 INVENTORY_VERSION = 1
@@ -27,6 +28,16 @@ class Card:
     unavailable: str | None = None
     """Why a card that is not faulty is still kept out of sharing (MIG mode); such a card is
     published with ``healthy`` false too, so readers that know only ``healthy`` skip it."""
+    slices: tuple[MigSlice, ...] = ()
+    """The MIG devices the admin created on a card in MIG mode (``core.mig``); placed by
+    ``core.mig_placement``, never by time-shared placement."""
+
+    def __post_init__(self) -> None:
+        uuids = [s.uuid for s in self.slices]
+        if len(set(uuids)) != len(uuids):
+            raise ValueError(f"card {self.index}: MIG device UUIDs repeat")
+        if self.slices and not self.mig:
+            raise ValueError(f"card {self.index}: MIG slices on a card that is not in MIG mode")
 
     @property
     def memory_units(self) -> int:
@@ -49,6 +60,8 @@ class Card:
             data["mig"] = True
         if self.unavailable is not None:
             data["unavailable"] = self.unavailable
+        if self.slices:
+            data["slices"] = [s.to_dict() for s in self.slices]
         return data
 
     @classmethod
@@ -67,6 +80,7 @@ class Card:
                 healthy=_bool(data.get("healthy", True), f"{where}.healthy"),
                 mig=_bool(data.get("mig", False), f"{where}.mig"),
                 unavailable=_opt_str(data.get("unavailable"), f"{where}.unavailable"),
+                slices=_slices(data.get("slices"), f"{where}.slices"),
             )
         except KeyError as error:
             raise ValueError(f"{where} lacks {error.args[0]!r}") from None
@@ -149,6 +163,14 @@ class NodeInventory:
             problem=_opt_str(data.get("problem"), "problem"),
             version=INVENTORY_VERSION,
         )
+
+
+def _slices(value: Any, what: str) -> tuple[MigSlice, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > 64:
+        raise ValueError(f"{what} is not a list of at most 64 slices")
+    return tuple(MigSlice.from_dict(item, f"{what}[{i}]") for i, item in enumerate(value))
 
 
 def _int(value: Any, what: str, minimum: int | None = None) -> int:

@@ -48,9 +48,10 @@ XID_DESCRIPTIONS = {
 def mig_reason(current: bool, pending: bool) -> str | None:
     """Why a card in MIG mode (now, or after its next reset) is kept out of sharing; None otherwise."""
     if current:
-        return "MIG mode is enabled; MIG partitions are not shared by jupyter-vgpu"
+        return "MIG mode is enabled; the card is served only as its MIG slices, never time-shared"
     if pending:
-        return "MIG mode is pending (enabled at the card's next reset); MIG partitions are not shared by jupyter-vgpu"
+        return ("MIG mode is pending (enabled at the card's next reset); the card is neither time-shared "
+                "nor served as slices until then")
     return None
 
 
@@ -77,6 +78,20 @@ class ProcessSample:
     uuid: str
     memory_used_mib: int
     utilization_percent: float  # of the whole card, as NVML's smUtil
+    mig_device: str | None = None  # the MIG device (``MIG-...``) it runs on, on a card in MIG mode
+
+
+@dataclass
+class SliceSample:
+    """One MIG device's memory; utilisation per MIG device is not available from NVML (it needs
+    DCGM, or the GPM API on Hopper and newer drivers), so it is None, never a made-up 0."""
+
+    card_index: int
+    uuid: str  # "MIG-..."
+    memory_used_mib: int
+    memory_total_mib: int
+    utilization_percent: float | None = None
+    healthy: bool = True
 
 
 @dataclass
@@ -84,6 +99,7 @@ class Sample:
     taken_at: float  # unix seconds
     cards: list[CardSample] = field(default_factory=list)
     processes: list[ProcessSample] = field(default_factory=list)
+    slices: list[SliceSample] = field(default_factory=list)
 
 
 @dataclass

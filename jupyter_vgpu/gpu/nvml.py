@@ -12,6 +12,7 @@ import os
 import queue
 import threading
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from jupyter_vgpu.gpu.base import (
@@ -21,6 +22,7 @@ from jupyter_vgpu.gpu.base import (
     HealthEvent,
     ProcessSample,
     Sample,
+    SliceSample,
     describe_xid,
     mig_reason,
 )
@@ -28,6 +30,7 @@ from jupyter_vgpu.gpu.nvml_processes import FAMILIES, ProcessLister
 
 if TYPE_CHECKING:
     from jupyter_vgpu.core.inventory import Card
+    from jupyter_vgpu.core.mig import MigSlice
     from jupyter_vgpu.core.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -166,10 +169,18 @@ class NVMLBackend:
             numa = None
         mig = self._mig_mode(handle)
         reason = mig_reason(*mig) if mig else None
+        total_mib = int(memory.total) // _MIB
+        slices: tuple[MigSlice, ...] = ()
+        if mig and mig[0]:  # slices exist only while MIG mode is on now (not merely pending)
+            from jupyter_vgpu.gpu.nvml_mig import read_slices
+
+            slices, _ = read_slices(nv, handle, name, total_mib)
         if reason:
-            log.warning("GPU%d (%s) %s; it is kept out of sharing", index, uuid, reason)
-        return Card(index=index, uuid=uuid, model=name, memory_mib=int(memory.total) // _MIB,
-                    minor=minor, bus_id=bus_id, numa=numa, mig=reason is not None, unavailable=reason)
+            log.warning("GPU%d (%s) %s; it is kept out of sharing as a whole card, %d MIG device(s) found",
+                        index, uuid, reason, len(slices))
+        return Card(index=index, uuid=uuid, model=name, memory_mib=total_mib,
+                    minor=minor, bus_id=bus_id, numa=numa, mig=reason is not None, unavailable=reason,
+                    slices=slices)
 
     def _mig_mode(self, handle: Any) -> tuple[bool, bool] | None:
         """(current, pending) MIG mode; None for a card or driver without MIG."""
@@ -214,8 +225,6 @@ class NVMLBackend:
         return self._driver
 
     def inventory(self) -> list[Card]:
-        from dataclasses import replace
-
         if not self.available():
             return []
         with self._lock:
@@ -285,6 +294,7 @@ class NVMLBackend:
         now = time.time()
         cards: list[CardSample] = []
         processes: list[ProcessSample] = []
+        slices: list[SliceSample] = []
         for card, handle in zip(self._cards, self._handles, strict=True):
             try:
                 memory = nv.nvmlDeviceGetMemoryInfo(handle)
@@ -302,8 +312,43 @@ class NVMLBackend:
                 utilization_percent=busy,
                 healthy=card.index not in self._unhealthy and card.unavailable is None,
             ))
+            if card.slices:
+                found, on_slice = self._slice_samples(nv, card, handle)
+                slices.extend(found)
+                per_process = [replace(p, mig_device=on_slice.get(p.pid)) for p in per_process]
             processes.extend(per_process)
-        return Sample(taken_at=now, cards=cards, processes=processes)
+        return Sample(taken_at=now, cards=cards, processes=processes, slices=slices)
+
+    def _slice_samples(self, nv: Any, card: Card, handle: Any) -> tuple[list[SliceSample], dict[int, str]]:
+        """Memory of each MIG device of a card, and which device each process runs on.
+
+        A device that cannot be read is reported unhealthy with nothing used; utilisation per
+        MIG device is not available through NVML (None).
+        """
+        from jupyter_vgpu.gpu.nvml_mig import slice_handles
+
+        handles = slice_handles(nv, handle)
+        found: list[SliceSample] = []
+        on_slice: dict[int, str] = {}
+        lister = self._listers.get("Compute")
+        if lister is None:
+            lister = self._listers["Compute"] = ProcessLister(nv, "Compute")
+        for mig in card.slices:
+            device = handles.get(mig.uuid)
+            try:
+                if device is None:
+                    raise GPUError(f"MIG device {mig.uuid} is gone")
+                memory = nv.nvmlDeviceGetMemoryInfo(device)
+                for proc in lister.running(device, int(memory.total)):
+                    on_slice[proc.pid] = mig.uuid
+            except Exception as error:
+                if getattr(error, "value", None) is None and not isinstance(error, GPUError):
+                    raise
+                found.append(SliceSample(card.index, mig.uuid, 0, mig.memory_mib, None, healthy=False))
+                continue
+            found.append(SliceSample(card.index, mig.uuid, int(memory.used) // _MIB, int(memory.total) // _MIB,
+                                     None, healthy=mig.healthy))
+        return found, on_slice
 
     def _utilization(self, nv: Any, card: Card, handle: Any) -> float:
         try:

@@ -27,12 +27,14 @@ from jupyter_vgpu.gpu.base import (
     HealthEvent,
     ProcessSample,
     Sample,
+    SliceSample,
     describe_xid,
     mig_reason,
 )
 
 if TYPE_CHECKING:
     from jupyter_vgpu.core.inventory import Card
+    from jupyter_vgpu.core.mig import MigSlice
     from jupyter_vgpu.core.topology import Topology
 
 DEFAULT_MODEL = "NVIDIA A100-SXM4-40GB"
@@ -53,6 +55,7 @@ class _Process:
     started_at: float
     pinned_memory_mib: int | None = None
     pinned_utilization: float | None = None
+    slices: tuple[str, ...] = ()  # the MIG device it runs on (then ``cards`` is its parent card)
 
 
 class SimulatedGPUs:
@@ -96,6 +99,9 @@ class SimulatedGPUs:
         self._lost: set[int] = set()
         self._failed: dict[int, str] = {}  # card -> reason for a non-application XID
         self._mig: dict[int, tuple[bool, bool]] = {}  # card -> (current, pending) MIG mode, as NVML reports it
+        self._slices: dict[int, tuple[MigSlice, ...]] = {}  # card -> the MIG devices an admin created
+        self._slice_faults: dict[str, str] = {}  # MIG device UUID -> why it is unhealthy
+        self._layouts = 0
         self._events: queue.Queue[HealthEvent] = queue.Queue()
 
     @classmethod
@@ -134,9 +140,14 @@ class SimulatedGPUs:
 
         if not self.available():
             return []
+        from dataclasses import replace
+
         with self._lock:
             unhealthy = self._lost | set(self._failed)
             mig = {index: mig_reason(*mode) for index, mode in self._mig.items()}
+            slices = {index: tuple(replace(s, healthy=False) if s.uuid in self._slice_faults or index in unhealthy
+                                   else s for s in layout)
+                      for index, layout in self._slices.items() if self._mig.get(index, (False, False))[0]}
         return [
             Card(
                 index=gpu.index,
@@ -149,6 +160,7 @@ class SimulatedGPUs:
                 healthy=gpu.index not in unhealthy and mig.get(gpu.index) is None,
                 mig=mig.get(gpu.index) is not None,
                 unavailable=mig.get(gpu.index),
+                slices=slices.get(gpu.index, ()),
             )
             for i, gpu in enumerate(self._topology.gpus)
         ]
@@ -172,7 +184,8 @@ class SimulatedGPUs:
                 memory, utilization = self._usage(proc, card, now)
                 per_card.setdefault(card, []).append(
                     ProcessSample(pid=proc.pid, card_index=card, uuid=self._uuid(card),
-                                  memory_used_mib=memory, utilization_percent=utilization)
+                                  memory_used_mib=memory, utilization_percent=utilization,
+                                  mig_device=proc.slices[0] if proc.slices else None)
                 )
         cards = []
         for i, gpu in enumerate(self._topology.gpus):
@@ -186,7 +199,13 @@ class SimulatedGPUs:
             )
         flat = [p for procs in per_card.values() for p in procs]
         flat.sort(key=lambda p: (p.card_index, p.pid))
-        return Sample(taken_at=now, cards=cards, processes=flat)
+        slices = [
+            SliceSample(card_index=card.index, uuid=s.uuid,
+                        memory_used_mib=min(s.memory_mib, sum(p.memory_used_mib for p in flat if p.mig_device == s.uuid)),
+                        memory_total_mib=s.memory_mib, utilization_percent=None, healthy=s.healthy)
+            for card in self.inventory() if card.index not in lost for s in card.slices
+        ]
+        return Sample(taken_at=now, cards=cards, processes=flat, slices=slices)
 
     def next_health_event(self, timeout: float) -> HealthEvent | None:
         try:
@@ -206,10 +225,12 @@ class SimulatedGPUs:
         memory_limit_mib: int,
         cores_limit: int,
         pattern: str = "notebook",
+        mig_device: str | None = None,
     ) -> None:
         """A process appears on one card (or several) and uses it within the given limits.
 
-        ``memory_limit_mib`` is per card, ``cores_limit`` in percent of a card (1-100).
+        ``memory_limit_mib`` is per card, ``cores_limit`` in percent of a card (1-100). With
+        ``mig_device`` it runs on that MIG device of ``card_index``, within the slice's size.
         """
         cards = (card_index,) if isinstance(card_index, int) else tuple(card_index)
         indices = {gpu.index for gpu in self._topology.gpus}
@@ -225,9 +246,17 @@ class SimulatedGPUs:
         with self._lock:
             if pid in self._processes:
                 raise ValueError(f"process {pid} is already running")
+            slices: tuple[str, ...] = ()
+            if mig_device is not None:
+                found = [s for s in self._slices.get(cards[0], ()) if s.uuid == mig_device]
+                if len(cards) != 1 or not found:
+                    raise ValueError(f"no MIG device {mig_device} on card {cards[0]}")
+                slices = (mig_device,)
+                memory_limit_mib = min(memory_limit_mib, found[0].memory_mib)
+                cores_limit = min(cores_limit, found[0].cores)
             self._processes[pid] = _Process(
                 pid=pid, cards=cards, memory_limit_mib=min(memory_limit_mib, self._memory_mib),
-                cores_limit=cores_limit, pattern=pattern, started_at=self._clock(),
+                cores_limit=cores_limit, pattern=pattern, started_at=self._clock(), slices=slices,
             )
 
     def stop_process(self, pid: int) -> bool:
@@ -274,6 +303,58 @@ class SimulatedGPUs:
                 self._mig[card_index] = mode
             else:
                 self._mig.pop(card_index, None)
+            if not mode[0]:
+                self._slices.pop(card_index, None)
+
+    def set_mig_layout(self, card_index: int, layout: Sequence[str]) -> tuple[MigSlice, ...]:
+        """The admin (re)partitions a card: MIG mode on, GPU instances of these profiles (names from
+        NVIDIA's table for this model, ``core.mig.GEOMETRIES``), one compute instance each.
+
+        ValueError when the model has no MIG, the layout cannot exist on it, or a process still
+        runs on a card whose layout changes (the driver refuses to destroy an instance in use).
+        A health event (card still unhealthy as a whole card) tells the node daemon to re-read.
+        """
+        from dataclasses import replace
+
+        from jupyter_vgpu.core.mig import geometry_for, slices_of
+
+        self._check_card(card_index)
+        geometry = geometry_for(self._model, self._memory_mib)
+        if geometry is None:
+            raise ValueError(f"{self._model} has no MIG mode")
+        card_uuid = self._uuid(card_index)
+        made = slices_of(geometry, list(layout), card_uuid)
+        with self._lock:
+            self._layouts += 1  # fresh UUIDs per layout, as the driver gives new instances new UUIDs
+            salt = _digest(f"{self._seed}:{card_uuid}:{self._layouts}").hex()[:8]
+            made = tuple(replace(s, uuid=f"{s.uuid}-{salt}") for s in made)
+            busy = sorted(p.pid for p in self._processes.values() if card_index in p.cards)
+            if busy:
+                raise ValueError(f"card {card_index} is in use by process(es) {busy}; its MIG layout cannot change")
+            self._mig[card_index] = (True, True)
+            self._slices[card_index] = made
+        self._events.put(HealthEvent(card_index, card_uuid, False, f"MIG layout is now {' + '.join(layout) or 'empty'}"))
+        return made
+
+    def fail_slice(self, uuid: str, reason: str = "XID 48 (double-bit ECC error)") -> None:
+        """A MIG device turns unhealthy (its card stays as it was)."""
+        card = self._slice_card(uuid)
+        with self._lock:
+            self._slice_faults[uuid] = reason
+        self._events.put(HealthEvent(card, self._uuid(card), False, f"{uuid}: {reason}"))
+
+    def restore_slice(self, uuid: str) -> None:
+        card = self._slice_card(uuid)
+        with self._lock:
+            self._slice_faults.pop(uuid, None)
+        self._events.put(HealthEvent(card, self._uuid(card), False, f"{uuid}: restored"))
+
+    def _slice_card(self, uuid: str) -> int:
+        with self._lock:
+            for card, layout in self._slices.items():
+                if any(s.uuid == uuid for s in layout):
+                    return card
+        raise ValueError(f"no MIG device {uuid} on this node")
 
     def lose_card(self, card_index: int) -> None:
         """The card falls off the bus: unhealthy, and its processes vanish from samples."""

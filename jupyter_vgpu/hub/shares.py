@@ -36,13 +36,15 @@ class Share:
     display_name: str
     request: Request
     description: str = ""
+    isolated: bool = False
+    """Placed only on a hardware-isolated MIG slice (the pod asks with ``Names.isolation``)."""
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> Share:
-        """From config: ``{"slug", "display_name", "cores", "memory": "20GiB" | units, "description"}``."""
+        """From config: ``{"slug", "display_name", "cores", "memory": "20GiB" | units, "description", "isolated"}``."""
         if not isinstance(spec, Mapping):
             raise ValueError(f"vGPU share {spec!r}: expected {{'slug', 'display_name', 'cores', 'memory'}}")
-        unknown = set(spec) - {"slug", "display_name", "cores", "memory", "description"}
+        unknown = set(spec) - {"slug", "display_name", "cores", "memory", "description", "isolated"}
         if unknown:
             raise ValueError(f"vGPU share {dict(spec)!r}: unknown keys {sorted(unknown)}")
         for key in ("slug", "display_name", "cores"):
@@ -58,10 +60,14 @@ class Share:
             request = checked_request(cores, units)
         except RequestError as error:
             raise ValueError(f"vGPU share {slug!r}: {error}") from None
-        return cls(slug, str(spec["display_name"]), request, str(spec.get("description", "")))
+        isolated = spec.get("isolated", False)
+        if not isinstance(isolated, bool) or (isolated and not request.is_share):
+            raise ValueError(f"vGPU share {slug!r}: 'isolated' is true or false, and only for a share of one card")
+        return cls(slug, str(spec["display_name"]), request, str(spec.get("description", "")), isolated)
 
     def describe(self) -> str:
-        return self.description or describe_request(self.request)
+        text = self.description or describe_request(self.request)
+        return f"{text}, on a hardware-isolated MIG slice" if self.isolated and not self.description else text
 
 
 DEFAULT_SHARE_SPECS: tuple[dict[str, Any], ...] = (

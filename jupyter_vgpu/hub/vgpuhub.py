@@ -16,7 +16,7 @@ from jupyter_vgpu.hub import profiles as vgpu_profiles
 from jupyter_vgpu.hub.limits import Limit, Usage, held_by_other_servers, limit_for
 from jupyter_vgpu.hub.options import is_runtime, requested, runtime_request
 from jupyter_vgpu.hub.scopes import custom_scopes, roles_with_restart
-from jupyter_vgpu.hub.shares import DEFAULT_SHARE_SPECS, Share, share_list
+from jupyter_vgpu.hub.shares import DEFAULT_SHARE_SPECS, SHARE_OPTION, Share, share_list
 
 
 class VGPUHub(Configurable):
@@ -35,7 +35,8 @@ class VGPUHub(Configurable):
 
     shares = List(
         Dict(),
-        help="Offered shares: [{'slug', 'display_name', 'cores', 'memory': '20GiB', 'description'}].",
+        help="Offered shares: [{'slug', 'display_name', 'cores', 'memory': '20GiB', 'description', "
+        "'isolated': True (only on a hardware-isolated MIG slice)}].",
     ).tag(config=True)
 
     @default("shares")
@@ -131,6 +132,15 @@ class VGPUHub(Configurable):
         self.limit_for(user).check(request, self.held_by_other_servers(user, server_name))
         return request
 
+    def chosen_share(self, user_options: Mapping[str, Any] | None) -> Share | None:
+        """The configured share the spawn form picked (a profile, or a choice in the share dropdown), or None."""
+        options = user_options or {}
+        by_slug = {share.slug: share for share in self.share_list()}
+        for picked in (options.get(SHARE_OPTION), options.get("profile")):
+            if isinstance(picked, str) and picked in by_slug:
+                return by_slug[picked]
+        return None
+
     def apply_user_options(self, spawner: Any, user_options: Mapping[str, Any]) -> None:
         """Refuse, before anything starts, a share that is malformed or above the user's limit."""
         try:
@@ -151,6 +161,9 @@ class VGPUHub(Configurable):
         requests = vgpu_pod.container_requests(pod, self.names)
         if not requests:
             return pod
+        share = self.chosen_share(spawner.user_options)
+        if share is not None and share.isolated and not (self.allow_runtime_requests and is_runtime(spawner.user_options)):
+            pod.metadata.annotations = {**(pod.metadata.annotations or {}), self.names.isolation: "mig"}
         limit = self.limit_for(spawner.user)
         held = self.held_by_other_servers(spawner.user, spawner.name)
         for index, request in sorted(requests.items()):

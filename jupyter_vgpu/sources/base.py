@@ -143,6 +143,8 @@ def env_allocation(environ: Mapping[str, str]) -> dict[str, Any] | None:
     indices = [int(i) for i in environ.get(contract.ENV_DEVICE_INDICES, "").split(",") if i.strip().isdigit()]
     count = max(len(uuids), len(indices), 1)
     per_card_cores = cores if cores < contract.CORES_PER_CARD else contract.CORES_PER_CARD
+    profile = environ.get(contract.ENV_MIG_PROFILE, "")
+    mig = {"migProfile": profile[:40]} if profile and count == 1 else {}
     cards = [
         {
             "index": indices[i] if i < len(indices) else None,
@@ -151,6 +153,7 @@ def env_allocation(environ: Mapping[str, str]) -> dict[str, Any] | None:
             "cores": per_card_cores,
             "memoryMib": memory // count,
             "memoryTotalMib": None,
+            **mig,
         }
         for i in range(count)
     ]

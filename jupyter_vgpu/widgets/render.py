@@ -39,6 +39,8 @@ def text_bar(value: float, limit: float, width: int = 20) -> str:
 def card_title(card: Mapping[str, Any]) -> str:
     index = card.get("index")
     name = f"GPU {index}" if index is not None else "GPU"
+    if card.get("migProfile"):
+        return f"MIG {card['migProfile']} on {name} (isolated) · {card.get('model') or 'unknown model'}"
     return f"{name} · {card.get('model') or 'unknown model'}"
 
 

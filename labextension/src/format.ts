@@ -57,6 +57,18 @@ export function describeModels(allocation: Allocation): string {
 }
 
 /**
+ * "MIG 2g.10gb on GPU 0 (isolated)" when the allocation is a hardware-isolated MIG slice, else null.
+ */
+export function describeIsolation(allocation: Allocation): string | null {
+  const slice = allocation.cards.find(c => c.migProfile);
+  if (!slice) {
+    return null;
+  }
+  const where = slice.index === null ? 'a GPU' : `GPU ${slice.index}`;
+  return `MIG ${slice.migProfile} on ${where} (isolated)`;
+}
+
+/**
  * Fractions (0..1) of the cards' compute and memory the allocation holds, for the
  * allocation card's bars. Whole cards hold everything of each card.
  */

@@ -11,6 +11,7 @@ import { bar, h, s } from './dom';
 import {
   allocationFractions,
   describeCards,
+  describeIsolation,
   describeModels,
   describeShare,
   formatMib,
@@ -21,7 +22,7 @@ import { VgpuModel } from './model';
 import { describeRequest, validateRequestForm } from './request';
 import { chartGeometry, formatWindow } from './series';
 import { describeLevel, describeOccupancy, layoutTopology } from './topology';
-import { Topology, UsagePoint } from './types';
+import { Allocation, Topology, UsagePoint } from './types';
 
 const CHART_WIDTH = 300;
 const CHART_HEIGHT = 70;
@@ -206,6 +207,7 @@ export class VgpuPanel extends Widget {
         'div',
         { class: 'jp-vgpu-card' },
         h('div', { class: 'jp-vgpu-card-model' }, describeModels(allocation)),
+        ...isolation(allocation),
         h(
           'div',
           { class: 'jp-vgpu-card-where' },
@@ -517,4 +519,10 @@ export class VgpuPanel extends Widget {
 /** The children that are there (drops null). */
 function present(...children: (Node | string | null)[]): (Node | string)[] {
   return children.filter((c): c is Node | string => c !== null);
+}
+
+/** The "MIG 2g.10gb on GPU 0 (isolated)" line of the allocation card, when the share is a MIG slice. */
+function isolation(allocation: Allocation): HTMLElement[] {
+  const text = describeIsolation(allocation);
+  return text ? [h('div', { class: 'jp-vgpu-card-mig' }, text)] : [];
 }

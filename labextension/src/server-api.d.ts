@@ -147,6 +147,8 @@ export interface components {
             memoryMib: number;
             /** @description The card's memory (null when unknown). */
             memoryTotalMib: number | null;
+            /** @description On a MIG slice: its profile (2g.10gb); cores, memory and uuid are then the slice's own. */
+            migProfile?: string;
         };
         Allocation: {
             node: string | null;
@@ -160,7 +162,7 @@ export interface components {
             cores: number;
             /** @description Device memory held */
             memoryMib: number;
-            /** @description How the limits are enforced: hami-core, mps, vcuda, vcuda (soft limit) or none. */
+            /** @description How the limits are enforced: hami-core, mps, vcuda, vcuda (soft limit), none, or mig (a hardware-isolated MIG slice). */
             enforcement: string | null;
             /**
              * @description The placement policy (node API only).

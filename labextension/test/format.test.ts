@@ -1,6 +1,7 @@
 import {
   allocationFractions,
   describeCards,
+  describeIsolation,
   describeShare,
   formatUsedOf,
   statusSummary,
@@ -95,5 +96,20 @@ describe('numbers', () => {
       cards: [0, 1].map(index => ({ index, uuid: '', model: 'A100', cores: 100, memoryMib: 81920, memoryTotalMib: 81920 }))
     };
     expect(allocationFractions(whole)).toEqual({ compute: 1, memory: 1 });
+  });
+});
+
+describe('MIG slices', () => {
+  it('names the slice, its card and its isolation', () => {
+    const slice = {
+      ...allocated.allocation!,
+      cores: 28,
+      memoryMib: 10240,
+      enforcement: 'mig',
+      cards: [{ index: 0, uuid: 'MIG-0a1b', model: 'A100-SXM4-40GB', cores: 28, memoryMib: 10240,
+                memoryTotalMib: 10240, migProfile: '2g.10gb' }]
+    };
+    expect(describeIsolation(slice)).toBe('MIG 2g.10gb on GPU 0 (isolated)');
+    expect(describeIsolation(allocated.allocation!)).toBeNull();
   });
 });

@@ -24,3 +24,20 @@ def test_the_notebook_is_described_from_its_claim() -> None:
     # a malformed record is explained, not a crash of the demo's guide
     text = demo.describe_notebook(notebook({N.allocation: "{not json"}))
     assert text.startswith("pod default/notebook (no vGPU: allocation annotation is not JSON")
+
+
+def test_isolated_demo_adds_a_mig_node_and_describes_the_slice() -> None:
+    from vgpu_plugin.demo.lab import MIG_NODE, demo_nodes
+    from vgpu_plugin.demo.main import demo_parser
+
+    assert demo_parser().parse_args(["--isolated"]).isolated and not demo_parser().parse_args([]).isolated
+    assert MIG_NODE not in [n.name for n in demo_nodes()]
+    (mig,) = [n for n in demo_nodes(mig=True) if n.name == MIG_NODE]
+    assert list(mig.mig[0]) == ["2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"]
+    demo = Demo(DemoOptions(isolated=True), say=lambda _: None)
+    device = "MIG-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"
+    allocation = c.PodAllocation(MIG_NODE, (c.ContainerAllocation(0, "nb", (c.CardShare(0, "GPU-0", 25, 16, device),)),))
+    pod = notebook(c.predicate_annotations(allocation, N))
+    pod["spec"]["nodeName"] = MIG_NODE
+    assert demo.describe_notebook(pod) == (f"pod default/notebook on node {MIG_NODE}: MIG slice {device} of card 0 "
+                                           "(isolated; asked 25 % and 4096 MiB)")

@@ -34,6 +34,7 @@ PROTECTED = {
     NAMES.predicate_time: "1700000000000000000",
     NAMES.gpu_assigned: "false",
     NAMES.allocation: '{"node":"gpu-a","containers":[]}',
+    NAMES.mig_slice(0): "MIG-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9",
 }
 
 
@@ -139,7 +140,7 @@ def test_an_unscheduled_pod_cannot_claim_cards_nor_be_marked_assigned(evaluator)
 
 
 def test_ordinary_pods_and_edits_are_untouched(evaluator):
-    plain = pod({NAMES.policy: "spread"}, node=None)
+    plain = pod({NAMES.policy: "spread", NAMES.isolation: "mig"}, node=None)  # asking for isolation is the user's
     assert evaluator.admit(request(HUB, "CREATE", "pods"), plain, None).allowed
     placed = pod(PROTECTED)
     relabelled = changed(placed, labels={"team": "b"}, annotations={"hub.jupyter.org/note": "x"})
@@ -150,6 +151,7 @@ def test_ordinary_pods_and_edits_are_untouched(evaluator):
 
 @pytest.mark.parametrize("edit", [
     {NAMES.predicate_gpu_idx(0): "5"},           # move the claim to another card
+    {NAMES.mig_slice(0): "MIG-ffffffff-0000-0000-0000-000000000000"},   # move it to another MIG slice
     {NAMES.gpu_assigned: "true"},                # pretend to have been served
     {NAMES.allocation: None},                    # drop the record
     {NAMES.predicate_node: "gpu-b"},

@@ -194,8 +194,10 @@ _counter = iter(range(1, 1_000_000))
 
 def place_pod(core_v1: Any, gpus: SimulatedGPUs, name: str, containers: list[tuple[Request, tuple[int, ...]]],
               *, node: str = "node-1", namespace: str = "default", predicate_time: int | None = None,
-              bind: bool = True, extra: dict | None = None) -> dict:
-    """Create a vGPU pod and do what the extender does at bind: annotations, then the Binding."""
+              bind: bool = True, extra: dict | None = None, slices: dict[int, str] | None = None) -> dict:
+    """Create a vGPU pod and do what the extender does at bind: annotations, then the Binding.
+
+    ``slices``: container index -> the MIG device the extender chose for it."""
     spec_containers = []
     shares = []
     uuids = {card.index: card.uuid for card in gpus.inventory()} if gpus.available() else {}
@@ -204,7 +206,8 @@ def place_pod(core_v1: Any, gpus: SimulatedGPUs, name: str, containers: list[tup
         spec_containers.append({"name": f"c{index}", "image": "jupyter/base-notebook",
                                 "resources": {"limits": request_limits(request, NAMES)}, **(extra or {})})
         if request.is_share:
-            card_shares = (CardShare(cards[0], uuids.get(cards[0], ""), request.cores, request.memory_units),)
+            card_shares = (CardShare(cards[0], uuids.get(cards[0], ""), request.cores, request.memory_units,
+                                     (slices or {}).get(index, "")),)
         else:
             card_shares = tuple(CardShare(i, uuids.get(i, ""), 100, units.get(i, 0)) for i in cards)
         shares.append(ContainerAllocation(index=index, name=f"c{index}", cards=card_shares))

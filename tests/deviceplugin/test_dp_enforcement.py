@@ -234,17 +234,30 @@ def test_the_daemon_removes_a_gone_containers_cache_dir_on_its_loop(daemons, pee
     wait_for(lambda: not os.path.exists(cache), timeout=20, what="the gone container's cache dir removed")
 
 
-def test_a_mig_card_is_advertised_unhealthy_and_no_health_event_makes_it_shareable():
-    from vgpu_plugin.deviceplugin.devices import CORE, device_list
+def test_a_mig_card_advertises_only_its_slices_and_no_health_event_makes_it_shareable():
+    from vgpu_plugin.deviceplugin.devices import CORE, MEMORY, device_list
     from vgpu_plugin.deviceplugin.state import CardsState
 
     gpus = sim_gpus()
-    gpus.set_mig_mode(1, current=True)
+    gpus.set_mig_mode(1, current=True)      # MIG mode, no instances yet: nothing to hand out
     state = CardsState(gpus.inventory())
     health = {d.ID.split("-")[0]: d.health for d in device_list(CORE, state.cards())}
-    assert health == {"gpu0": "Healthy", "gpu1": "Unhealthy", "gpu2": "Healthy", "gpu3": "Healthy"}
+    assert health == {"gpu0": "Healthy", "gpu2": "Healthy", "gpu3": "Healthy"}
     assert state.set_health(1, True, "card restored") is False
     assert not state.by_index()[1].healthy
+    # the admin creates 3 x 2g.10gb + 1g.5gb: the card advertises what the slices hold together
+    gpus.set_mig_layout(1, ["2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"])
+    assert state.refresh_mig(gpus.inventory()) is True
+    assert state.refresh_mig(gpus.inventory()) is False
+    cores = [d for d in device_list(CORE, state.cards()) if d.ID.startswith("gpu1-")]
+    memory = [d for d in device_list(MEMORY, state.cards()) if d.ID.startswith("gpu1-")]
+    assert len(cores) == 3 * 28 + 14 and len(memory) == 3 * 40 + 20
+    assert {d.health for d in cores} == {"Healthy"}
+    assert not state.by_index()[1].healthy   # never a whole card nor time-shared
+    for made in state.by_index()[1].slices:
+        gpus.fail_slice(made.uuid)
+    state.refresh_mig(gpus.inventory())
+    assert [d for d in device_list(CORE, state.cards()) if d.ID.startswith("gpu1-")] == []
 
 
 def test_where_minor_and_index_differ_dev_nodes_use_the_minor_and_the_rest_the_index(tmp_path, caplog):
@@ -262,7 +275,7 @@ def test_where_minor_and_index_differ_dev_nodes_use_the_minor_and_the_rest_the_i
     assert minor_mismatches(list(cards.values())) == ["index 0 = /dev/nvidia5"]
 
 
-def test_the_daemon_logs_a_mig_card_and_advertises_it_unhealthy(daemons, peer, core_v1, caplog):
+def test_the_daemon_logs_a_mig_card_and_advertises_nothing_on_it_without_slices(daemons, peer, core_v1, caplog):
     make_node(core_v1)
     gpus = sim_gpus()
     gpus.set_mig_mode(3, current=True)
@@ -271,4 +284,4 @@ def test_the_daemon_logs_a_mig_card_and_advertises_it_unhealthy(daemons, peer, c
         wait_registered(peer)
     assert "card 3" in caplog.text and "MIG mode is enabled" in caplog.text
     health = {d.ID.split("-")[0]: d.health for d in peer.list_devices(c.DEFAULT_NAMES.core_resource)}
-    assert health["gpu3"] == "Unhealthy" and health["gpu0"] == "Healthy"
+    assert "gpu3" not in health and health["gpu0"] == "Healthy"

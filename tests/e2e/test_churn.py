@@ -1,8 +1,9 @@
 """Hundreds of notebook pods arriving and leaving at once over four simulated GPU nodes.
 
 While they churn, a watcher checks after every pod event that the allocation records
-(pod annotations) never hold more of a card than it has, and a poller checks the
-extender's ledger and every device plugin the same way. Afterwards the extender's ledger
+(pod annotations) never hold more of a card than it has nor name one MIG slice twice, and a
+poller checks the extender's ledger and every device plugin the same way. Card 0 of c-nv4 is
+in MIG mode (3 x 2g.10gb + 1g.5gb); a tenth of the share pods ask for isolation. Afterwards the extender's ledger
 (in-process and /inspect), the pod annotations, the device plugins' view and the kubelet
 stand-ins' accounting and checkpoints all agree. The fault test restarts the extender, a
 device plugin and a kubelet stand-in in the middle of the churn.
@@ -42,13 +43,15 @@ pytestmark = pytest.mark.slow
 CHURN = "vgpu.jupyter.org/churn"
 NODES = (("c-dgx", "dgx-a100.txt", 40960), ("c-p40", "p40-7gpu-pix-phb.txt", 24576),
          ("c-nv4", "a100-sxm-4gpu-nv4.txt", 40960), ("c-pcie", "a100-pcie-4gpu-2numa.txt", 40960))
+MIG = {"c-nv4": {0: ("2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb")}}
 
 
 @pytest.fixture
 def churn_cluster(topology_fixtures: Any) -> Iterator[Any]:
     from vgpu_plugin.demo.cluster import NodeSpec, SimCluster
 
-    specs = [NodeSpec(name, fixture, memory_mib=memory, seed=i) for i, (name, fixture, memory) in enumerate(NODES)]
+    specs = [NodeSpec(name, fixture, memory_mib=memory, seed=i, mig=MIG.get(name, {}))
+             for i, (name, fixture, memory) in enumerate(NODES)]
     with SimCluster(specs, fixtures_dir=topology_fixtures, metrics_period=2.0, ready_timeout=90) as sim:
         yield sim
 
@@ -67,6 +70,7 @@ class Watcher:
         self.events = 0
         self.checks = 0
         self.failed: dict[str, tuple[str, str]] = {}  # pod -> (node, message)
+        self.slices_seen: set[str] = set()  # MIG slices some pod was placed on
         self._stop = threading.Event()
         self._informer = Informer(cluster.core_v1.list_pod_for_all_namespaces, label_selector=CHURN,
                                   on_event=self._on_event)
@@ -89,6 +93,11 @@ class Watcher:
             self.failed[pod["metadata"]["name"]] = (pod["spec"].get("nodeName", ""), pod["status"].get("message", ""))
         problems = overcommitted(holdings_from_annotations(self._informer.items()), self.capacity)
         self.violations += [f"annotations after {kind}: {p}" for p in problems]
+        live = [p for p in self._informer.items() if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        named = Counter(v for p in live for k, v in ((p.get("metadata") or {}).get("annotations") or {}).items()
+                        if k.startswith(NAMES.mig_slice_prefix))
+        self.violations += [f"annotations after {kind}: MIG slice {s} named by {n} pods" for s, n in named.items() if n > 1]
+        self.slices_seen.update(named)
 
     def _poll(self) -> None:
         while not self._stop.wait(0.05):
@@ -102,6 +111,16 @@ class Watcher:
                     continue
                 usage = {(name, card): held for card, held in daemon.allocator.usage().items()}
                 self.violations += [f"device plugin: {p}" for p in overcommitted(usage, self.capacity)]
+                served = Counter(s.mig_device for entry in daemon.allocator.served().values()
+                                 for s in entry.allocation.cards if s.mig_device)
+                self.violations += [f"device plugin on {name}: MIG slice {s} served {n} times"
+                                    for s, n in served.items() if n > 1]
+            extender = self.cluster.extender
+            if extender is not None and extender.ledger is not None:
+                with extender.ledger.lock:
+                    self.violations += [f"extender ledger: MIG slice {s} held {n} times"
+                                        for entry in extender.ledger.nodes.values()
+                                        for s, n in entry.held_slices.items() if n > 1]
 
 
 def _random_share(rng: random.Random) -> tuple[int, int | None]:
@@ -118,14 +137,17 @@ def _churn(cluster: Any, count: int, stay: int, seed: int, workers: int = 12,
     """``count`` pods created, held a little and deleted by ``workers`` threads; the last ``stay``
     are kept. ``midway`` runs once a third of the pods have been created. The kept pods' names."""
     rng = random.Random(seed)
-    plan = [(f"nb-{seed}-{i:03d}", *_random_share(rng), rng.uniform(0.1, 1.2), i >= count - stay)
+    plan = [(f"nb-{seed}-{i:03d}", *_random_share(rng), rng.uniform(0.1, 1.2), i >= count - stay, rng.random() < 0.1)
             for i in range(count)]
     started = threading.Semaphore(0)
     errors: list[BaseException] = []
 
-    def run(name: str, cores: int, memory: int | None, hold: float, keep: bool) -> None:
+    def run(name: str, cores: int, memory: int | None, hold: float, keep: bool, isolated: bool) -> None:
         try:
-            create_pod(cluster, pod_body(cluster, name, cores, memory, labels={CHURN: "true"}))
+            body = pod_body(cluster, name, cores, memory, labels={CHURN: "true"})
+            if isolated and cores < 100:  # only a MIG slice will do
+                body["metadata"]["annotations"] = {NAMES.isolation: "mig"}
+            create_pod(cluster, body)
             started.release()
             with contextlib.suppress(TimeoutError):  # a pod may wait for room: hold it anyway
                 wait_for(lambda: ((cluster.read_pod("default", name) or {}).get("status") or {}).get("phase")
@@ -151,7 +173,7 @@ def _churn(cluster: Any, count: int, stay: int, seed: int, workers: int = 12,
         list(pool.map(lambda args: run(*args), plan))
     fault.join(120)
     assert not errors, errors[:3]
-    return [name for name, *_, keep in plan if keep]
+    return [name for name, _, _, _, keep, _ in plan if keep]
 
 
 def _agreement(cluster: Any) -> dict[str, Any]:
@@ -175,9 +197,9 @@ def _agreement(cluster: Any) -> dict[str, Any]:
                 ledger_units[(node, card)] += units
     views["extender"] = {k: (ledger[k], ledger_units[k]) for k in ledger if ledger[k] or ledger_units[k]}
     views["extender pods"] = {node: set(holders) for node, holders in claims.items() if holders}
-    views["inspect"] = {(node, i): (card["cores"]["held"], card["memoryMib"]["held"] // c.MEMORY_UNIT_MIB)
+    views["inspect"] = {(node, i): _inspected(card)
                         for node in cluster.nodes for i, card in inspect_cards(cluster, node).items()
-                        if card["cores"]["held"] or card["memoryMib"]["held"]}
+                        if _inspected(card) != (0, 0)}
     views["device plugin"] = {(node, card): held for node, n in cluster.nodes.items()
                               for card, held in n.daemon.allocator.usage().items() if held != (0, 0)}
     views["device plugin pods"] = {node: {uid for uid, _ in n.daemon.allocator.served()}
@@ -208,6 +230,14 @@ def _agreement(cluster: Any) -> dict[str, Any]:
     views["kubelet devices"] = kubelet_devices
     views["expected devices"] = expected_devices
     return views
+
+
+def _inspected(card: dict[str, Any]) -> tuple[int, int]:
+    """(cores, memory units) held on a card as /inspect shows it: time-shared holders, plus what
+    the holders of its MIG slices asked for (each slice is listed at its real size too)."""
+    on_slices = [s["holder"] for s in card.get("slices") or [] if s["holder"]]
+    return (card["cores"]["held"] + sum(h["askedCores"] for h in on_slices),
+            (card["memoryMib"]["held"] + sum(h["askedMemoryMib"] for h in on_slices)) // c.MEMORY_UNIT_MIB)
 
 
 def _checkpoint(node: Any) -> list[Any]:
@@ -251,6 +281,7 @@ def _check_after_churn(cluster: Any, watcher: Watcher, kept: list[str],
     unexplained = {name: why for name, why in watcher.failed.items() if not excusable(*why)}
     assert unexplained == {}, dict(list(unexplained.items())[:5])
     assert watcher.events > 500 and watcher.checks > 50, (watcher.events, watcher.checks)
+    assert len(watcher.slices_seen) >= 2, "isolated pods must have held slices, or the slice check says nothing"
 
 
 def test_churn_keeps_every_view_in_agreement(churn_cluster: Any) -> None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import pynvml as _real
 
 NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_DRIVER_NOT_LOADED = 9
@@ -49,6 +50,15 @@ NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_DEVICE_MIG_DISABLE = 0
 NVML_DEVICE_MIG_ENABLE = 1
 nvmlEventTypeXidCriticalError = 0x8
+# GPU instance profile ids (nvml.h NVML_GPU_INSTANCE_PROFILE_*), the installed nvidia-ml-py's values
+NVML_GPU_INSTANCE_PROFILE_1_SLICE = _real.NVML_GPU_INSTANCE_PROFILE_1_SLICE
+NVML_GPU_INSTANCE_PROFILE_2_SLICE = _real.NVML_GPU_INSTANCE_PROFILE_2_SLICE
+NVML_GPU_INSTANCE_PROFILE_3_SLICE = _real.NVML_GPU_INSTANCE_PROFILE_3_SLICE
+NVML_GPU_INSTANCE_PROFILE_4_SLICE = _real.NVML_GPU_INSTANCE_PROFILE_4_SLICE
+NVML_GPU_INSTANCE_PROFILE_7_SLICE = _real.NVML_GPU_INSTANCE_PROFILE_7_SLICE
+NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 = _real.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1
+NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2 = _real.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2
+NVML_GPU_INSTANCE_PROFILE_COUNT = _real.NVML_GPU_INSTANCE_PROFILE_COUNT
 
 NVMLError = _real.NVMLError
 NVMLLibraryMismatchError = _real.NVMLLibraryMismatchError
@@ -151,6 +161,39 @@ def _through(driver: FakeDriver, function):  # noqa: ANN001, ANN202
     return call
 
 
+# An A100-SXM4-40GB's GPU instance profiles as `nvidia-smi mig -lgip` lists them:
+# profile id -> (name, slice count, instance count, memory MiB)
+A100_40GB_PROFILES = {
+    NVML_GPU_INSTANCE_PROFILE_1_SLICE: ("1g.5gb", 1, 7, 4864),
+    NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1: ("1g.5gb+me", 1, 1, 4864),
+    NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2: ("1g.10gb", 1, 4, 9984),
+    NVML_GPU_INSTANCE_PROFILE_2_SLICE: ("2g.10gb", 2, 3, 9984),
+    NVML_GPU_INSTANCE_PROFILE_3_SLICE: ("3g.20gb", 3, 2, 20096),
+    NVML_GPU_INSTANCE_PROFILE_4_SLICE: ("4g.20gb", 4, 1, 20096),
+    NVML_GPU_INSTANCE_PROFILE_7_SLICE: ("7g.40gb", 7, 1, 40320),
+}
+
+
+@dataclass
+class FakeMigDevice:
+    """One MIG device (a compute instance in a GPU instance) at a MIG device index of its card."""
+
+    slot: int                 # its index for nvmlDeviceGetMigDeviceHandleByIndex
+    uuid: str                 # "MIG-..."
+    gpu_instance: int
+    compute_instance: int
+    gi_slices: int
+    ci_slices: int
+    memory_mib: int
+    used_mib: int = 0
+    processes: dict[int, int] = field(default_factory=dict)  # pid -> MiB
+    lost: bool = False
+    broken: int | None = None  # an NVML error code its queries raise
+
+    def running(self, family: str) -> list[tuple[int, int]]:
+        return sorted(self.processes.items()) if family == "Compute" else []
+
+
 @dataclass
 class FakeCard:
     index: int
@@ -167,6 +210,9 @@ class FakeCard:
     process_util: dict[int, int] = field(default_factory=dict)  # pid -> smUtil
     lost: bool = False
     mig: tuple[int, int] | None = None  # (current, pending); None: the card has no MIG (NOT_SUPPORTED)
+    mig_devices: list[FakeMigDevice] = field(default_factory=list)  # while MIG mode is on
+    profiles: dict[int, tuple[str, int, int, int]] = field(default_factory=lambda: dict(A100_40GB_PROFILES))
+    profile_names: bool = True  # False: a v1 profile record, without names (older drivers)
 
     def running(self, family: str) -> list[tuple[int, int]]:
         if family == "Compute":
@@ -213,7 +259,7 @@ def make_module(*, init_error: int | None = None, cards: list[FakeCard] | None =
     nv.nvmlSystemGetDriverVersion = lambda: "550.54.15"
     nv.nvmlDeviceGetCount = lambda: len(cards)
     nv.nvmlDeviceGetHandleByIndex = lambda i: cards[i]
-    nv.nvmlDeviceGetUUID = lambda h: h.uuid.encode()
+    nv.nvmlDeviceGetUUID = lambda h: on_mig(h).uuid.encode() if isinstance(h, FakeMigDevice) else h.uuid.encode()
     nv.nvmlDeviceGetName = lambda h: h.name
     nv.nvmlDeviceGetMinorNumber = lambda h: h.index
     nv.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=h.bus_id.encode())
@@ -226,15 +272,72 @@ def make_module(*, init_error: int | None = None, cards: list[FakeCard] | None =
 
     nv.nvmlDeviceGetMigMode = mig_mode
 
-    def memory(h: FakeCard) -> types.SimpleNamespace:
+    def mig_enabled(h: FakeCard) -> bool:
+        return h.mig is not None and h.mig[0] == NVML_DEVICE_MIG_ENABLE
+
+    def max_mig_devices(h: object) -> int:
+        if not isinstance(h, FakeCard) or h.mig is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return 7
+
+    def mig_device(h: FakeCard, index: int) -> FakeMigDevice:
         check(h)
+        if not mig_enabled(h) or not 0 <= index < 7:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        for device in h.mig_devices:
+            if device.slot == index:
+                return device
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+
+    def on_mig(h: object) -> FakeMigDevice:
+        if not isinstance(h, FakeMigDevice):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)  # a whole card has no instance ids
+        if h.lost:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+        if h.broken is not None:
+            raise NVMLError(h.broken)
+        return h
+
+    def profile_info(h: FakeCard, profile: int) -> ctypes.Structure:
+        if profile not in h.profiles:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        name, slices, instances, memory = h.profiles[profile]
+        info = _real.c_nvmlGpuInstanceProfileInfo_v2_t() if h.profile_names else _real.c_nvmlGpuInstanceProfileInfo_t()
+        info.id, info.sliceCount, info.instanceCount, info.memorySizeMB = profile, slices, instances, memory
+        if h.profile_names:
+            info.name = f"MIG {name}".encode()
+        return info
+
+    def attributes(h: object) -> ctypes.Structure:
+        device = on_mig(h)
+        found = _real.c_nvmlDeviceAttributes()
+        found.gpuInstanceSliceCount, found.computeInstanceSliceCount = device.gi_slices, device.ci_slices
+        found.memorySizeMB = device.memory_mib
+        return found
+
+    nv.nvmlDeviceGetMaxMigDeviceCount = max_mig_devices
+    nv.nvmlDeviceGetMigDeviceHandleByIndex = mig_device
+    nv.nvmlDeviceGetGpuInstanceId = lambda h: on_mig(h).gpu_instance
+    nv.nvmlDeviceGetComputeInstanceId = lambda h: on_mig(h).compute_instance
+    nv.nvmlDeviceGetAttributes = attributes
+    nv.nvmlDeviceGetGpuInstanceProfileInfo = profile_info
+    nv.nvmlDeviceIsMigDeviceHandle = lambda h: int(isinstance(h, FakeMigDevice))
+
+    def memory(h: FakeCard | FakeMigDevice) -> types.SimpleNamespace:
         mib = 1024 * 1024
+        if isinstance(h, FakeMigDevice):
+            on_mig(h)
+            return types.SimpleNamespace(total=h.memory_mib * mib, used=h.used_mib * mib,
+                                         free=(h.memory_mib - h.used_mib) * mib)
+        check(h)
         return types.SimpleNamespace(total=h.total_mib * mib, used=h.used_mib * mib,
                                      free=(h.total_mib - h.used_mib) * mib)
 
     nv.nvmlDeviceGetMemoryInfo = memory
 
-    def utilization(h: FakeCard) -> types.SimpleNamespace:
+    def utilization(h: FakeCard | FakeMigDevice) -> types.SimpleNamespace:
+        if isinstance(h, FakeMigDevice):
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)  # per-MIG-device utilisation needs DCGM or GPM
         check(h)
         if h.mig is not None and h.mig[0] == NVML_DEVICE_MIG_ENABLE:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)  # a MIG parent has no whole-card utilisation
@@ -287,6 +390,20 @@ def make_module(*, init_error: int | None = None, cards: list[FakeCard] | None =
 
     nv.emit_xid = emit_xid
     return nv
+
+
+def mig_layout(card: FakeCard, layout: list[tuple[str, int]]) -> FakeCard:
+    """Put ``card`` in MIG mode with GPU instances of these profiles, one compute instance each
+    (``(name, compute slices)``: fewer compute slices than the profile splits the instance)."""
+    by_name = {name: (slices, memory) for name, slices, _, memory in card.profiles.values()}
+    card.mig = (NVML_DEVICE_MIG_ENABLE, NVML_DEVICE_MIG_ENABLE)
+    card.mig_devices = []
+    for slot, (name, ci_slices) in enumerate(layout):
+        slices, memory = by_name[name]
+        gi = slot + 1
+        card.mig_devices.append(FakeMigDevice(slot, f"MIG-{slot:08x}-{card.uuid[4:12]}-4000-8000-{gi:012d}", gi, 0,
+                                              slices, ci_slices, memory))
+    return card
 
 
 def default_cards() -> list[FakeCard]:

@@ -15,6 +15,7 @@ import pytest
 from hub_spawn_support import (
     CORE,
     MEM,
+    NAMES,
     hub_config,
     make_spawner,
     make_user,
@@ -305,3 +306,36 @@ def test_only_the_hub_imports_the_restart_endpoint():
             "from jupyter_vgpu.hub.restart import VGPURestartHandler; "
             "assert c.JupyterHub.extra_handlers[0][1] is VGPURestartHandler")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+ISOLATED_SHARES = [
+    {"slug": "vgpu-quarter", "display_name": "¼ GPU · 20 GiB", "cores": 25, "memory": "20GiB"},
+    {"slug": "mig-1g10", "display_name": "1g.10gb — isolated", "cores": 14, "memory": "9GiB", "isolated": True},
+]
+
+
+async def test_an_isolated_profile_asks_for_a_mig_slice():
+    c = hub_config(shares=ISOLATED_SHARES)
+    spawner = make_spawner(c)
+    form = await spawner.options_form(spawner)
+    assert "1g.10gb — isolated" in form and "hardware-isolated MIG slice" in form
+    pod = await spawn_pod(spawner, formdata={"profile": ["mig-1g10"]})
+    assert pod.metadata.annotations[NAMES.isolation] == "mig"
+    assert pod.spec.containers[0].resources.limits[CORE] == "14"
+    # the same spawner, a time-shared profile next: nothing left over
+    again = await spawn_pod(spawner, formdata={"profile": ["vgpu-quarter"]})
+    assert NAMES.isolation not in (again.metadata.annotations or {})
+
+
+async def test_an_isolated_choice_in_the_share_dropdown_asks_for_a_mig_slice():
+    c = hub_config(shares=ISOLATED_SHARES)
+    pod = await spawn_pod(make_spawner(c), formdata={"profile": [CUSTOM_PROFILE_SLUG],
+                                                     f"profile-option-{CUSTOM_PROFILE_SLUG}--{SHARE_OPTION}": ["mig-1g10"]})
+    assert pod.metadata.annotations[NAMES.isolation] == "mig"
+
+
+def test_isolation_is_only_for_shares():
+    with pytest.raises(ValueError, match="isolated"):
+        VGPUHub(shares=[{"slug": "one", "display_name": "1 GPU", "cores": 100, "isolated": True}]).share_list()
+    with pytest.raises(ValueError, match="isolated"):
+        VGPUHub(shares=[{"slug": "q", "display_name": "q", "cores": 25, "memory": "4GiB", "isolated": "yes"}]).share_list()

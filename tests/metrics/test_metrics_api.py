@@ -328,3 +328,27 @@ def test_responses_match_the_openapi_document(server: MetricsServer, minter: Tok
         _validator(document, path, str(status)).validate(json.loads(body))
         status, _, body = get(server, path, "forged")
         _validator(document, path, str(status)).validate(json.loads(body))
+
+
+def test_a_container_on_a_mig_slice_sees_the_slice(fake_node: FakeNode, minter: TokenMinter) -> None:
+    made = fake_node.gpus.set_mig_layout(5, ["2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"])
+    carol = fake_node.pod("jupyter-carol", {"notebook": (20, 32, (5,))})
+    record = PodAllocation.from_json(carol["metadata"]["annotations"][c.DEFAULT_NAMES.allocation])
+    (container,) = record.containers
+    on_slice = replace(container, cards=(replace(container.cards[0], mig_device=made[0].uuid),))
+    carol["metadata"]["annotations"][c.DEFAULT_NAMES.allocation] = replace(record, containers=(on_slice,)).to_json()
+    carol["metadata"]["annotations"][c.DEFAULT_NAMES.mig_slice(0)] = made[0].uuid
+    server = MetricsServer(NODE, fake_node.gpus, fake_node, minter, address="127.0.0.1", port=0, period=0.05,
+                           history_seconds=60, proc_root=fake_node.proc_root, enforcement="hami-core")
+    server.start()
+    try:
+        wait_for_samples(server.sampler, 2)
+        status, _, body = get(server, "/api/v1/allocation", token_of(minter, carol, 0))
+    finally:
+        server.stop()
+    assert status == 200
+    data = json.loads(body)
+    assert data["enforcement"] == c.ENFORCEMENT_MIG and (data["cores"], data["memoryMib"]) == (28, 10240)
+    assert data["cards"] == [{"index": 5, "uuid": made[0].uuid, "model": "NVIDIA A100-SXM4-40GB", "cores": 28,
+                              "memoryMib": 10240, "memoryTotalMib": 10240, "migProfile": "2g.10gb"}]
+    _validator(yaml.safe_load(OPENAPI.read_text()), "/api/v1/allocation", "200").validate(data)

@@ -234,3 +234,25 @@ def test_lost_card_is_unhealthy_in_the_next_scrape(server: MetricsServer, fake_n
     assert c.METRIC_PROCESS_MEMORY_USED not in metrics  # NVML cannot reach the card's processes
     # the share is still held: the pod has not given it back
     assert metrics[c.METRIC_CARD_ALLOCATED_CORES][card6] == 25
+
+
+def test_mig_slices_have_memory_and_health_but_no_made_up_utilisation(fake_node: FakeNode, minter: TokenMinter) -> None:
+    made = fake_node.gpus.set_mig_layout(5, ["2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"])
+    fake_node.gpus.start_process(900, 5, 4096, 14, mig_device=made[3].uuid)
+    fake_node.gpus.set_usage(900, 3000, 50)
+    server = MetricsServer(NODE, fake_node.gpus, fake_node, minter, address="127.0.0.1", port=0, period=0.05,
+                           proc_root=fake_node.proc_root, enforcement="hami-core", scrape_token=SCRAPE_TOKEN)
+    server.start()
+    try:
+        wait_for_samples(server.sampler, 2)
+        fake_node.gpus.fail_slice(made[0].uuid)
+        wait_for_samples(server.sampler, 3)
+        metrics = scrape(server, "/metrics")
+    finally:
+        server.stop()
+    one_g = labels(node=NODE, gpu="5", uuid=made[3].uuid, profile="1g.5gb")
+    assert metrics[c.METRIC_SLICE_MEMORY_USED][one_g] == 3000 * MIB
+    assert metrics[c.METRIC_SLICE_MEMORY_TOTAL][one_g] == 5120 * MIB
+    assert len(metrics[c.METRIC_SLICE_MEMORY_TOTAL]) == 4
+    assert sorted(metrics[c.METRIC_SLICE_HEALTHY].values()) == [0.0, 1.0, 1.0, 1.0]
+    assert c.METRIC_SLICE_UTILIZATION not in metrics   # "not available", never a 0 nobody measured

@@ -161,3 +161,38 @@ def test_views_over_the_real_node_api(comms, tmp_path, monkeypatch):
         assert "neighbour" not in svg  # other pods are occupancy, never names
     finally:
         node.stop()
+
+
+SLICE = {
+    "state": "allocated", "source": "node-api", "message": None,
+    "allocation": {"node": "gpu-node-1", "namespace": "jupyter", "pod": "jupyter-bob", "podUid": "u2",
+                   "container": "notebook", "cores": 28, "memoryMib": 10240, "enforcement": "mig",
+                   "cards": [{"index": 0, "uuid": "MIG-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9",
+                              "model": "NVIDIA A100-SXM4-40GB", "cores": 28, "memoryMib": 10240,
+                              "memoryTotalMib": 10240, "migProfile": "2g.10gb"}]},
+}
+
+
+def test_a_mig_slice_is_shown_as_isolated(comms):  # type: ignore[no-untyped-def]
+    card = AllocationCard(source=None, answer=SLICE)
+    title = comms.last(card.children[1].model_id, "value")
+    assert "MIG 2g.10gb on GPU 0 (isolated)" in title and "MIG-0a1b2c3d" in title
+    header = comms.last(card.children[0].model_id, "value")
+    assert "enforced by mig" in header
+    text = repr(card)
+    assert "MIG 2g.10gb on GPU 0 (isolated)" in text and "10 GiB of 10 GiB" in text
+
+
+def test_the_environment_of_a_slice_container_names_its_profile():  # type: ignore[no-untyped-def]
+    from jupyter_vgpu.core import contract
+    from jupyter_vgpu.sources.base import env_allocation
+
+    env = {contract.ENV_CORES: "28", contract.ENV_MEMORY_MIB: "10240", contract.ENV_DEVICE_INDICES: "0",
+           contract.ENV_DEVICE_UUIDS: "MIG-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9", contract.ENV_ENFORCEMENT: "mig",
+           contract.ENV_MIG_PROFILE: "2g.10gb"}
+    allocation = env_allocation(env)
+    assert allocation is not None and allocation["enforcement"] == "mig"
+    assert allocation["cards"][0]["migProfile"] == "2g.10gb"
+    assert render.card_title(allocation["cards"][0]).startswith("MIG 2g.10gb on GPU 0 (isolated)")
+    del env[contract.ENV_MIG_PROFILE]
+    assert "migProfile" not in (env_allocation(env) or {})["cards"][0]

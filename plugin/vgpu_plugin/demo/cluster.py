@@ -55,6 +55,10 @@ class NodeSpec:
     memory_mib: int = DEFAULT_MEMORY_MIB
     labels: Mapping[str, str] = field(default_factory=dict)
     seed: int = 0
+    mig: Mapping[int, Sequence[str]] = field(default_factory=dict)
+    """Card index -> the MIG profiles an admin created on it ("2g.10gb", ...), set before the node starts."""
+    gpu_sharing: str | None = None
+    """The node's ``Names.gpu_sharing`` annotation (the admin's time-shared / MIG choice)."""
 
 
 @dataclass
@@ -232,11 +236,15 @@ class SimCluster:
         plugin_dir, state_dir, proc_root = self._node_dirs(index)
         gpus = SimulatedGPUs.from_fixture(self._topology_path(spec), model=spec.model, memory_mib=spec.memory_mib,
                                           seed=spec.seed, host=spec.name)
+        for card, layout in spec.mig.items():
+            gpus.set_mig_layout(card, list(layout))
         node = SimNode(spec, gpus, None, None, plugin_dir, state_dir, proc_root)
         self.nodes[spec.name] = node
         node.kubelet = self._new_kubelet(node).start()
         if spec.labels:
             self.core_v1.patch_node(spec.name, {"metadata": {"labels": dict(spec.labels)}})
+        if spec.gpu_sharing is not None:
+            self.core_v1.patch_node(spec.name, {"metadata": {"annotations": {self.names.gpu_sharing: spec.gpu_sharing}}})
         node.daemon = self._new_daemon(node).start()
 
     def _new_kubelet(self, node: SimNode) -> Any:
@@ -264,10 +272,16 @@ class SimCluster:
         """Registered with kubelet, capacity published, inventory annotated: schedulable."""
         if not node.daemon.wait_ready(self.ready_timeout):
             raise ClusterError(f"node {node.name}: the device plugin did not register with the kubelet")
+        from ..deviceplugin.devices import CORE, MEMORY, devices_per_card, serves
+
         inventory = node.gpus.inventory()
-        expected = str(len(inventory) * 100)
+        # every card's devices; a MIG card's are what its slices hold together
+        mig = [card for card in inventory if card.mig and serves(card)]
+        plain = [card for card in inventory if not card.mig]
+        expected = str(len(plain) * 100 + sum(devices_per_card(CORE, card) for card in mig))
         # both resources: kubelet publishes each from its own ListAndWatch stream
-        expected_memory = str(sum(card.memory_mib // c.MEMORY_UNIT_MIB for card in inventory))
+        expected_memory = str(sum(card.memory_mib // c.MEMORY_UNIT_MIB for card in plain)
+                              + sum(devices_per_card(MEMORY, card) for card in mig))
         seen: dict[str, Any] = {}
 
         def published() -> bool:

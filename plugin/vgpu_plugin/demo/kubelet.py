@@ -629,8 +629,11 @@ class SimKubelet:
             return
         pid = ctr.process.pid if ctr.process is not None else next(self._fake_pids)
         pattern = ((pod.get("metadata") or {}).get("annotations") or {}).get(SIM_PATTERN_ANNOTATION, "notebook")
+        visible = env.get(c.ENV_NVIDIA_VISIBLE_DEVICES, "")
+        mig_device = visible if visible.startswith("MIG-") else None  # the runtime exposes that MIG device only
         try:
-            self.gpus.start_process(pid, cards, memory // len(cards), min(100, cores // len(cards) or cores), pattern)
+            self.gpus.start_process(pid, cards, memory // len(cards), min(100, cores // len(cards) or cores), pattern,
+                                    mig_device=mig_device)
         except (ValueError, KeyError) as error:
             log.warning("kubelet %s: cannot start a simulated GPU process: %s", self.node, error)
             return

@@ -40,12 +40,21 @@ NOTEBOOK_CONTAINER = "notebook"
 NOTEBOOK_SELECTOR = f"{ROLE_LABEL}=notebook"
 
 
-def demo_nodes() -> list[NodeSpec]:
-    """A DGX A100 (8 cards, all NVLinked) and a PCIe box of 7 P40s in two PIX groups."""
-    return [
+MIG_NODE = "a100-mig"
+MIG_LAYOUT = ("2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb")
+
+
+def demo_nodes(mig: bool = False) -> list[NodeSpec]:
+    """A DGX A100 (8 cards, all NVLinked) and a PCIe box of 7 P40s in two PIX groups; with ``mig``, also a
+    4-card A100 box whose GPU 0 is in MIG mode with 3 x 2g.10gb + 1 x 1g.5gb."""
+    nodes = [
         NodeSpec(DGX_NODE, "dgx-a100.txt", model="NVIDIA A100-SXM4-40GB", memory_mib=40960, seed=1),
         NodeSpec(PCIE_NODE, "p40-7gpu-pix-phb.txt", model="Tesla P40", memory_mib=24576, seed=2),
     ]
+    if mig:
+        nodes.append(NodeSpec(MIG_NODE, "a100-sxm-4gpu-nv4.txt", model="NVIDIA A100-SXM4-40GB", memory_mib=40960,
+                              seed=5, mig={0: MIG_LAYOUT}))
+    return nodes
 
 
 def bundled_topology_dir() -> Path:
@@ -55,9 +64,9 @@ def bundled_topology_dir() -> Path:
 
 
 def start_cluster(*, run_processes: bool, policy: str = "binpack", workdir: str | None = None,
-                  metrics_period: float = 1.0) -> SimCluster:
+                  metrics_period: float = 1.0, mig: bool = False) -> SimCluster:
     """The demo's nodes on the captures bundled with the package (no checkout needed)."""
-    cluster = SimCluster(demo_nodes(), workdir=workdir, fixtures_dir=bundled_topology_dir(), policy=policy,
+    cluster = SimCluster(demo_nodes(mig), workdir=workdir, fixtures_dir=bundled_topology_dir(), policy=policy,
                          run_processes=run_processes, metrics_period=metrics_period)
     return cluster.start()
 
@@ -92,6 +101,7 @@ class DemoOptions:
     policy: str = "binpack"
     lab_timeout: float = 180.0
     token: str | None = None  # None: a fresh random token; "": none (only behind an authenticating proxy)
+    isolated: bool = False  # the notebook asks for a MIG slice (a MIG node is added)
 
 
 class Demo:
@@ -115,7 +125,7 @@ class Demo:
             raise ClusterError("JupyterLab is not installed here: pip install 'jupyter-vgpu[sim]'")
         self.port = pick_port(self.options.ip, self.options.port)
         try:
-            self.cluster = start_cluster(run_processes=True, policy=self.options.policy)
+            self.cluster = start_cluster(run_processes=True, policy=self.options.policy, mig=self.options.isolated)
             if self.options.neighbours:
                 start_neighbours(self.cluster, self.neighbours())
             self._create_notebook_pod()
@@ -204,7 +214,8 @@ class Demo:
         body = self.cluster.notebook_pod(
             NOTEBOOK_POD, cores=self.request.cores, memory=self.request.memory_units or None,
             namespace=NOTEBOOK_NAMESPACE, command=self.lab_command(), env=self._lab_environment(),
-            labels={ROLE_LABEL: "notebook"})
+            labels={ROLE_LABEL: "notebook"},
+            annotations={c.DEFAULT_NAMES.isolation: "mig"} if self.options.isolated else None)
         body["spec"]["containers"][0]["name"] = NOTEBOOK_CONTAINER
         self.cluster.core_v1.create_namespaced_pod(NOTEBOOK_NAMESPACE, body, _preload_content=False)
 
@@ -284,7 +295,9 @@ class Demo:
             why = f": {claim.problem}" if claim is not None and claim.problem else ""
             return f"pod {meta.get('namespace')}/{meta.get('name')} (no vGPU{why})"
         shares = [share for container in allocation.containers for share in container.cards]
-        cards = ", ".join(f"card {s.index} ({s.cores} % of its compute, {s.memory_mib} MiB)" for s in shares)
+        cards = ", ".join(f"MIG slice {s.mig_device} of card {s.index} (isolated; asked {s.cores} % and "
+                          f"{s.memory_mib} MiB)" if s.mig_device else
+                          f"card {s.index} ({s.cores} % of its compute, {s.memory_mib} MiB)" for s in shares)
         return f"pod {meta.get('namespace')}/{meta.get('name')} on node {allocation.node}: {cards}"
 
     def guide(self) -> list[str]:

@@ -123,6 +123,8 @@ def demo_parser() -> argparse.ArgumentParser:
                    help="the notebook's GPU memory: vcuda-memory units of 256 MiB, or a size like 4GiB (default 16)")
     p.add_argument("--notebook-dir", default=".", help="the lab's root directory (default: here)")
     p.add_argument("--no-neighbours", action="store_true", help="leave the other cards empty")
+    p.add_argument("--isolated", action="store_true",
+                   help="add a node with a card in MIG mode and put the notebook on a hardware-isolated MIG slice")
     p.add_argument("--policy", choices=("binpack", "spread"), default="binpack", help="the extender's placement policy")
     p.add_argument("--log-level", default="WARNING", help="logging level of the components (default WARNING)")
     return p
@@ -137,7 +139,7 @@ def demo_main(argv: Sequence[str] | None = None) -> int:
 
     options = DemoOptions(port=args.port, ip=args.ip, base_url=args.base_url, cores=args.cores, memory=args.memory,
                           root_dir=args.notebook_dir, neighbours=not args.no_neighbours, policy=args.policy,
-                          token=args.token)
+                          token=args.token, isolated=args.isolated)
     if args.token == "":
         print("jupyter-vgpu demo: --token '': the lab asks for no token; anyone who can reach "
               f"{args.ip}:{args.port or 'its port'} can use it", file=sys.stderr)

@@ -129,7 +129,8 @@ def placement(wanted: Wanted, override: ContainerAllocation | None, cards: Mappi
             raise AllocationError(f"{wanted.describe()}: a share must be on one card, the scheduler chose "
                                   f"{len(wanted.cards)}")
         index = wanted.cards[0]
-        shares: tuple[CardShare, ...] = (CardShare(index, cards[index].uuid, request.cores, request.memory_units),)
+        shares: tuple[CardShare, ...] = (CardShare(index, cards[index].uuid, request.cores, request.memory_units,
+                                                   wanted.mig_device),)
     else:
         if len(set(wanted.cards)) != request.cards:
             raise AllocationError(f"{wanted.describe()}: {request.cards} whole card(s) requested but the "
@@ -147,6 +148,9 @@ def check_fits(ledger: Ledger, wanted: Wanted, allocation: ContainerAllocation, 
         card = cards.get(share.index)
         if card is None:
             raise AllocationError(f"{wanted.describe()}: card {share.index} does not exist on node {node}")
+        if share.mig_device:
+            check_slice(ledger, wanted, share, card, key)
+            continue
         if not card.healthy:
             why = reason(share.index) or "unhealthy"
             raise AllocationError(f"{wanted.describe()}: card {share.index} is unhealthy ({why})")
@@ -156,6 +160,23 @@ def check_fits(ledger: Ledger, wanted: Wanted, allocation: ContainerAllocation, 
                 f"{wanted.describe()}: card {share.index} cannot take {share.cores} cores and "
                 f"{share.memory_units} memory units: {used_cores} cores and {used_units} of "
                 f"{card.memory_units} units are already given out on this node")
+
+
+def check_slice(ledger: Ledger, wanted: Wanted, share: CardShare, card: Card, key: Key) -> None:
+    """AllocationError unless the MIG slice exists on the card, is healthy, fits and no one else holds it."""
+    found = next((s for s in card.slices if s.uuid == share.mig_device), None)
+    if found is None:
+        raise AllocationError(f"{wanted.describe()}: MIG slice {share.mig_device} does not exist on card "
+                              f"{share.index} (the layout may have changed; the pod must be placed again)")
+    if not found.placeable:
+        raise AllocationError(f"{wanted.describe()}: MIG slice {found.profile} ({found.uuid}) is unhealthy "
+                              f"or shares its memory")
+    if found.cores < share.cores or found.memory_units < share.memory_units:
+        raise AllocationError(f"{wanted.describe()}: MIG slice {found.profile} is smaller than the request")
+    holder = ledger.slice_holder(share.mig_device, besides=key)
+    if holder is not None:
+        raise AllocationError(f"{wanted.describe()}: MIG slice {found.profile} ({found.uuid}) is already "
+                              f"given to another container ({holder})")
 
 
 def quota(kind: str, allocation: ContainerAllocation, size: int) -> dict[int, int]:

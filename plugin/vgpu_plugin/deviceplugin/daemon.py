@@ -349,6 +349,9 @@ class NodeDaemon:
             if event is None:
                 continue
             changed = self.cards.set_health(event.card_index, event.healthy, event.reason)
+            if self.cards.refresh_mig(self.backend.inventory()):
+                log.warning("card %d: MIG slices changed (%s)", event.card_index, event.reason)
+                self._publish_now.set()
             if changed:
                 log.warning("card %d (%s) is now %s: %s", event.card_index, event.uuid,
                             "healthy" if event.healthy else "UNHEALTHY", event.reason)

@@ -59,7 +59,17 @@ def cards_in(ids: Iterable[str]) -> Counter[int]:
 
 
 def devices_per_card(kind: str, card: Card) -> int:
+    """100 cores and all memory units; a card in MIG mode advertises what its slices hold together,
+    so kubelet's count of a slice pod's request (never more than its slice) always finds room."""
+    if card.mig:
+        placeable = [s for s in card.slices if s.placeable]
+        return sum(s.cores if kind == CORE else s.memory_units for s in placeable)
     return CORES_PER_CARD if kind == CORE else card.memory_units
+
+
+def serves(card: Card) -> bool:
+    """Whether the card's devices are Healthy: a healthy card, or a MIG card with healthy slices."""
+    return card.healthy or (card.mig and any(s.placeable for s in card.slices))
 
 
 def card_device_ids(kind: str, card: Card) -> list[str]:
@@ -70,7 +80,7 @@ def device_list(kind: str, cards: Sequence[Card]) -> list[api_pb2.Device]:
     """Every device of every card, with the card's health and NUMA node."""
     devices = []
     for card in cards:
-        health = HEALTHY if card.healthy else UNHEALTHY
+        health = HEALTHY if serves(card) else UNHEALTHY
         topology = api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=card.numa)]) if card.numa is not None else None
         for device in card_device_ids(kind, card):
             devices.append(api_pb2.Device(ID=device, health=health, topology=topology))

@@ -21,6 +21,7 @@ from . import api_pb2
 if TYPE_CHECKING:
     from jupyter_vgpu.core.contract import ContainerAllocation
     from jupyter_vgpu.core.inventory import Card
+    from jupyter_vgpu.core.mig import MigSlice
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,9 @@ def container_response(
     token: str,
 ) -> api_pb2.ContainerAllocateResponse:
     """The full answer for one container; a pure function of its inputs, so it can be rebuilt."""
+    on_slice = slice_of(allocation, cards)
+    if on_slice is not None:
+        return _slice_response(config, allocation, cards, identity, on_slice, metrics_url=metrics_url, token=token)
     shares = sorted(allocation.cards, key=lambda s: s.index)
     memory_mib = [s.memory_units * c.MEMORY_UNIT_MIB for s in shares]
     is_share = allocation.cores < c.CORES_PER_CARD
@@ -116,6 +120,49 @@ def container_response(
         response.devices.extend(_device_specs(config, shares, cards))
     if config.cdi:
         response.cdi_devices.extend(api_pb2.CDIDevice(name=f"nvidia.com/gpu={s.uuid}") for s in shares)
+    return response
+
+
+def slice_of(allocation: ContainerAllocation, cards: Mapping[int, Card]) -> MigSlice | None:
+    """The MIG slice a container holds (its one share names it and the card publishes it), or None."""
+    for share in allocation.cards:
+        if share.mig_device and share.index in cards:
+            return next((s for s in cards[share.index].slices if s.uuid == share.mig_device), None)
+    return None
+
+
+def _slice_response(config: EnforcementConfig, allocation: ContainerAllocation, cards: Mapping[int, Card],
+                    identity: Identity, on_slice: MigSlice, *, metrics_url: str,
+                    token: str) -> api_pb2.ContainerAllocateResponse:
+    """A container on a MIG slice: that MIG device only, its real size, and no HAMi-core or MPS limits
+    (the hardware isolates a slice's compute and memory)."""
+    share = allocation.cards[0]
+    card = cards[share.index]
+    envs = {
+        c.ENV_NVIDIA_VISIBLE_DEVICES: on_slice.uuid,
+        c.ENV_CORES: str(on_slice.cores),
+        c.ENV_MEMORY_MIB: str(on_slice.memory_mib),
+        c.ENV_DEVICE_UUIDS: on_slice.uuid,
+        c.ENV_DEVICE_INDICES: c.card_ids_env([share.index]),
+        c.ENV_DEVICE_MODEL: card.model,
+        c.ENV_NODE: identity.node,
+        c.ENV_CONTAINER: identity.container,
+        c.ENV_METRICS_URL: metrics_url,
+        c.ENV_TOKEN: token,
+        c.ENV_ENFORCEMENT: c.ENFORCEMENT_MIG,
+        c.ENV_MIG_PROFILE: on_slice.profile,
+        # the whole device is the slice: frameworks may use all of it
+        c.ENV_XLA_PREALLOCATE: "false",
+        c.ENV_TF_FORCE_GROWTH: "true",
+    }
+    if identity.pod_uid:
+        envs.update({c.ENV_POD_NAME: identity.pod, c.ENV_POD_NAMESPACE: identity.namespace,
+                     c.ENV_POD_UID: identity.pod_uid})
+    response = api_pb2.ContainerAllocateResponse(envs=envs)
+    if config.device_specs:  # the parent's device node; the runtime hook adds the MIG capability nodes
+        response.devices.extend(_device_specs(config, [share], cards))
+    if config.cdi:
+        response.cdi_devices.append(api_pb2.CDIDevice(name=f"nvidia.com/gpu={on_slice.uuid}"))
     return response
 
 

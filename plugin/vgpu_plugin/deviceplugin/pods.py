@@ -28,6 +28,7 @@ class Wanted:
     cards: tuple[int, ...]  # from predicate-gpu-idx-<index>
     predicate_time: int
     record: ContainerAllocation | None  # our allocation annotation, when it agrees with the cards
+    mig_device: str = ""  # the MIG slice from mig-slice-<index> ("" off MIG)
 
     def count(self, kind: str) -> int:
         return self.request.cores if kind == CORE else self.request.memory_units
@@ -105,5 +106,6 @@ def parse_pod(pod: dict[str, Any], node: str, names: Names) -> PodView | None:
             container=str(containers[index].get("name", index)), request=request,
             cards=keys[index], predicate_time=predicate_time,
             record=held if index in claim.from_record else None,
+            mig_device=next((s.mig_device for s in held.cards if s.mig_device), ""),
         ))
     return view

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from jupyter_vgpu.core.contract import DEFAULT_NAMES, Names
 from jupyter_vgpu.core.inventory import NodeInventory
 
+from .devices import serves
+
 if TYPE_CHECKING:
     from jupyter_vgpu.gpu import GPUBackend
 
@@ -45,7 +47,7 @@ class NodePublisher:
         """
         inventory = self.inventory()
         text = inventory.to_json()
-        has_gpu = any(card.healthy for card in inventory.cards)
+        has_gpu = any(serves(card) for card in inventory.cards)  # a MIG card with healthy slices serves too
         label_value = "true" if has_gpu else None
         if text == self._last and not check_node:
             return False

@@ -245,19 +245,28 @@ class _Planner:
             if not indices:
                 return None
             cards = self.world.cards
-            if len(indices) == 1 and cores < c.CORES_PER_CARD:
-                shares: tuple[CardShare, ...] = (
-                    CardShare(indices[0], uuids[0] if uuids else "", cores, mib // c.MEMORY_UNIT_MIB),)
-            else:
-                shares = tuple(
-                    CardShare(i, uuids[n] if n < len(uuids) else "", c.CORES_PER_CARD,
-                              cards[i].memory_units if i in cards else mib // len(indices) // c.MEMORY_UNIT_MIB)
-                    for n, i in enumerate(indices))
             # whom the answer was prepared for: named in it when that was certain, else in our memory
             partner_uid = env.get(c.ENV_POD_UID) or (given[1][0] if given else "")
             view = self.by_uid.get(partner_uid)
             index = next((w.index for w in view.containers if w.container == env.get(c.ENV_CONTAINER)), -1) \
                 if view is not None else -1
+            visible = env.get(c.ENV_NVIDIA_VISIBLE_DEVICES, "")
+            if visible.startswith("MIG-") and len(indices) == 1:
+                # a slice answer tells the slice's size, not the request: the share is the request on that slice
+                asked = next((w.request for w in view.containers if w.index == index), None) \
+                    if view is not None else None
+                if asked is None:
+                    return (given[0], given[1]) if given is not None else None
+                card = cards.get(indices[0])
+                shares: tuple[CardShare, ...] = (CardShare(indices[0], card.uuid if card is not None else "",
+                                                           asked.cores, asked.memory_units, visible),)
+            elif len(indices) == 1 and cores < c.CORES_PER_CARD:
+                shares = (CardShare(indices[0], uuids[0] if uuids else "", cores, mib // c.MEMORY_UNIT_MIB),)
+            else:
+                shares = tuple(
+                    CardShare(i, uuids[n] if n < len(uuids) else "", c.CORES_PER_CARD,
+                              cards[i].memory_units if i in cards else mib // len(indices) // c.MEMORY_UNIT_MIB)
+                    for n, i in enumerate(indices))
             # an answer whose token this node did not mint (a lost secret) gets no id: it reads nothing
             answer_id = self.world.verify(env.get(c.ENV_TOKEN)) or ""
             return (ContainerAllocation(index=index, name=env.get(c.ENV_CONTAINER, ""), cards=shares,

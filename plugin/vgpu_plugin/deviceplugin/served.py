@@ -59,6 +59,15 @@ class Ledger:
             return False
         return wanted.request.memory_units == 0 or MEMORY in served.devices
 
+    def slice_holder(self, device: str, *, besides: Key | None = None) -> str | None:
+        """Who holds the MIG slice among admitted containers other than ``besides`` ("ns/pod container"), or None."""
+        for served in self.served.values():
+            if served.key == besides or CORE not in served.devices:
+                continue
+            if any(held.mig_device == device for held in served.allocation.cards):
+                return f"{served.namespace}/{served.pod} {served.container}"
+        return None
+
     def used_on(self, card: int, *, besides: Key | None = None) -> tuple[int, int]:
         """(cores, memory units) of the card given out to admitted containers other than ``besides``."""
         cores = units = 0
@@ -93,5 +102,5 @@ class Ledger:
 
 
 def same_cards(a: ContainerAllocation, b: ContainerAllocation) -> bool:
-    return sorted((s.index, s.cores, s.memory_units) for s in a.cards) == \
-        sorted((s.index, s.cores, s.memory_units) for s in b.cards)
+    return sorted((s.index, s.cores, s.memory_units, s.mig_device) for s in a.cards) == \
+        sorted((s.index, s.cores, s.memory_units, s.mig_device) for s in b.cards)

@@ -56,6 +56,26 @@ class CardsState:
                 return True
             return False
 
+    def refresh_mig(self, current: list[Card]) -> bool:
+        """Take the MIG mode and slices (layout, slice health) from a fresh inventory; True when they changed.
+
+        Only MIG fields change here: a card's own health follows health events (``set_health``).
+        """
+        fresh = {card.index: card for card in current}
+        with self._cond:
+            changed = False
+            for i, card in enumerate(self._cards):
+                new = fresh.get(card.index)
+                if new is None or (new.mig, new.unavailable, new.slices) == (card.mig, card.unavailable, card.slices):
+                    continue
+                healthy = card.healthy and new.unavailable is None
+                self._cards[i] = replace(card, mig=new.mig, unavailable=new.unavailable, slices=new.slices,
+                                         healthy=healthy)
+                changed = True
+            if changed:
+                self._bump()
+            return changed
+
     def wait_for_change(self, seen_version: int, timeout: float) -> int:
         """Block until the version differs from ``seen_version`` or the timeout passes; the version."""
         with self._cond:

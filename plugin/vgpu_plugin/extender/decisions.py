@@ -28,7 +28,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from jupyter_vgpu.core import claims, contract, placement
+from jupyter_vgpu.core import claims, contract, node_placement, placement
 from jupyter_vgpu.core.contract import (
     CardShare,
     ContainerAllocation,
@@ -37,7 +37,8 @@ from jupyter_vgpu.core.contract import (
     Request,
     RequestError,
 )
-from jupyter_vgpu.core.placement import CardState, NodeState, PodPlacement
+from jupyter_vgpu.core.mig import wants_isolation
+from jupyter_vgpu.core.placement import CardState, NodeState
 
 from .cache import DecisionCache, NodeMemo, ScoreCache, VerdictCache, remember
 from .ledger import Holding, Ledger, NodeEntry, node_cards, pod_holding, pod_key
@@ -75,6 +76,7 @@ class PodAsk:
     policy: str
     key: tuple[Any, ...]      # hashable shape of the request, for memo keys
     invalid: str | None = None  # a reason no node can ever accept it
+    isolated: bool = False    # asks for a MIG slice only (``Names.isolation``)
 
 
 def describe_pod(pod: Mapping[str, Any]) -> str:
@@ -100,8 +102,23 @@ def read_ask(pod: Mapping[str, Any], names: Names, default_policy: str) -> PodAs
         reason = (f"annotation {names.policy}={policy!r} is not a placement policy "
                   f"(use one of {', '.join(placement.POLICIES)})")
         return PodAsk({}, default_policy, ("invalid", reason), invalid=reason)
+    try:
+        isolated = wants_isolation(annotations, names)
+    except RequestError as error:
+        return PodAsk({}, default_policy, ("invalid", str(error)), invalid=str(error))
     key = tuple(sorted((i, r.cores, r.memory_units) for i, r in requests.items()))
-    return PodAsk(requests, policy, (policy, key))
+    return PodAsk(requests, policy, (policy, key, isolated), isolated=isolated)
+
+
+def on_slices(entry: NodeEntry, ask: PodAsk) -> bool:
+    """Whether MIG slices or the node's sharing mode take part in this pod's placement here."""
+    return not node_placement.plain(entry.slices, entry.sharing, ask.isolated)
+
+
+def place_here(entry: NodeEntry, ask: PodAsk, state: NodeState,
+               held: Collection[str] | None = None) -> node_placement.NodePlacement | placement.Refusal:
+    return node_placement.place(state, entry.slices, entry.held_slices if held is None else held,
+                                ask.requests, ask.policy, entry.sharing, ask.isolated)
 
 
 def node_state(entry: NodeEntry, memo: NodeMemo) -> NodeState:
@@ -135,6 +152,13 @@ def fit(entry: NodeEntry, ask: PodAsk, memo: NodeMemo) -> tuple[str | None, bool
         verdict = (ask.invalid, True)
     elif not entry.cards:
         verdict = (entry.problem or "no vGPU cards", True)
+    elif on_slices(entry, ask):
+        found = place_here(entry, ask, node_state(entry, memo))
+        if isinstance(found, node_placement.NodePlacement):
+            verdict = (None, False)
+        else:
+            empty = place_here(entry, ask, node_state(entry, memo).emptied(), held=())
+            verdict = (found.reason, isinstance(empty, placement.Refusal))
     else:
         requests = ask.requests
         only = next(iter(requests.values())) if len(requests) == 1 else None
@@ -173,6 +197,9 @@ def score(entry: NodeEntry, ask: PodAsk, memo: NodeMemo) -> int:
     if value is None:
         if fit(entry, ask, memo)[0] is not None:
             value = 0
+        elif on_slices(entry, ask):
+            value = node_placement.score(node_state(entry, memo), entry.slices, entry.held_slices, ask.requests,
+                                         ask.policy, entry.sharing, ask.isolated)
         else:
             value = placement.score_node(node_state(entry, memo), ask.requests, ask.policy)
             value = max(0, min(MAX_EXTENDER_PRIORITY, int(value)))
@@ -197,6 +224,20 @@ def preset_refusal(state: NodeState, holding: Holding) -> str | None:
                     f"{card.free_memory_units} memory units free, the claim needs {share.cores} / {memory}")
         state = replace(state, cards=tuple(c.holding(share.cores, memory) if c.index == share.index else c
                                            for c in state.cards))
+    return None
+
+
+def slice_refusal(entry: NodeEntry, share: CardShare) -> str | None:
+    """Why a share cannot hold the MIG slice it names on this node (which excludes its pod), or None."""
+    found = next((s for s in entry.slices if s.uuid == share.mig_device), None)
+    if found is None or found.card != share.index:
+        return f"no MIG slice {share.mig_device} on card {share.index}"
+    if share.mig_device in entry.held_slices:
+        return f"MIG slice {share.mig_device} is held by another pod"
+    if not found.slice.fits(Request(share.cores, share.memory_units)):
+        return f"{found.describe()} is unhealthy or smaller than {share.cores} cores / {share.memory_units} units"
+    if not entry.sharing.slices_serve(found.card, True):
+        return f"card {found.card} serves no MIG slices ({entry.sharing.of(found.card)})"
     return None
 
 
@@ -240,7 +281,7 @@ class Decisions:
                 # a node our watch has not delivered yet: a throwaway entry from the request
                 cards = node_cards(node, self.names)
                 temp = NodeEntry(name, cards.cards, cards.topology, cards.source, cards.problem, True,
-                                 pods=dict(entry.pods) if entry else {})
+                                 pods=dict(entry.pods) if entry else {}, sharing=cards.sharing)
                 temp.recount()
                 result.append((name, temp, NodeMemo()))
             else:
@@ -403,7 +444,15 @@ class Decisions:
         entry = self.ledger.node(node)
         if entry is None or not entry.known or not entry.cards:
             return f"node {node} has no vGPU cards known"
-        return preset_refusal(self._state_without(entry, holding.uid), holding)
+        mine = entry.without(holding.uid) if holding.uid in entry.pods else entry
+        on_cards = replace(holding, containers=tuple(c for c in holding.containers
+                                                     if not any(s.mig_device for s in c.cards)))
+        for container, share in holding.shares():
+            if share.mig_device:
+                refusal = slice_refusal(mine, share)
+                if refusal is not None:
+                    return f"container {container}: {refusal}"
+        return preset_refusal(self._state_without(entry, holding.uid), on_cards)
 
     def _adopt(self, holding: Holding) -> None:
         with self.ledger.lock:
@@ -419,7 +468,8 @@ class Decisions:
             if entry is None or not entry.known or not entry.cards:
                 problem = entry.problem if entry is not None and entry.problem else "no vGPU cards known"
                 return f"node {args.node}: {problem}"
-            result = placement.place_pod(self._state_without(entry, uid), ask.requests, ask.policy)
+            mine = entry.without(uid) if uid and uid in entry.pods else entry
+            result = place_here(mine, ask, self._state_without(entry, uid))
             if isinstance(result, placement.Refusal):
                 return f"{where} does not fit on node {args.node} any more: {result.reason}"
             allocation = self._allocation(pod, args.node, entry, result, ask.policy)
@@ -428,7 +478,8 @@ class Decisions:
             previous = self.ledger.put(holding)
         annotations: dict[str, str | None] = dict(contract.predicate_annotations(allocation, self.names))
         stale = [key for key in (pod.get("metadata") or {}).get("annotations") or {}
-                 if key.startswith(self.names.predicate_gpu_idx_prefix) and key not in annotations]
+                 if key.startswith((self.names.predicate_gpu_idx_prefix, self.names.mig_slice_prefix))
+                 and key not in annotations]
         annotations.update(dict.fromkeys(stale))  # keys of an earlier claim that this one does not cover
         try:
             patched = self._api.patch_annotations(args.pod_namespace, args.pod_name, annotations)
@@ -466,6 +517,8 @@ class Decisions:
         }
         for container in patched.containers:
             removal[self.names.predicate_gpu_idx(container.index)] = None
+            if any(share.mig_device for share in container.cards):
+                removal[self.names.mig_slice(container.index)] = None
         try:
             self._api.patch_annotations(args.pod_namespace, args.pod_name, removal)
         except APIFailure as error:
@@ -484,17 +537,25 @@ class Decisions:
                 self.ledger.put(previous)
 
     def _allocation(self, pod: Mapping[str, Any], node: str, entry: NodeEntry,
-                    result: PodPlacement, policy: str) -> PodAllocation:
+                    result: node_placement.NodePlacement, policy: str) -> PodAllocation:
         containers = (pod.get("spec") or {}).get("containers") or []
+        requests = contract.pod_requests(pod, self.names)
         cards = {card.index: card for card in entry.cards}
         allocated = []
-        for index, shares in sorted(result.containers.items()):
+        for index, shares in sorted(result.cards.containers.items()):
             name = (containers[index].get("name") or "") if index < len(containers) else ""
             allocated.append(ContainerAllocation(index, name, tuple(
                 CardShare(card, cards[card].uuid, cores,
                           claims.held_memory_units(cores, memory, cards[card].memory_units))
                 for card, cores, memory in shares
             )))
+        for index, held in sorted(result.slices.containers.items()):
+            # the record carries the request (what claims check it against); the slice gives its real size
+            name = (containers[index].get("name") or "") if index < len(containers) else ""
+            request = requests[index]
+            allocated.append(ContainerAllocation(index, name, (
+                CardShare(held.card, cards[held.card].uuid, request.cores, request.memory_units, held.uuid),)))
+        allocated.sort(key=lambda c: c.index)
         return PodAllocation(node, tuple(allocated), assigned_at_ns=time.time_ns(), policy=policy)
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from jupyter_vgpu.core import claims, contract
@@ -27,6 +28,8 @@ from jupyter_vgpu.core.contract import (
     RequestError,
 )
 from jupyter_vgpu.core.inventory import Card, NodeInventory
+from jupyter_vgpu.core.mig import Sharing, read_sharing
+from jupyter_vgpu.core.mig_placement import NodeSlice, node_slices
 from jupyter_vgpu.core.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -45,9 +48,19 @@ class NodeCards:
     topology: Topology | None = None
     source: str = "none"            # "inventory" | "capacity" | "none"
     problem: str | None = None      # why a node has no usable cards, or a note on its annotation
+    sharing: Sharing = Sharing()    # the admin's time-shared / MIG choice (node annotation)
 
 
 def node_cards(node: Mapping[str, Any], names: Names) -> NodeCards:
+    """The node's cards (``_node_cards``) with its sharing mode; a malformed mode is logged, the default used."""
+    found = _node_cards(node, names)
+    sharing, problem = read_sharing((node.get("metadata") or {}).get("annotations") or {}, names)
+    if problem:
+        log.warning("node %s: %s", (node.get("metadata") or {}).get("name", "?"), problem)
+    return replace(found, sharing=sharing)
+
+
+def _node_cards(node: Mapping[str, Any], names: Names) -> NodeCards:
     """Cards from the device plugin's inventory annotation, else from node capacity.
 
     Without the annotation (a gpu-manager node), cards are inferred as gpu-admission
@@ -174,20 +187,38 @@ class NodeEntry:
     used_cores: list[int] = field(default_factory=list)
     used_memory: list[int] = field(default_factory=list)
     orphans: list[tuple[str, CardShare]] = field(default_factory=list)  # shares on cards the node lacks
+    sharing: Sharing = field(default_factory=Sharing)
+    held_slices: Counter[str] = field(default_factory=Counter)  # MIG device UUID -> pods holding it
     generation: int = 0
     _position: dict[int, int] = field(default_factory=dict)
     _free: tuple[FreeCard, ...] | None = None
+    _slices: tuple[NodeSlice, ...] | None = None
 
     def recount(self) -> None:
         self._position = {card.index: i for i, card in enumerate(self.cards)}
         self.used_cores = [0] * len(self.cards)
         self.used_memory = [0] * len(self.cards)
         self.orphans = []
+        self.held_slices = Counter()
+        self._slices = None
         for holding in self.pods.values():
             self._apply(holding, +1)
 
+    @property
+    def slices(self) -> tuple[NodeSlice, ...]:
+        """The MIG slices the node's cards publish."""
+        if self._slices is None:
+            self._slices = node_slices(NodeInventory(self.name, self.cards, None)) \
+                if any(card.slices for card in self.cards) else ()
+        return self._slices
+
     def _apply(self, holding: Holding, sign: int) -> None:
         for _, share in holding.shares():
+            if share.mig_device:  # a slice is held whole; its card is never time-shared
+                self.held_slices[share.mig_device] += sign
+                if self.held_slices[share.mig_device] <= 0:
+                    del self.held_slices[share.mig_device]
+                continue
             position = self._position.get(share.index)
             if position is None:
                 if sign > 0:
@@ -206,7 +237,7 @@ class NodeEntry:
     def without(self, uid: str) -> NodeEntry:
         """A throwaway copy of this entry as if pod ``uid`` held nothing here."""
         copy = NodeEntry(self.name, self.cards, self.topology, self.source, self.problem, self.known,
-                         pods={u: h for u, h in self.pods.items() if u != uid})
+                         pods={u: h for u, h in self.pods.items() if u != uid}, sharing=self.sharing)
         copy.recount()
         return copy
 
@@ -250,9 +281,10 @@ class Ledger:
         with self.lock:
             entry = self._entry(name)
             if (entry.known and entry.cards == cards.cards and entry.topology == cards.topology
-                    and entry.problem == cards.problem and entry.source == cards.source):
+                    and entry.problem == cards.problem and entry.source == cards.source
+                    and entry.sharing == cards.sharing):
                 return
-            entry.cards, entry.topology = cards.cards, cards.topology
+            entry.cards, entry.topology, entry.sharing = cards.cards, cards.topology, cards.sharing
             entry.source, entry.problem, entry.known = cards.source, cards.problem, True
             entry.recount()
             self._touch(entry, cards_changed=True)

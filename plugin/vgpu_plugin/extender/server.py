@@ -216,8 +216,20 @@ def inspect(ledger: Ledger, policy: str, synced: bool, only: str | None = None) 
             if entry is None:
                 continue
             holders: dict[int, list[dict[str, Any]]] = {card.index: [] for card in entry.cards}
+            sizes = {s.uuid: s.slice for s in entry.slices}
+            slice_holders: dict[str, dict[str, Any]] = {}
             for holding in entry.pods.values():
                 for container, share in holding.shares():
+                    if share.mig_device:  # a slice is held whole: its real size, and what was asked
+                        held = sizes.get(share.mig_device)
+                        slice_holders[share.mig_device] = {
+                            "namespace": holding.namespace, "pod": holding.name, "uid": holding.uid,
+                            "container": container, "askedCores": share.cores,
+                            "askedMemoryMib": share.memory_units * MEMORY_UNIT_MIB, "assumed": holding.assumed,
+                            "cores": held.cores if held is not None else share.cores,
+                            "memoryMib": held.memory_mib if held is not None else share.memory_mib,
+                        }
+                        continue
                     if share.index in holders:
                         holders[share.index].append({
                             "namespace": holding.namespace, "pod": holding.name, "uid": holding.uid,
@@ -235,9 +247,13 @@ def inspect(ledger: Ledger, policy: str, synced: bool, only: str | None = None) 
                                   "held": held_memory * MEMORY_UNIT_MIB,
                                   "free": max(0, card.memory_units - held_memory) * MEMORY_UNIT_MIB},
                     "holders": sorted(holders[card.index], key=lambda h: (h["namespace"], h["pod"])),
+                    **({"slices": [{"uuid": s.uuid, "profile": s.profile, "cores": s.cores, "memoryMib": s.memory_mib,
+                                    "placeable": s.placeable, "holder": slice_holders.get(s.uuid)}
+                                   for s in card.slices]} if card.mig else {}),
                 })
             nodes.append({
                 "name": name, "known": entry.known, "source": entry.source, "problem": entry.problem,
+                "sharing": entry.sharing.mode,
                 "cards": cards,
                 "unattributed": [{"namespace": u.namespace, "pod": u.name, "uid": u.uid, "reason": u.reason}
                                  for u in entry.unattributed.values()],

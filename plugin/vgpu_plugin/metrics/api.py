@@ -21,7 +21,7 @@ from typing import Any
 
 import tornado.web
 
-from jupyter_vgpu.core.contract import CORES_PER_CARD
+from jupyter_vgpu.core.contract import CORES_PER_CARD, ENFORCEMENT_MIG
 
 from .podmap import PodEntry, held_memory_mib
 from .sampler import ContainerKey, Sampler, Snapshot
@@ -117,6 +117,13 @@ def allocation_view(snapshot: Snapshot, caller: Caller, enforcement: str) -> dic
     for share in container.cards:
         view = snapshot.card(share.index)
         card = view.card if view else None
+        held = next((s for s in card.slices if s.uuid == share.mig_device), None) if card and share.mig_device else None
+        if held is not None:  # the whole slice is the container's: its real size
+            enforcement = ENFORCEMENT_MIG
+            cards.append({"index": share.index, "uuid": held.uuid, "model": card.model if card else None,
+                          "cores": held.cores, "memoryMib": held.memory_mib, "memoryTotalMib": held.memory_mib,
+                          "migProfile": held.profile})
+            continue
         cards.append({
             "index": share.index,
             "uuid": share.uuid or (card.uuid if card else ""),
@@ -132,8 +139,8 @@ def allocation_view(snapshot: Snapshot, caller: Caller, enforcement: str) -> dic
         "podUid": caller.pod.uid,
         "container": caller.pod.container_name(caller.container_index),
         "containerIndex": caller.container_index,
-        "cores": container.cores,
-        "memoryMib": sum(c["memoryMib"] for c in cards),
+        "cores": sum(card["cores"] for card in cards),
+        "memoryMib": sum(card["memoryMib"] for card in cards),
         "enforcement": enforcement,
         "policy": caller.pod.allocation.policy,
         "cards": cards,

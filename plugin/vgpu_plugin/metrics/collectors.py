@@ -31,6 +31,25 @@ def _container_cards(snapshot: Snapshot) -> dict[ContainerKey, dict[int, tuple[i
     return held
 
 
+def _slice_metrics(snapshot: Snapshot, gauge: Callable[[str, str, tuple[str, ...]], GaugeMetricFamily]
+                   ) -> tuple[GaugeMetricFamily, ...]:
+    """Per MIG slice: memory, health, and utilisation only where measured (no series rather than a made-up 0)."""
+    total = gauge(c.METRIC_SLICE_MEMORY_TOTAL, "Device memory of the MIG slice.", c.SLICE_LABELS)
+    used = gauge(c.METRIC_SLICE_MEMORY_USED, "Device memory in use on the MIG slice.", c.SLICE_LABELS)
+    util = gauge(c.METRIC_SLICE_UTILIZATION, "Compute utilisation of the MIG slice (0-100); absent where the "
+                 "backend cannot measure it (NVML has none per MIG device: DCGM or GPM).", c.SLICE_LABELS)
+    healthy = gauge(c.METRIC_SLICE_HEALTHY, "1 when the MIG slice is healthy, 0 when not.", c.SLICE_LABELS)
+    profiles = {s.uuid: s.profile for view in snapshot.cards for s in getattr(view.card, "slices", ())}
+    for sample in snapshot.slices:
+        labels = [snapshot.node, str(sample.card_index), sample.uuid, profiles.get(sample.uuid, "")]
+        total.add_metric(labels, sample.memory_total_mib * MIB)
+        used.add_metric(labels, sample.memory_used_mib * MIB)
+        if sample.utilization_percent is not None:
+            util.add_metric(labels, sample.utilization_percent)
+        healthy.add_metric(labels, 1.0 if sample.healthy else 0.0)
+    return total, used, util, healthy
+
+
 class NodeCollector(Collector):
     def __init__(self, snapshot: Callable[[], Snapshot], clock: Callable[[], float] = time.time) -> None:
         self._snapshot = snapshot
@@ -65,6 +84,7 @@ class NodeCollector(Collector):
             cores.add_metric(labels, view.allocated_cores)
             memory.add_metric(labels, view.allocated_memory_mib * MIB)
         yield from (total, used, util, healthy, cores, memory)
+        yield from _slice_metrics(snapshot, gauge)
 
         request_cores = gauge(c.METRIC_CONTAINER_REQUEST_CORES, "vcuda-core units the container holds on the card.",
                               c.CONTAINER_LABELS)

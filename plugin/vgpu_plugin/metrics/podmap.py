@@ -87,7 +87,8 @@ def allocation_of(
         ContainerAllocation(container.index, container.name, tuple(
             CardShare(share.index, share.uuid or (card.uuid if card else ""), share.cores,
                       claims.held_memory_units(share.cores, share.memory_units,
-                                               card.memory_mib // MEMORY_UNIT_MIB if card else None))
+                                               card.memory_mib // MEMORY_UNIT_MIB if card else None),
+                      share.mig_device)
             for share in container.cards for card in [cards.get(share.index)]),
             container.allocation_id)
         for container in claim.allocation.containers)

@@ -104,6 +104,8 @@ class Snapshot:
     pods: PodIndex = field(default_factory=lambda: PodIndex((), {}, {}))
     processes: tuple[ProcessView, ...] = ()
     usage: Mapping[ContainerKey, ContainerUsage] = field(default_factory=dict)
+    slices: tuple[Any, ...] = ()
+    """jupyter_vgpu.gpu.base.SliceSample per MIG slice of the last good sample."""
 
     def card(self, index: int) -> CardView | None:
         for view in self.cards:
@@ -356,7 +358,7 @@ class Sampler:
             # keep the last known GPU numbers, re-derive occupancy from the fresh pod cache
             cards = self._card_views(pods, {v.card.index: v for v in previous.cards}, None)
             return Snapshot(self.node, self.period, previous.taken_at, failure, cards, self._topology,
-                            self._topology_dict, pods, previous.processes, previous.usage)
+                            self._topology_dict, pods, previous.processes, previous.usage, previous.slices)
 
         processes = self._attribute(sample.processes, pods)
         usage = _usage_by_container(processes)
@@ -364,7 +366,7 @@ class Sampler:
         taken_at = float(getattr(sample, "taken_at", now) or now)
         self._record_history(pods, usage, taken_at)
         return Snapshot(self.node, self.period, taken_at, None, cards, self._topology, self._topology_dict,
-                        pods, processes, usage)
+                        pods, processes, usage, tuple(getattr(sample, "slices", ()) or ()))
 
     def _attribute(self, samples: Any, pods: PodIndex) -> tuple[ProcessView, ...]:
         seen = set()
