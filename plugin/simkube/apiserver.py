@@ -38,6 +38,7 @@ import aiohttp.web
 import attrs
 from kmock import KubernetesResourceNotFoundError, Payload, Request, ResourceInfo, resource
 
+from . import tables
 from ._kmock_private import Response, ScaffoldHooks
 from .selectors import SelectorError, compile_selectors
 from .store import RESOURCE_TYPES, ApiError, ResourceType, Store, WatchEvent, resource_type
@@ -91,6 +92,10 @@ def _route(path: str) -> _Route | None:
     if rt is None or (namespace is not None and not rt.namespaced) or len(rest) > 3:
         return None
     return _Route(rt, namespace, rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None)
+
+
+def _header(request: Request, name: str) -> str:
+    return next((str(v) for k, v in request.headers.items() if k.lower() == name.lower()), "")
 
 
 def _truthy(value: str | None) -> bool:
@@ -236,6 +241,14 @@ class KubeEmulator(ScaffoldHooks):
             predicate = self._predicate(rt, params, name)
             if _truthy(params.get("watch")):
                 return self._start_watch(route, params, predicate)
+            version = tables.wants_table(_header(request, "Accept")) if tables.printable(rt.group, rt.plural) \
+                else None
+            if version is not None:  # kubectl get: the columns it prints
+                include = params.get("includeObject") or None
+                if include not in (None, "None", "Metadata", "Object"):
+                    raise ApiError(400, "BadRequest", f"includeObject={include!r}: use None, Metadata or Object")
+                objects = self.store.list(rt, ns, predicate) if name is None else [self.store.get(rt, ns, name)]
+                return self._ok(tables.table(rt.group, rt.plural, objects, version, str(self.store.rv), include))
             if name is None:
                 items = self.store.list(rt, ns, predicate)
                 body = {"kind": f"{rt.kind}List", "apiVersion": rt.api_version,
