@@ -131,20 +131,41 @@ def _assert_api_wants_the_token(kubeconfig: str) -> None:
     assert missing.value.code == 404, "the refused create created nothing"
 
 
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
 def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
     port = _free_port()
+    # a home, a temp dir and a working dir of its own: what the demo leaves in them is checked at the end
+    home, tmp, cwd = tmp_path / "home", tmp_path / "tmp", tmp_path / "cwd"
+    for path in (home, tmp, cwd):
+        path.mkdir()
+    environ = {key: value for key, value in os.environ.items()
+               if not key.startswith(("JUPYTER", "IPYTHON", "XDG_", "MPLCONFIG"))}
     process = subprocess.Popen([str(BIN / "jupyter-vgpu"), "demo", "--no-browser", "--port", str(port)],
-                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
+                               cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**environ, "HOME": str(home), "TMPDIR": str(tmp),
+                                    "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
     output = Output(process.stdout)
     output.start()
     try:
         match = output.wait_for(rf"http://127\.0\.0\.1:{port}/lab\?token=([0-9a-f]{{32,}})", process, 180)
         token = match.group(1)
-        printed = output.wait_for(r"\s*(kubectl --kubeconfig (\S+) get pods -A.*)", process, 10)
+        notebooks = Path(output.wait_for(r"\s*your notebooks: (\S+)\s+\(kept after Ctrl-C\)", process, 10).group(1))
+        lab_log = Path(output.wait_for(r"\s*the lab's log:\s+(\S+)", process, 10).group(1))
+        printed = output.wait_for(r"\s*(kubectl --kubeconfig (\S+) get pods -A -o wide)", process, 10)
         kubeconfig = printed.group(2)
         workdir = os.path.dirname(kubeconfig)
         base = f"http://127.0.0.1:{port}/"
+
+        # notebooks go to a directory of their own; the lab's log is where the guide says; the
+        # token is in a 0600 config file and on no command line
+        assert notebooks == home / "jupyter-vgpu-demo" and notebooks.is_dir()
+        assert lab_log.is_file() and str(lab_log).startswith(workdir) and "Jupyter" in lab_log.read_text()
+        assert not _processes_mentioning(token), "the lab's token shows in ps"
+        config = Path(workdir, "jupyter", "config", "jupyter_server_config.json")
+        assert stat.S_IMODE(config.stat().st_mode) == 0o600 and token in config.read_text()
 
         # the lab answers with the token it printed, and refuses without it
         assert _api(base, token, "api/status")["started"]
@@ -174,7 +195,11 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
         # the printed kubectl line works as printed; the API refuses anyone without the kubeconfig's token
         listed = subprocess.run([*shlex.split(printed.group(1)), "--cache-dir", str(tmp_path / "kube-cache")],
                                 capture_output=True, text=True, timeout=60)
-        assert listed.returncode == 0 and "notebook" in listed.stdout, listed.stderr
+        assert listed.returncode == 0, listed.stderr
+        header, *rows = [re.split(r"\s{2,}", line.strip()) for line in listed.stdout.splitlines() if line.strip()]
+        assert header[:8] == ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"], header
+        notebook_row = next(row for row in rows if row[:2] == ["default", "notebook"])
+        assert (notebook_row[2], notebook_row[3], notebook_row[7]) == ("1/1", "Running", held["node"]), notebook_row
         _assert_api_wants_the_token(kubeconfig)
 
         # live usage that moves
@@ -220,6 +245,8 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
         # a kernel too: its own session, so Ctrl-C must reach it through the lab's shutdown
         kernel = _api(base, token, "api/kernels", "POST", {"name": "python3"})
         assert kernel["id"]
+        created = _api(base, token, "api/contents", "POST", {"type": "notebook"})
+        assert (notebooks / created["path"]).is_file(), "a new notebook lands in the notebook dir"
         processes = _descendants(process.pid)
         assert processes, "the demo runs the lab as a child process"
     finally:
@@ -240,6 +267,10 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
     assert not [p for p in processes if _alive(p)], "processes of the demo outlived it"
     assert not _processes_mentioning(token, workdir)
     assert not os.path.exists(workdir), "the work dir (kubeconfig, sockets, logs) was left behind"
+    # the notebooks stay; nothing else was written to the home, the temp dir or where it was started
+    assert (notebooks / created["path"]).is_file()
+    assert [name for name in _files(home) if not name.startswith("jupyter-vgpu-demo")] == [], _files(home)
+    assert _files(tmp) == [] and _files(cwd) == []
     with socket.socket() as sock:  # the lab's port is free again (as a server binds it)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", port))

@@ -121,7 +121,9 @@ def demo_parser() -> argparse.ArgumentParser:
                    help="the notebook's share of one card's compute in percent, or 100 x whole cards (default 25)")
     p.add_argument("--memory", default="16",
                    help="the notebook's GPU memory: vcuda-memory units of 256 MiB, or a size like 4GiB (default 16)")
-    p.add_argument("--notebook-dir", default=".", help="the lab's root directory (default: here)")
+    p.add_argument("--notebook-dir", default="",
+                   help="the lab's root directory, where your notebooks are kept after the demo stops "
+                        "(default: ~/jupyter-vgpu-demo)")
     p.add_argument("--no-neighbours", action="store_true", help="leave the other cards empty")
     p.add_argument("--policy", choices=("binpack", "spread"), default="binpack", help="the extender's placement policy")
     p.add_argument("--log-level", default="WARNING", help="logging level of the components (default WARNING)")
