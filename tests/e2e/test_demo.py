@@ -131,6 +131,19 @@ def _assert_api_wants_the_token(kubeconfig: str) -> None:
     assert missing.value.code == 404, "the refused create created nothing"
 
 
+def _usage_samples(base: str, token: str) -> Any:
+    """The lab's current usage, each time a new sample has been taken."""
+    last = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        current = _api(base, token, "vgpu/api/usage")["current"]
+        if current and current["t"] != last:
+            last = current["t"]
+            yield current
+        time.sleep(0.5)  # the samples come once a second
+    raise AssertionError("no new usage sample within 120 s")
+
+
 def _files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
@@ -202,19 +215,11 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
         assert (notebook_row[2], notebook_row[3], notebook_row[7]) == ("1/1", "Running", held["node"]), notebook_row
         _assert_api_wants_the_token(kubeconfig)
 
-        # live usage that moves
+        # live usage: what the lab's processes hold and do (an idle lab: its memory, next to no compute)
         first = _api(base, token, "vgpu/api/usage?history=30")
         assert first["state"] == "live" and first["limits"] == {"cores": 25, "memoryMib": 4096}, first
-        deadline = time.monotonic() + 20
-        while True:
-            time.sleep(2)
-            second = _api(base, token, "vgpu/api/usage?history=30")
-            a, b = first["current"], second["current"]
-            if b["t"] > a["t"] and (a["memoryUsedMib"], a["utilizationPercent"]) != (
-                    b["memoryUsedMib"], b["utilizationPercent"]):
-                break
-            assert time.monotonic() < deadline, f"usage did not move: {a} -> {b}"
-        assert 0 <= b["memoryUsedMib"] <= 4096 and 0 <= b["utilizationPercent"] <= 100
+        b = next(_usage_samples(base, token))
+        assert 0 < b["memoryUsedMib"] <= 4096 and 0 <= b["utilizationPercent"] <= 25, b
 
         # the topology marks the card as mine, and other people's pods show only as totals
         topology = _api(base, token, "vgpu/api/topology")
@@ -247,6 +252,25 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
         assert kernel["id"]
         created = _api(base, token, "api/contents", "POST", {"type": "notebook"})
         assert (notebooks / created["path"]).is_file(), "a new notebook lands in the notebook dir"
+
+        # the card follows the notebook: a busy loop in its kernel raises the reported utilisation
+        from jupyter_client import BlockingKernelClient
+
+        kernel_client = BlockingKernelClient(
+            connection_file=str(Path(workdir, "jupyter", "runtime", f"kernel-{kernel['id']}.json")))
+        kernel_client.load_connection_file()
+        kernel_client.start_channels()
+        try:
+            kernel_client.wait_for_ready(timeout=120)
+            samples = _usage_samples(base, token)
+            idle = sorted(next(samples)["utilizationPercent"] for _ in range(5))[2]  # the median
+            kernel_client.execute("import time\n_t = time.time()\nwhile time.time() - _t < 120: pass")
+            busy = [next(samples)["utilizationPercent"] for _ in range(10)]
+            # (2 cores shared with other work: the loop gets part of one core, each part counts)
+            assert max(busy) >= idle + 8, f"a busy loop did not move the card: idle {idle}, then {busy}"
+            assert max(busy) <= 50, "never more than the share (one busy core = 50 % of the card)"
+        finally:
+            kernel_client.stop_channels()
         processes = _descendants(process.pid)
         assert processes, "the demo runs the lab as a child process"
     finally:

@@ -28,6 +28,7 @@ from typing import Any
 from jupyter_vgpu.core import contract as c
 
 from .cluster import ClusterError, NodeSpec, SimCluster
+from .kubelet import MEASURED, SIM_PATTERN_ANNOTATION
 from .neighbours import ROLE_LABEL, Neighbour, default_neighbours, start_neighbours
 from .notebook import port_free
 
@@ -222,7 +223,9 @@ class Demo:
         body = self.cluster.notebook_pod(
             NOTEBOOK_POD, cores=self.request.cores, memory=self.request.memory_units or None,
             namespace=NOTEBOOK_NAMESPACE, command=self.lab_command(), env=self._lab_environment(),
-            labels={ROLE_LABEL: "notebook"})
+            labels={ROLE_LABEL: "notebook"},
+            # the card follows what the lab and its kernels do: a busy cell moves the charts
+            annotations={SIM_PATTERN_ANNOTATION: MEASURED})
         body["spec"]["containers"][0]["name"] = NOTEBOOK_CONTAINER
         self.cluster.core_v1.create_namespaced_pod(NOTEBOOK_NAMESPACE, body, _preload_content=False)
 
@@ -325,6 +328,8 @@ class Demo:
         lines += [
             "",
             "JupyterLab (open the vGPU panel with Alt+Shift+G; in a notebook: %load_ext jupyter_vgpu, then %vgpu):",
+            "  your card's usage follows what your notebook does: a busy cell (e.g. `while True: pass`) raises its",
+            "  utilisation (one busy CPU core = your whole compute share); memory your kernels hold counts as GPU memory",
             "",
             self.url,
             "",
