@@ -133,7 +133,7 @@ def topology_svg(topology: Mapping[str, Any]) -> str:
             parts.append(f'<path d="M{x:.1f},{y} V{mid:.1f} H{cx:.1f} V{cy}" style="fill:none;stroke:'
                          f'{colour("border")}"/>')
         name = topology.get("node") if node.get("level") == "ROOT" else node.get("level")
-        labels.append(f'<text x="{x + 5:.1f}" y="{y - 4}" font-size="11" style="fill:{colour("muted")}">'
+        labels.append(f'<text x="{x + 5:.1f}" y="{y - 4}" font-size="11" style="fill:{colour("text")}">'
                       f'{esc(name)}</text>')
         return x
 
