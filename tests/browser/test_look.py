@@ -9,12 +9,13 @@ free of errors through it all. Screenshots land in tests/artifacts/look-*.png.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_support import Cluster, Lab, start_lab, stop_lab
+from lab_support import Cluster, Lab, start_lab, stop_lab, wait_until
 
 PANEL = "#jp-vgpu-panel"
 OUTPUT = ".jp-Notebook .jp-OutputArea-output:has(.vgpu-topology)"
@@ -104,6 +105,28 @@ def contrast_violations(page: Any, selector: str) -> list[str]:
     return list(result["failures"])
 
 
+def _watch_console(page: Any) -> list[str]:
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(f"page error: {e} {e.stack}"))
+    return errors
+
+
+def _change_theme(page: Any, theme: str) -> None:
+    page.evaluate(f"() => window.jupyterapp.commands.execute('apputils:change-theme', {{theme: '{THEMES[theme]}'}})")
+    light = "true" if theme == "light" else "false"
+    page.wait_for_function(f"() => document.body.dataset.jpThemeLight === '{light}'")
+    page.wait_for_timeout(500)  # the theme's stylesheet applied
+
+
+def _check_widgets(page: Any, artifacts: Path, frontend: str, theme: str, width: int) -> None:
+    got = _set_output_width(page, width)
+    assert abs(got - width) <= 12, f"the output area is {got} px wide, not {width}"
+    page.locator(OUTPUT).scroll_into_view_if_needed()
+    page.locator(OUTPUT).screenshot(path=str(artifacts / f"look-widgets-{frontend}-{theme}-{width}.png"))
+    _check(page, OUTPUT, f"widgets in {frontend}, {theme}, {width} px")
+
+
 @pytest.fixture
 def lab(labextension_built: Path, cluster: Cluster, tmp_path: Path) -> Iterator[Lab]:
     env = {**cluster.notebook_env(), "JUPYTER_VGPU_SOURCE": "node-api"}
@@ -156,9 +179,7 @@ def test_panel_and_widgets_one_look_light_and_dark_narrow_and_wide(browser: Any,
     context = browser.new_context(viewport={"width": 2000, "height": 1100})
     page = context.new_page()
     page.set_default_timeout(60_000)
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+    errors = _watch_console(page)
     page.goto(f"{lab.url}lab?token={lab.token}")
     page.wait_for_selector("#jp-main-dock-panel", state="attached", timeout=120_000)
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.started !== undefined")
@@ -197,11 +218,8 @@ def test_panel_and_widgets_one_look_light_and_dark_narrow_and_wide(browser: Any,
     assert contrast_violations(page, "#vgpu-planted-grey"), "the contrast check cannot fail"
     page.evaluate("() => document.getElementById('vgpu-planted-grey').remove()")
 
-    for theme, name in THEMES.items():
-        page.evaluate(f"() => window.jupyterapp.commands.execute('apputils:change-theme', {{theme: '{name}'}})")
-        light = "true" if theme == "light" else "false"
-        page.wait_for_function(f"() => document.body.dataset.jpThemeLight === '{light}'")
-        page.wait_for_timeout(500)  # the theme's stylesheet applied
+    for theme in THEMES:
+        _change_theme(page, theme)
         for width in WIDTHS:
             page.set_viewport_size({"width": 2000, "height": 1100})
             if not page.locator(PANEL).is_visible():
@@ -216,11 +234,7 @@ def test_panel_and_widgets_one_look_light_and_dark_narrow_and_wide(browser: Any,
             # the widgets, with the sidebar out of the way
             page.locator(".jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id='jp-vgpu-panel']").click()
             page.wait_for_selector(PANEL, state="hidden")
-            got = _set_output_width(page, width)
-            assert abs(got - width) <= 12, f"the output area is {got} px wide, not {width}"
-            page.locator(OUTPUT).scroll_into_view_if_needed()
-            page.locator(OUTPUT).screenshot(path=str(artifacts / f"look-widgets-{theme}-{width}.png"))
-            _check(page, OUTPUT, f"widgets, {theme}, {width} px")
+            _check_widgets(page, artifacts, "lab", theme, width)
 
     assert not errors, "\n".join(errors)
     context.close()
@@ -228,3 +242,48 @@ def test_panel_and_widgets_one_look_light_and_dark_narrow_and_wide(browser: Any,
     noisy = [line for line in lab.log.read_text(errors="replace").splitlines()
              if line.startswith(("[W", "[E")) and "vgpu" in line.lower()]
     assert not noisy, "\n".join(noisy)
+
+
+@pytest.fixture
+def notebook7(labextension_built: Path, cluster: Cluster, tmp_path: Path) -> Iterator[Lab]:
+    env = {**cluster.notebook_env(), "JUPYTER_VGPU_SOURCE": "node-api"}
+    server = start_lab(labextension_built, env, tmp_path, app="notebook")
+    try:
+        yield server
+    finally:
+        stop_lab(server)
+
+
+def test_widgets_in_notebook_7_light_and_dark_narrow_and_wide(browser: Any, notebook7: Lab, tmp_path: Path,
+                                                              artifacts: Path) -> None:
+    """Notebook 7 has only the standard ipywidgets manager: the widgets are core widgets."""
+    (tmp_path / "root" / "look.ipynb").write_text(json.dumps({
+        "nbformat": 4, "nbformat_minor": 5,
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "cells": [{"cell_type": "code", "id": "vgpu", "metadata": {}, "execution_count": None, "outputs": [],
+                   "source": "%load_ext jupyter_vgpu\n%vgpu"}]}))
+    context = browser.new_context(viewport={"width": 1400, "height": 1100})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    errors = _watch_console(page)
+    page.goto(f"{notebook7.url}notebooks/look.ipynb?token={notebook7.token}")
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.started !== undefined", timeout=120_000)
+    editor = page.locator(".jp-Notebook .jp-Cell .cm-content").first
+    editor.wait_for(timeout=120_000)
+    wait_until(lambda: [k for k in notebook7.api("api/kernels") if k["execution_state"] == "idle"], timeout=120,
+               what="the notebook's kernel to be idle")
+    editor.click()
+    page.keyboard.press("Shift+Enter")
+    page.wait_for_selector(f"{OUTPUT} .vgpu-card", timeout=120_000)
+    page.wait_for_selector(f"{OUTPUT} .vgpu-memory", timeout=60_000)
+    for theme in THEMES:
+        _change_theme(page, theme)
+        for width in WIDTHS:
+            _check_widgets(page, artifacts, "notebook7", theme, width)
+    # Notebook 7.6's own shortcuts extension throws this while loading settings, before any
+    # cell runs and with jupyter-vgpu's shortcut removed from its schema too (checked by hand):
+    # not ours, so it alone is let through; any other error fails the test.
+    theirs = [e for e in errors if e.startswith("page error: Cannot read properties of undefined (reading 'schema')")
+              and "/static/notebook/notebook_core." in e and "jupyter-vgpu" not in e]
+    assert not [e for e in errors if e not in theirs], "\n".join(errors)
+    context.close()
