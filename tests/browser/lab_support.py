@@ -99,7 +99,8 @@ def _free_port() -> int:
 
 
 def start_lab(labextension: Path, env_extra: dict[str, str], workdir: Path,
-              vgpu_settings: dict[str, Any] | None = None, app: str = "jupyterlab") -> Lab:
+              vgpu_settings: dict[str, Any] | None = None, app: str = "jupyterlab",
+              server_config: dict[str, Any] | None = None) -> Lab:
     """`jupyter lab` (or, with app="notebook", Notebook 7) on an ephemeral port under BASE_URL,
     with its own config, data, runtime, settings and workspace dirs (nothing from this
     machine's user leaks in)."""
@@ -124,7 +125,7 @@ def start_lab(labextension: Path, env_extra: dict[str, str], workdir: Path,
         (workdir / "settings" / "jupyter-vgpu" / "plugin.jupyterlab-settings").write_text(json.dumps(vgpu_settings))
     # enabled here too: an editable install does not put the wheel's etc/jupyter file in place
     (workdir / "config" / "jupyter_server_config.json").write_text(
-        json.dumps({"ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}}}))
+        json.dumps({"ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}}, **(server_config or {})}))
     env = {key: value for key, value in os.environ.items()
            if key not in contract.VGPU_ENV_NAMES and not key.startswith(("JUPYTERHUB_", "JUPYTER_VGPU_"))}
     env.update({
