@@ -111,7 +111,7 @@ class TestAllocationAndUsage:
             time.sleep(0.3)
         out, ip = shell_run("status")
         unload(ip)
-        assert "usage (live)" in out and "of 8 GiB" in out
+        assert "usage (live)" in out and "of your 8 GiB" in out
 
 
 def wait_request(run, jp_fetch, request_id, timeout=120):  # type: ignore[no-untyped-def]
