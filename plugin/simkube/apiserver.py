@@ -239,14 +239,17 @@ class KubeEmulator(ScaffoldHooks):
 
         if method == "GET":
             predicate = self._predicate(rt, params, name)
-            if _truthy(params.get("watch")):
-                return self._start_watch(route, params, predicate)
             version = tables.wants_table(_header(request, "Accept")) if tables.printable(rt.group, rt.plural) \
                 else None
+            include = params.get("includeObject") or None
+            if version is not None and include not in (None, "None", "Metadata", "Object"):
+                raise ApiError(400, "BadRequest", f"includeObject={include!r}: use None, Metadata or Object")
+            if _truthy(params.get("watch")):
+                as_table = None if version is None else (  # kubectl get -w: each event's object as a Table row
+                    lambda obj: tables.table(rt.group, rt.plural, [obj], version, obj["metadata"].get(
+                        "resourceVersion", ""), include))
+                return self._start_watch(route, params, predicate, as_table)
             if version is not None:  # kubectl get: the columns it prints
-                include = params.get("includeObject") or None
-                if include not in (None, "None", "Metadata", "Object"):
-                    raise ApiError(400, "BadRequest", f"includeObject={include!r}: use None, Metadata or Object")
                 objects = self.store.list(rt, ns, predicate) if name is None else [self.store.get(rt, ns, name)]
                 return self._ok(tables.table(rt.group, rt.plural, objects, version, str(self.store.rv), include))
             if name is None:
@@ -308,7 +311,8 @@ class KubeEmulator(ScaffoldHooks):
     # -- watch ---------------------------------------------------------------------
 
     def _start_watch(self, route: _Route, params: Mapping[str, str],
-                     predicate: Callable[[Mapping[str, Any]], bool]) -> Response:
+                     predicate: Callable[[Mapping[str, Any]], bool],
+                     as_table: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None) -> Response:
         since = params.get("resourceVersion") or "0"
         if not since.isdigit():
             raise ApiError(400, "BadRequest", f"invalid resourceVersion {since!r}: must be an integer")
@@ -317,7 +321,20 @@ class KubeEmulator(ScaffoldHooks):
         except ValueError:
             raise ApiError(400, "BadRequest", "timeoutSeconds must be a number") from None
         stream = self._watch(route, int(since), timeout, _truthy(params.get("allowWatchBookmarks")), predicate)
+        if as_table is not None:
+            stream = self._as_tables(stream, as_table)
         return Response(status=200, headers=_JSON, payload=stream)
+
+    @staticmethod
+    async def _as_tables(stream: AsyncIterator[Any],
+                         convert: Callable[[Mapping[str, Any]], dict[str, Any]]) -> AsyncIterator[Any]:
+        try:
+            async for item in stream:
+                if isinstance(item, dict) and item.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                    item = {"type": item["type"], "object": convert(item["object"])}
+                yield item
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
 
     async def _watch(self, route: _Route, since: int, timeout: float, bookmarks: bool,
                      predicate: Callable[[Mapping[str, Any]], bool]) -> AsyncIterator[Any]:

@@ -521,6 +521,15 @@ def test_kubectl_prints_the_columns_of_a_real_cluster(kube, core_v1, kubectl):
         answer = table(include)
         assert (answer["kind"], answer["apiVersion"]) == ("Table", "meta.k8s.io/v1")
         assert {row["object"]["kind"] for row in answer["rows"]} == {kind}
+    # kubectl get -w: each watch event's object is a one-row Table
+    request = urllib.request.Request(f"{kube.url}/api/v1/namespaces/default/pods?watch=1&timeoutSeconds=1",
+                                     headers={**kube.auth_headers(),
+                                              "Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
+    with urllib.request.urlopen(request, context=kube.ssl_context(), timeout=30) as response:
+        events = [json.loads(line) for line in response.read().splitlines() if line.strip()]
+    rows = {e["object"]["rows"][0]["cells"][0]: e["object"]["rows"][0]["cells"] for e in events}
+    assert {e["type"] for e in events} == {"ADDED"} and {e["object"]["kind"] for e in events} == {"Table"}
+    assert rows["nb"][2] == "Running" and rows["nb"][6] == "gpu-1"
     with pytest.raises(urllib.error.HTTPError) as refused:
         table("All")
     assert refused.value.code == 400 and json.loads(refused.value.read())["reason"] == "BadRequest"
