@@ -309,6 +309,7 @@ def test_sim_runs_the_cluster_alone_for_kubectl_and_stops_clean(tmp_path: Path) 
         kubeconfig = output.wait_for(r"\s*kubeconfig: (\S+)", process, 120).group(1)
         extender = output.wait_for(r"\s*extender:\s+(\S+)\s.*", process, 10).group(1)
         metrics = output.wait_for(r"\s*node dgx-a100: .*metrics (\S+)", process, 10).group(1)
+        scrape_token = output.wait_for(r"\s*scrape token \(Authorization: Bearer \.\.\.\): (\S+)", process, 10).group(1)
         output.wait_for(r"Press Ctrl-C to stop\.", process, 10)
         nodes = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "--cache-dir", str(tmp_path / "kube-cache"),
                                 "get", "nodes", "-o", "name"], capture_output=True, text=True, timeout=60)
@@ -320,7 +321,8 @@ def test_sim_runs_the_cluster_alone_for_kubectl_and_stops_clean(tmp_path: Path) 
         cards = {n["name"]: n["cards"] for n in inspect["nodes"]}
         assert len(cards["dgx-a100"]) == 8 and len(cards["p40-pcie"]) == 7
         assert sum(card["cores"]["held"] for node in cards.values() for card in node) > 0, "neighbours hold cards"
-        with urllib.request.urlopen(metrics, timeout=30) as response:
+        scrape = urllib.request.Request(metrics, headers={"Authorization": f"Bearer {scrape_token}"})
+        with urllib.request.urlopen(scrape, timeout=30) as response:  # the metrics want the printed token
             assert b"vgpu_card_allocated_cores" in response.read()
     finally:
         if process.poll() is None:
