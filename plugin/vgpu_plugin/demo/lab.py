@@ -386,10 +386,26 @@ def _tail(path: str, lines: int = 40) -> str:
         return f"(no log at {path})"
 
 
-def open_browser(url: str) -> None:
+def write_redirect(path: str, url: str) -> str:
+    """A page (mode 0600) that sends the browser to ``url``: the browser is started with this
+    file's URL, so the token in ``url`` never shows on a command line (as `jupyter lab` does)."""
+    import html
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with open(fd, "w", encoding="utf-8") as handle:
+        handle.write(f'<!DOCTYPE html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url='
+                     f'{html.escape(url, quote=True)}"><title>jupyter-vgpu demo</title>'
+                     f'<a href="{html.escape(url, quote=True)}">Open the demo\'s JupyterLab</a>')
+    return "file://" + os.path.abspath(path)
+
+
+def open_browser(demo: Demo) -> None:
     import webbrowser
 
-    threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+    assert demo.cluster is not None
+    page = write_redirect(os.path.join(demo.cluster.workdir, "jupyter", "open.html"), demo.url)
+    threading.Thread(target=webbrowser.open, args=(page,), daemon=True).start()
 
 
 def _wants_gpu(pod: dict[str, Any]) -> bool:

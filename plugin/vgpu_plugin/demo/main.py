@@ -157,7 +157,7 @@ def demo_main(argv: Sequence[str] | None = None) -> int:
             _say(line)
         _say(f"(ready in {time.monotonic() - started:.1f} s)")
         if not args.no_browser:
-            open_browser(demo.url)
+            open_browser(demo)  # through a 0600 redirect file: no token on the browser's command line
         watcher = NotebookWatcher(demo, _say)
         watcher.start()
         _wait_forever()
