@@ -3,6 +3,10 @@
 The simulated cluster (and tests) start and stop "processes" on cards; their usage
 follows a plausible pattern within their limits that changes over time (so charts
 move), and is a pure function of (seed, pid, card, time), so a run is reproducible.
+The "measured" pattern instead follows a real process: a probe reports its CPU time and
+resident memory, and the card shows them scaled into the process's share (one busy CPU
+core is the whole compute share, resident memory counts as GPU memory up to the limit),
+so work in a simulated notebook moves its charts.
 Faults (an XID, a card falling off the bus) are injected and come out of
 ``next_health_event`` exactly as NVML's would.
 """
@@ -39,7 +43,11 @@ if TYPE_CHECKING:
 
 DEFAULT_MODEL = "NVIDIA A100-SXM4-40GB"
 DEFAULT_MEMORY_MIB = 40960
-PATTERNS = ("notebook", "training", "idle")
+PATTERNS = ("notebook", "training", "idle", "measured")
+# (CPU seconds, resident bytes) of a real process tree; None when it is gone
+UsageProbe = Callable[[], "tuple[float, int] | None"]
+# CPU time is turned into a rate over at least this long (samples closer together reuse it)
+_RATE_WINDOW_SECONDS = 0.5
 
 # how long a freshly started process takes to reach its working-set memory
 _WARMUP_SECONDS = 8.0
@@ -56,6 +64,8 @@ class _Process:
     pinned_memory_mib: int | None = None
     pinned_utilization: float | None = None
     slices: tuple[str, ...] = ()  # the MIG device it runs on (then ``cards`` is its parent card)
+    probe: UsageProbe | None = None
+    measured: tuple[float, float, float, int] | None = None  # (at, cpu seconds, utilisation, memory MiB)
 
 
 class SimulatedGPUs:
@@ -226,11 +236,13 @@ class SimulatedGPUs:
         cores_limit: int,
         pattern: str = "notebook",
         mig_device: str | None = None,
+        probe: UsageProbe | None = None,
     ) -> None:
         """A process appears on one card (or several) and uses it within the given limits.
 
         ``memory_limit_mib`` is per card, ``cores_limit`` in percent of a card (1-100). With
         ``mig_device`` it runs on that MIG device of ``card_index``, within the slice's size.
+        The "measured" pattern needs ``probe``, which reports the real process's usage.
         """
         cards = (card_index,) if isinstance(card_index, int) else tuple(card_index)
         indices = {gpu.index for gpu in self._topology.gpus}
@@ -239,6 +251,8 @@ class SimulatedGPUs:
             raise ValueError(f"no such card(s) {unknown or 'given'}; this node has {sorted(indices)}")
         if pattern not in PATTERNS:
             raise ValueError(f"unknown usage pattern {pattern!r}; choose one of {', '.join(PATTERNS)}")
+        if (pattern == "measured") != (probe is not None):
+            raise ValueError("the measured pattern, and only it, takes a probe of the real process")
         if memory_limit_mib <= 0 or not 0 < cores_limit <= 100:
             raise ValueError(
                 f"limits must be positive (memory {memory_limit_mib} MiB, cores {cores_limit} % of 1-100)"
@@ -257,6 +271,7 @@ class SimulatedGPUs:
             self._processes[pid] = _Process(
                 pid=pid, cards=cards, memory_limit_mib=min(memory_limit_mib, self._memory_mib),
                 cores_limit=cores_limit, pattern=pattern, started_at=self._clock(), slices=slices,
+                probe=probe,
             )
 
     def stop_process(self, pid: int) -> bool:
@@ -403,11 +418,36 @@ class SimulatedGPUs:
             mem_fraction = 0.2 + 0.6 * _smooth(key + ":m", now, 90.0)
         warmup = min(1.0, max(0.0, (now - proc.started_at) / _WARMUP_SECONDS))
         memory = int(limit_mem * mem_fraction * (0.3 + 0.7 * warmup))
+        if proc.probe is not None:  # measured: what the real process does, scaled into its share
+            util, memory = self._measured(proc, now)
         if proc.pinned_memory_mib is not None:
             memory = proc.pinned_memory_mib
         if proc.pinned_utilization is not None:
             util = proc.pinned_utilization
         return min(memory, self._memory_mib), round(min(util, 100.0), 1)
+
+    def _measured(self, proc: _Process, now: float) -> tuple[float, int]:
+        """(utilisation % of the card, memory MiB) of a measured process: its CPU rate since the
+        previous reading (one busy core = the whole share) and its resident memory, both capped."""
+        assert proc.probe is not None
+        reading = proc.probe()
+        with self._lock:
+            last = proc.measured
+            if reading is None:  # the process is gone: nothing runs on the card
+                proc.measured = (now, last[1] if last else 0.0, 0.0, 0)
+                return 0.0, 0
+            cpu, rss = float(reading[0]), max(0, int(reading[1]))
+            memory = min(proc.memory_limit_mib, rss // (1024 * 1024))
+            if last is None:
+                proc.measured = (now, cpu, 0.0, memory)
+                return 0.0, memory
+            elapsed = now - last[0]
+            if elapsed < _RATE_WINDOW_SECONDS:
+                return last[2], memory
+            rate = min(1.0, max(0.0, (cpu - last[1]) / elapsed))
+            util = proc.cores_limit * rate
+            proc.measured = (now, cpu, util, memory)
+            return util, memory
 
 
 def _digest(text: str) -> bytes:

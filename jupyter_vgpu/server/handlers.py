@@ -71,8 +71,11 @@ class RequestsHandler(VGPUHandler):
     @authorized
     async def get(self) -> None:
         latest = await self.app.off_loop(self.app.tracker.latest)  # may ask the Hub about a restart
-        if latest is None:
-            raise web.HTTPError(404, "no share has been requested from this server yet")
+        if latest is None:  # no request yet is a normal state, not an error (no 404 in the browser's console)
+            self.set_status(204)
+            self.set_header("Cache-Control", "no-store")
+            self.finish()
+            return
         self.reply(latest.to_dict())
 
     @web.authenticated

@@ -14,6 +14,7 @@ import ipywidgets as w
 
 from jupyter_vgpu.core.contract import format_mib
 from jupyter_vgpu.widgets import render
+from jupyter_vgpu.widgets.glossary import colour
 
 
 class _TextRepr:
@@ -25,9 +26,16 @@ class _TextRepr:
         return bundle
 
 
-def _bar(description: str, value: float, maximum: float, style: str) -> w.FloatProgress:
+def _bar(description: str, value: float, maximum: float, colour_name: str) -> w.FloatProgress:
+    """A progress bar in the glossary's colour for the quantity (compute or memory)."""
     return w.FloatProgress(value=min(value, maximum), min=0, max=max(maximum, 1e-9), description=description,
-                           bar_style=style, layout=w.Layout(width="95%"))
+                           style={"bar_color": colour(colour_name), "description_width": "initial"},
+                           layout=w.Layout(width="95%"))
+
+
+def _readout(text: str) -> w.HTML:
+    """The number on a bar, in the theme's text colour."""
+    return w.HTML(f'<span class="vgpu-readout" style="color:{colour("text")}">{render.esc(text)}</span>')
 
 
 class AllocationCard(_TextRepr, w.VBox):
@@ -48,13 +56,15 @@ class AllocationCard(_TextRepr, w.VBox):
         allocation = answer.get("allocation")
         children: list[w.Widget] = []
         if answer.get("state") == "unreachable":
-            children.append(w.HTML(f'<div class="vgpu-stale" style="color:#b26a00">⚠ {render.esc(answer.get("message"))}</div>'))
+            children.append(w.HTML(f'<div class="vgpu-stale" style="color:{colour("limit")}">⚠ '
+                                   f'{render.esc(answer.get("message"))}</div>'))
         if not allocation:
-            children.append(w.HTML(f'<div class="vgpu-empty"><b>No vGPU</b><br>{render.esc(answer.get("message"))}</div>'))
+            children.append(w.HTML(f'<div class="vgpu-empty" style="color:{colour("text")}"><b>No vGPU</b><br>'
+                                   f'{render.esc(answer.get("message"))}</div>'))
             return tuple(children)
         pod = allocation.get("pod")
         children.append(w.HTML(
-            f'<div class="vgpu-header"><b>vGPU</b> on <code>{render.esc(allocation.get("node") or "this machine")}</code>'
+            f'<div class="vgpu-header" style="color:{colour("text")}"><b>vGPU</b> on <code>{render.esc(allocation.get("node") or "this machine")}</code>'
             + (f' · pod <code>{render.esc(allocation.get("namespace"))}/{render.esc(pod)}</code>' if pod else "")
             + (f' · enforced by {render.esc(allocation.get("enforcement"))}' if allocation.get("enforcement") else "")
             + "</div>"))
@@ -62,13 +72,13 @@ class AllocationCard(_TextRepr, w.VBox):
             total = card.get("memoryTotalMib") or card.get("memoryMib") or 0
             memory = card.get("memoryMib") or 0
             children.append(w.HTML(
-                f'<div class="vgpu-card-title">{render.esc(render.card_title(card))}<br>'
+                f'<div class="vgpu-card-title" style="color:{colour("text")}">{render.esc(render.card_title(card))}<br>'
                 f'<small><code>{render.esc(card.get("uuid") or "")}</code></small></div>'))
-            compute = _bar("compute", card.get("cores") or 0, 100, "success")
-            compute.tooltip = f"{card.get('cores')} % of the card's compute"
-            memory_bar = _bar("memory", memory, total, "info")
-            memory_bar.tooltip = f"{format_mib(memory)} of {format_mib(total)}"
-            children += [compute, w.Label(compute.tooltip), memory_bar, w.Label(memory_bar.tooltip)]
+            compute = _bar("compute", card.get("cores") or 0, 100, "compute")
+            compute.tooltip = f"your share: {card.get('cores')} % of the card's compute"
+            memory_bar = _bar("memory", memory, total, "memory")
+            memory_bar.tooltip = f"your share: {format_mib(memory)} of the card's {format_mib(total)}"
+            children += [compute, _readout(compute.tooltip), memory_bar, _readout(memory_bar.tooltip)]
         return tuple(children)
 
     def __repr__(self) -> str:
@@ -88,18 +98,20 @@ class TopologyView(_TextRepr, w.HTML):
         self.answer = answer if answer is not None else self.source.topology()
         topology = self.answer.get("topology")
         if topology:
-            note = f'<div style="color:#b26a00">⚠ {render.esc(self.answer.get("message"))}</div>' \
+            note = f'<div style="color:{colour("limit")}">⚠ {render.esc(self.answer.get("message"))}</div>' \
                 if self.answer.get("state") == "unreachable" else ""
             self.value = note + render.topology_svg(topology)
         else:
-            self.value = f'<div class="vgpu-empty">{render.esc(self.answer.get("message") or "No topology")}</div>'
+            self.value = (f'<div class="vgpu-empty" style="color:{colour("text")}">'
+                          f'{render.esc(self.answer.get("message") or "No topology")}</div>')
 
     def __repr__(self) -> str:
         return render.topology_text(self.answer)
 
 
 class UsageChart(_TextRepr, w.VBox):
-    """Memory and utilisation against the limits; ``live=True`` polls about once a second."""
+    """Compute and memory used, each on its own chart against your share, with the numbers now
+    on bars; ``live=True`` polls about once a second."""
 
     def __init__(self, source: Any, *, window: float = 120, interval: float = 1.0, live: bool = True,
                  **kwargs: Any) -> None:
@@ -109,10 +121,13 @@ class UsageChart(_TextRepr, w.VBox):
         self.interval = interval
         self.answer: dict[str, Any] = {}
         self.chart = w.HTML()
-        self.memory = w.FloatProgress(min=0, max=1, description="memory", bar_style="info")
-        self.utilization = w.FloatProgress(min=0, max=100, description="utilisation", bar_style="warning")
+        self.utilization = _bar("compute used", 0, 100, "compute")
+        self.utilization_readout = _readout("")
+        self.memory = _bar("memory used", 0, 1, "memory")
+        self.memory_readout = _readout("")
         self.status = w.HTML()
-        self.children = (self.status, self.chart, self.memory, self.utilization)
+        self.children = (self.status, self.chart, self.utilization, self.utilization_readout, self.memory,
+                         self.memory_readout)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.refresh()
@@ -127,17 +142,25 @@ class UsageChart(_TextRepr, w.VBox):
         history = list(answer.get("history") or [])
         if current and (not history or history[-1].get("t") != current.get("t")):
             history.append(current)
-        self.chart.value = render.usage_svg(history, limits)
+        self.chart.value = render.usage_svg(history, limits, window=self.window)
         memory_limit = limits.get("memoryMib") or max(current.get("memoryUsedMib") or 0, 1)
+        used_mib = current.get("memoryUsedMib") or 0
+        utilization = current.get("utilizationPercent") or 0
+        cores = limits.get("cores")
         with self.hold_sync():
             self.memory.max = max(memory_limit, 1e-9)
-            self.memory.value = min(current.get("memoryUsedMib") or 0, self.memory.max)
-            self.memory.description = f"mem {render.percent(current.get('memoryUsedMib'), memory_limit):.0f}%"
-            self.utilization.value = min(current.get("utilizationPercent") or 0, 100)
+            self.memory.value = min(used_mib, self.memory.max)
+            self.memory_readout.value = _readout(
+                f"{format_mib(used_mib)} of your {format_mib(memory_limit)} "
+                f"({render.percent(used_mib, memory_limit):.0f} %)").value
+            self.utilization.value = min(utilization, 100)
+            self.utilization_readout.value = _readout(
+                f"{utilization:.0f} % of the card" + (f" (your share: {cores} %)" if cores else "")).value
             state = answer.get("state")
-            colour = {"live": "#2e7d32", "stale": "#b26a00", "unreachable": "#c62828"}.get(state or "", "#616161")
+            tone = {"live": "compute", "stale": "limit", "unreachable": "error"}.get(state or "", "muted")
             message = f" — {render.esc(answer.get('message'))}" if answer.get("message") else ""
-            self.status.value = f'<span class="vgpu-state" style="color:{colour}">● {render.esc(state)}</span>{message}'
+            self.status.value = (f'<span class="vgpu-state" style="color:{colour(tone)}">● {render.esc(state)}</span>'
+                                 f'<span style="color:{colour("text")}">{message}</span>')
 
     def start(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -153,7 +176,7 @@ class UsageChart(_TextRepr, w.VBox):
             try:
                 self.refresh()
             except Exception as error:  # noqa: BLE001 - keep polling; show what went wrong
-                self.status.value = f'<span style="color:#c62828">● error</span> {render.esc(error)}'
+                self.status.value = f'<span style="color:{colour("error")}">● error</span> {render.esc(error)}'
 
     @property
     def running(self) -> bool:
@@ -167,7 +190,8 @@ class UsageChart(_TextRepr, w.VBox):
 
     def close(self) -> None:
         self.stop()
-        for child in (self.chart, self.memory, self.utilization, self.status):
+        for child in (self.chart, self.memory, self.memory_readout, self.utilization, self.utilization_readout,
+                      self.status):
             child.close()
         super().close()
 
@@ -183,7 +207,9 @@ class Dashboard(_TextRepr, w.VBox):
         self.allocation = AllocationCard(source)
         self.topology = TopologyView(source)
         self.usage = UsageChart(source, live=live, interval=interval)
-        self.children = (self.allocation, w.HTML("<b>Topology</b>"), self.topology, w.HTML("<b>Usage</b>"), self.usage)
+        heading = f'style="color:{colour("text")}"'
+        self.children = (self.allocation, w.HTML(f"<b {heading}>Topology</b>"), self.topology,
+                         w.HTML(f"<b {heading}>Usage</b>"), self.usage)
 
     def close(self) -> None:
         for child in self.children:

@@ -50,16 +50,9 @@ export class VgpuClient {
     return this._json<ShareRequest>(`requests/${encodeURIComponent(id)}`);
   }
 
-  /** The latest request, or null when there has been none. */
+  /** The latest request, or null when there has been none (the server answers 204, no body). */
   async latestRequest(): Promise<ShareRequest | null> {
-    try {
-      return await this._json<ShareRequest | null>('requests');
-    } catch (error) {
-      if (error instanceof ApiError && error.status === 404) {
-        return null;
-      }
-      throw error;
-    }
+    return (await this._json<ShareRequest | null>('requests')) ?? null;
   }
 
   /**

@@ -3,7 +3,7 @@
  * a status-bar item, and settings for the refresh rate and the chart window.
  */
 
-import { ILabShell, ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { ICommandPalette } from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
@@ -39,16 +39,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description: 'Your GPU share: allocation, topology, live usage and requests.',
   autoStart: true,
-  requires: [ILabShell],
+  // no ILabShell: any shell with a right area (JupyterLab, Notebook 7) hosts the panel
   optional: [ILayoutRestorer, ICommandPalette, ISettingRegistry, IStatusBar],
   activate: (
     app: JupyterFrontEnd,
-    shell: ILabShell,
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null,
     settingRegistry: ISettingRegistry | null,
     statusBar: IStatusBar | null
   ) => {
+    const shell = app.shell;
     const model = new VgpuModel(new VgpuClient(app.serviceManager.serverSettings));
     const panel = new VgpuPanel(model);
     panel.title.icon = vgpuIcon;

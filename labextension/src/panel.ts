@@ -252,7 +252,9 @@ export class VgpuPanel extends Widget {
     const svg = s('svg', {
       class: 'jp-vgpu-topology-svg',
       viewBox: `0 0 ${width} ${height}`,
-      width: '100%',
+      // its natural size, so the text stays 10-11 px in a 250 px sidebar (the section scrolls sideways)
+      width,
+      height,
       role: 'img',
       'aria-label':
         `GPU topology of node ${topology.node}: ${topology.gpus.length} cards` +
@@ -323,7 +325,7 @@ export class VgpuPanel extends Widget {
           )
         )
     );
-    this._topology.replaceChildren(h('h3', {}, 'Topology'), svg, legend);
+    this._topology.replaceChildren(h('h3', {}, 'Topology'), h('div', { class: 'jp-vgpu-topology-scroll' }, svg), legend);
   }
 
   private _renderUsage(state: PanelState): void {

@@ -438,16 +438,14 @@ export interface operations {
                     "application/json": components["schemas"]["ShareRequest"];
                 };
             };
-            403: components["responses"]["Forbidden"];
-            /** @description No share has been requested from this server. */
-            404: {
+            /** @description No share has been requested from this server yet (no body). */
+            204: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content: {
-                    "application/json": components["schemas"]["Error"];
-                };
+                content?: never;
             };
+            403: components["responses"]["Forbidden"];
         };
     };
     submitRequest: {

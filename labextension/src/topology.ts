@@ -6,6 +6,7 @@
  * same cards are merged so the drawing shows only real branching.
  */
 
+import { count, fill, GLOSSARY } from './glossary';
 import { Topology, TopologyGpu, TreeNode } from './types';
 
 /** What each link level means, for tooltips and the legend. */
@@ -156,21 +157,25 @@ export function layoutTopology(topology: Topology): TopologyLayout {
 }
 
 /**
- * One card's occupancy in words, anonymous for other people's shares: the user's own
- * share is named, everyone else is a count. `allocatedCores` is the card's total.
+ * One card's occupancy in words (glossary.json), anonymous for other people's shares: the
+ * user's own share is named, everyone else is a count. `allocatedCores` is the card's
+ * total held by all tenants: allocated, which is not what they use.
  */
 export function describeOccupancy(gpu: LeafGpu): string {
+  const words = GLOSSARY.occupancy;
   if (gpu.healthy === false) {
-    return 'unhealthy';
+    return words.unhealthy;
   }
   const tenants = gpu.tenants ?? 0;
-  const cores = gpu.allocatedCores ?? 0;
+  const allocated = gpu.allocatedCores ?? 0;
   if (gpu.mine) {
     // `tenants` counts the other holders of the card, never the caller
-    return tenants ? `yours + ${tenants} other${tenants > 1 ? 's' : ''} · ${cores} %` : `yours · ${cores} %`;
+    return tenants
+      ? fill(words.mineWithOthers, { others: count('others', tenants), allocated })
+      : fill(words.mine, { allocated });
   }
-  if (tenants === 0) {
-    return 'free';
+  if (tenants === 0 && allocated === 0) {
+    return words.free;
   }
-  return `${tenants} tenant${tenants > 1 ? 's' : ''} · ${cores} %`;
+  return fill(words.others, { tenants: count('tenants', tenants), allocated });
 }

@@ -69,9 +69,9 @@ describe('layoutTopology', () => {
 
 describe('occupancy words', () => {
   it('names the user and counts everyone else', () => {
-    expect(describeOccupancy(topology.gpus[1])).toBe('yours + 2 others · 75 %');
-    expect(describeOccupancy({ index: 1, mine: true, allocatedCores: 25, tenants: 0 })).toBe('yours · 25 %');
-    expect(describeOccupancy(topology.gpus[2])).toBe('1 tenant · 100 %');
+    expect(describeOccupancy(topology.gpus[1])).toBe('yours + 2 others · 75 % allocated');
+    expect(describeOccupancy({ index: 1, mine: true, allocatedCores: 25, tenants: 0 })).toBe('yours · 25 % allocated');
+    expect(describeOccupancy(topology.gpus[2])).toBe('1 tenant · 100 % allocated');
     expect(describeOccupancy(topology.gpus[0])).toBe('free');
     expect(describeOccupancy(topology.gpus[3])).toBe('unhealthy');
   });

@@ -38,6 +38,7 @@ import aiohttp.web
 import attrs
 from kmock import KubernetesResourceNotFoundError, Payload, Request, ResourceInfo, resource
 
+from . import tables
 from ._kmock_private import Response, ScaffoldHooks
 from .selectors import SelectorError, compile_selectors
 from .store import RESOURCE_TYPES, ApiError, ResourceType, Store, WatchEvent, resource_type
@@ -91,6 +92,10 @@ def _route(path: str) -> _Route | None:
     if rt is None or (namespace is not None and not rt.namespaced) or len(rest) > 3:
         return None
     return _Route(rt, namespace, rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None)
+
+
+def _header(request: Request, name: str) -> str:
+    return next((str(v) for k, v in request.headers.items() if k.lower() == name.lower()), "")
 
 
 def _truthy(value: str | None) -> bool:
@@ -234,8 +239,19 @@ class KubeEmulator(ScaffoldHooks):
 
         if method == "GET":
             predicate = self._predicate(rt, params, name)
+            version = tables.wants_table(_header(request, "Accept")) if tables.printable(rt.group, rt.plural) \
+                else None
+            include = params.get("includeObject") or None
+            if version is not None and include not in (None, "None", "Metadata", "Object"):
+                raise ApiError(400, "BadRequest", f"includeObject={include!r}: use None, Metadata or Object")
             if _truthy(params.get("watch")):
-                return self._start_watch(route, params, predicate)
+                as_table = None if version is None else (  # kubectl get -w: each event's object as a Table row
+                    lambda obj: tables.table(rt.group, rt.plural, [obj], version, obj["metadata"].get(
+                        "resourceVersion", ""), include))
+                return self._start_watch(route, params, predicate, as_table)
+            if version is not None:  # kubectl get: the columns it prints
+                objects = self.store.list(rt, ns, predicate) if name is None else [self.store.get(rt, ns, name)]
+                return self._ok(tables.table(rt.group, rt.plural, objects, version, str(self.store.rv), include))
             if name is None:
                 items = self.store.list(rt, ns, predicate)
                 body = {"kind": f"{rt.kind}List", "apiVersion": rt.api_version,
@@ -295,7 +311,8 @@ class KubeEmulator(ScaffoldHooks):
     # -- watch ---------------------------------------------------------------------
 
     def _start_watch(self, route: _Route, params: Mapping[str, str],
-                     predicate: Callable[[Mapping[str, Any]], bool]) -> Response:
+                     predicate: Callable[[Mapping[str, Any]], bool],
+                     as_table: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None) -> Response:
         since = params.get("resourceVersion") or "0"
         if not since.isdigit():
             raise ApiError(400, "BadRequest", f"invalid resourceVersion {since!r}: must be an integer")
@@ -304,7 +321,20 @@ class KubeEmulator(ScaffoldHooks):
         except ValueError:
             raise ApiError(400, "BadRequest", "timeoutSeconds must be a number") from None
         stream = self._watch(route, int(since), timeout, _truthy(params.get("allowWatchBookmarks")), predicate)
+        if as_table is not None:
+            stream = self._as_tables(stream, as_table)
         return Response(status=200, headers=_JSON, payload=stream)
+
+    @staticmethod
+    async def _as_tables(stream: AsyncIterator[Any],
+                         convert: Callable[[Mapping[str, Any]], dict[str, Any]]) -> AsyncIterator[Any]:
+        try:
+            async for item in stream:
+                if isinstance(item, dict) and item.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                    item = {"type": item["type"], "object": convert(item["object"])}
+                yield item
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
 
     async def _watch(self, route: _Route, since: int, timeout: float, bookmarks: bool,
                      predicate: Callable[[Mapping[str, Any]], bool]) -> AsyncIterator[Any]:

@@ -87,9 +87,12 @@ def _free_port() -> int:
 
 
 def start_lab(labextension: Path, env_extra: dict[str, str], workdir: Path,
-              vgpu_settings: dict[str, Any] | None = None) -> Lab:
-    """`jupyter lab` on an ephemeral port under BASE_URL, with its own config, data, runtime,
-    settings and workspace dirs (nothing from this machine's user leaks in)."""
+              vgpu_settings: dict[str, Any] | None = None, app: str = "jupyterlab",
+              server_config: dict[str, Any] | None = None) -> Lab:
+    """`jupyter lab` (or, with app="notebook", Notebook 7) on an ephemeral port under BASE_URL,
+    with its own config, data, runtime, settings and workspace dirs (nothing from this
+    machine's user leaks in)."""
+    app_class = {"jupyterlab": "LabApp", "notebook": "JupyterNotebookApp"}[app]
     port = _free_port()
     token = secrets.token_hex(16)
     extensions = workdir / "labextensions"
@@ -97,10 +100,14 @@ def start_lab(labextension: Path, env_extra: dict[str, str], workdir: Path,
     (extensions / "jupyter-vgpu").symlink_to(labextension, target_is_directory=True)
     for name in ("config", "data", "runtime", "settings", "workspaces", "root"):
         (workdir / name).mkdir()
+    if app == "notebook":  # Notebook 7 serves extensions from the data dir's labextensions, as installed
+        (workdir / "data" / "labextensions").mkdir()
+        (workdir / "data" / "labextensions" / "jupyter-vgpu").symlink_to(labextension, target_is_directory=True)
     # no "receive Jupyter news?" toast over the panel
-    news = workdir / "settings" / "@jupyterlab" / "apputils-extension"
-    news.mkdir(parents=True)
-    (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
+    if app == "jupyterlab":
+        news = workdir / "settings" / "@jupyterlab" / "apputils-extension"
+        news.mkdir(parents=True)
+        (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
     if vgpu_settings:  # the user's settings for the panel, as the Settings Editor saves them
         (workdir / "settings" / "jupyter-vgpu").mkdir()
         (workdir / "settings" / "jupyter-vgpu" / "plugin.jupyterlab-settings").write_text(json.dumps(vgpu_settings))
@@ -108,7 +115,8 @@ def start_lab(labextension: Path, env_extra: dict[str, str], workdir: Path,
     (workdir / "config" / "jupyter_server_config.json").write_text(
         json.dumps({"ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}},
                     # the simulated cluster's requester, as the demo configures it
-                    "VGPUSettings": {"requester_class": "vgpu_plugin.demo.requester.KubeRecreateRequester"}}))
+                    "VGPUSettings": {"requester_class": "vgpu_plugin.demo.requester.KubeRecreateRequester"},
+                    **(server_config or {})}))
     env = {key: value for key, value in os.environ.items()
            if key not in contract.VGPU_ENV_NAMES and not key.startswith(("JUPYTERHUB_", "JUPYTER_VGPU_"))}
     env.update({
@@ -117,17 +125,20 @@ def start_lab(labextension: Path, env_extra: dict[str, str], workdir: Path,
         "JUPYTER_RUNTIME_DIR": str(workdir / "runtime"),
         "JUPYTERLAB_SETTINGS_DIR": str(workdir / "settings"),
         "JUPYTERLAB_WORKSPACES_DIR": str(workdir / "workspaces"),
+        # the data dir's labextensions before the environment's (a venv may hold another build)
+        "JUPYTER_PREFER_ENV_PATH": "0",
         **env_extra,
     })
     log = workdir / "lab.log"
     command = [
-        sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+        sys.executable, "-m", app, "--no-browser", "--ip=127.0.0.1", f"--port={port}",
         f"--ServerApp.base_url={BASE_URL}", f"--IdentityProvider.token={token}",
         f"--ServerApp.root_dir={workdir / 'root'}", "--ServerApp.port_retries=0",
-        f"--LabApp.extra_labextensions_path={workdir / 'labextensions'}",
-        "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        f"--{app_class}.expose_app_in_browser=True",
     ]
+    if app == "jupyterlab":
+        command += [f"--LabApp.extra_labextensions_path={workdir / 'labextensions'}", "--LabApp.news_url=",
+                    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     if os.geteuid() == 0:  # CI containers run as root
         command.append("--allow-root")
     with open(log, "wb") as handle:

@@ -26,7 +26,10 @@ PANEL = "#jp-vgpu-panel"
 @pytest.fixture
 def lab(labextension_built: Path, cluster: Cluster, tmp_path: Path) -> Iterator[Lab]:
     env = {**cluster.notebook_env(), "JUPYTER_VGPU_SOURCE": "node-api"}
-    lab = start_lab(labextension_built, env, tmp_path, vgpu_settings={"chartWindowSeconds": 60})
+    # a share request re-creates Ada's pod through the simulated API, as in the demo
+    requester = {"VGPUSettings": {"requester_class": "vgpu_plugin.demo.requester.KubeRecreateRequester"}}
+    lab = start_lab(labextension_built, env, tmp_path, vgpu_settings={"chartWindowSeconds": 60},
+                    server_config=requester)
     try:
         yield lab
     finally:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from dp_helpers import make_node, place_pod, sim_gpus, wait_for, wait_registered
+from deviceplugin_support import make_node, place_pod, sim_gpus, wait_registered
+from simkube.waiting import wait_for
 
 from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.core.contract import Request
@@ -64,7 +65,7 @@ def test_a_layout_change_is_readvertised(daemons, peer, core_v1):
     assert len([d for d in peer.list_devices(NAMES.core_resource) if d.ID.startswith("gpu1-")]) == 100
     gpus.set_mig_layout(1, ["3g.20gb", "3g.20gb"])
     wait_for(lambda: len([d for d in peer.list_devices(NAMES.core_resource) if d.ID.startswith("gpu1-")]) == 84,
-             what="the new layout advertised")
+             what="the new layout advertised", timeout=20)
     assert [s.profile for s in daemon.cards.by_index()[1].slices] == ["3g.20gb", "3g.20gb"]
 
 
@@ -76,7 +77,7 @@ def test_a_pod_on_a_slice_that_no_longer_exists_is_refused(daemons, peer, core_v
     wait_registered(peer)
     gpus.set_mig_layout(1, ["3g.20gb", "3g.20gb"])
     wait_for(lambda: [s.profile for s in daemon.cards.by_index()[1].slices] == ["3g.20gb", "3g.20gb"],
-             what="the new layout read")
+             what="the new layout read", timeout=20)
     place_pod(core_v1, gpus, "late", [(Request(10, 16), (1,))], slices={0: made[3].uuid})
     with pytest.raises(grpc.RpcError, match="does not exist"):
         peer.admit(NAMES.core_resource, 10, mig_ids("core", 1, 84))
@@ -97,7 +98,7 @@ def test_a_node_whose_cards_are_all_in_mig_mode_is_labelled_and_publishes_its_sl
     def meta() -> dict:
         return json.loads(core_v1.read_node("node-1", _preload_content=False).data)["metadata"]
 
-    text = wait_for(lambda: (meta().get("annotations") or {}).get(NAMES.node_inventory), what="the inventory")
+    text = wait_for(lambda: (meta().get("annotations") or {}).get(NAMES.node_inventory), what="the inventory", timeout=20)
     inventory = NodeInventory.from_json(text)
     assert all(not card.healthy and [s.profile for s in card.slices] == ["3g.20gb"] * 2 for card in inventory.cards)
     assert meta()["labels"][NAMES.node_label_gpu] == "true"   # slices to serve: a GPU node all the same

@@ -132,20 +132,54 @@ def _assert_api_wants_the_token(kubeconfig: str) -> None:
     assert missing.value.code == 404, "the refused create created nothing"
 
 
+def _usage_samples(base: str, token: str) -> Any:
+    """The lab's current usage, each time a new sample has been taken (one a second)."""
+    last = None
+    while True:
+        def fresh(after: Any = last) -> Any:
+            current = _api(base, token, "vgpu/api/usage")["current"]
+            return current if current and current["t"] != after else None
+
+        current = wait_for(fresh, timeout=120, interval=0.5, what="a new usage sample")
+        last = current["t"]
+        yield current
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
 def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
     port = _free_port()
+    # a home, a temp dir and a working dir of its own: what the demo leaves in them is checked at the end
+    home, tmp, cwd = tmp_path / "home", tmp_path / "tmp", tmp_path / "cwd"
+    for path in (home, tmp, cwd):
+        path.mkdir()
+    environ = {key: value for key, value in os.environ.items()
+               if not key.startswith(("JUPYTER", "IPYTHON", "XDG_", "MPLCONFIG"))}
     process = subprocess.Popen([str(BIN / "jupyter-vgpu"), "demo", "--no-browser", "--port", str(port)],
-                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
+                               cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**environ, "HOME": str(home), "TMPDIR": str(tmp),
+                                    "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
     output = Output(process.stdout)
     output.start()
     try:
         match = output.wait_for(rf"http://127\.0\.0\.1:{port}/lab\?token=([0-9a-f]{{32,}})", process, 180)
         token = match.group(1)
-        printed = output.wait_for(r"\s*(kubectl --kubeconfig (\S+) get pods -A.*)", process, 10)
+        notebooks = Path(output.wait_for(r"\s*your notebooks: (\S+)\s+\(kept after Ctrl-C\)", process, 10).group(1))
+        lab_log = Path(output.wait_for(r"\s*the lab's log:\s+(\S+)", process, 10).group(1))
+        printed = output.wait_for(r"\s*(kubectl --kubeconfig (\S+) get pods -A -o wide)", process, 10)
         kubeconfig = printed.group(2)
         workdir = os.path.dirname(kubeconfig)
         base = f"http://127.0.0.1:{port}/"
+
+        # notebooks go to a directory of their own; the lab's log is where the guide says; the
+        # token is in a 0600 config file and on no command line
+        assert notebooks == home / "jupyter-vgpu-demo" and notebooks.is_dir()
+        assert lab_log.is_file() and str(lab_log).startswith(workdir) and "Jupyter" in lab_log.read_text()
+        assert not _processes_mentioning(token), "the lab's token shows in ps"
+        config = Path(workdir, "jupyter", "config", "jupyter_server_config.json")
+        assert stat.S_IMODE(config.stat().st_mode) == 0o600 and token in config.read_text()
 
         # the lab answers with the token it printed, and refuses without it
         assert _api(base, token, "api/status")["started"]
@@ -175,21 +209,18 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
         # the printed kubectl line works as printed; the API refuses anyone without the kubeconfig's token
         listed = subprocess.run([*shlex.split(printed.group(1)), "--cache-dir", str(tmp_path / "kube-cache")],
                                 capture_output=True, text=True, timeout=60)
-        assert listed.returncode == 0 and "notebook" in listed.stdout, listed.stderr
+        assert listed.returncode == 0, listed.stderr
+        header, *rows = [re.split(r"\s{2,}", line.strip()) for line in listed.stdout.splitlines() if line.strip()]
+        assert header[:8] == ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"], header
+        notebook_row = next(row for row in rows if row[:2] == ["default", "notebook"])
+        assert (notebook_row[2], notebook_row[3], notebook_row[7]) == ("1/1", "Running", held["node"]), notebook_row
         _assert_api_wants_the_token(kubeconfig)
 
-        # live usage that moves
+        # live usage: what the lab's processes hold and do (an idle lab: its memory, next to no compute)
         first = _api(base, token, "vgpu/api/usage?history=30")
         assert first["state"] == "live" and first["limits"] == {"cores": 25, "memoryMib": 4096}, first
-
-        def moved_on() -> dict[str, Any] | None:
-            a, b = first["current"], _api(base, token, "vgpu/api/usage?history=30")["current"]
-            moved = b["t"] > a["t"] and (a["memoryUsedMib"], a["utilizationPercent"]) != (
-                b["memoryUsedMib"], b["utilizationPercent"])
-            return b if moved else None
-
-        b = wait_for(moved_on, timeout=20, interval=2, what=f"usage to move from {first['current']}")
-        assert 0 <= b["memoryUsedMib"] <= 4096 and 0 <= b["utilizationPercent"] <= 100
+        b = next(_usage_samples(base, token))
+        assert 0 < b["memoryUsedMib"] <= 4096 and 0 <= b["utilizationPercent"] <= 25, b
 
         # the topology marks the card as mine, and other people's pods show only as totals
         topology = _api(base, token, "vgpu/api/topology")
@@ -222,6 +253,27 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
         # a kernel too: its own session, so Ctrl-C must reach it through the lab's shutdown
         kernel = _api(base, token, "api/kernels", "POST", {"name": "python3"})
         assert kernel["id"]
+        created = _api(base, token, "api/contents", "POST", {"type": "notebook"})
+        assert (notebooks / created["path"]).is_file(), "a new notebook lands in the notebook dir"
+
+        # the card follows the notebook: a busy loop in its kernel raises the reported utilisation
+        from jupyter_client import BlockingKernelClient
+
+        kernel_client = BlockingKernelClient(
+            connection_file=str(Path(workdir, "jupyter", "runtime", f"kernel-{kernel['id']}.json")))
+        kernel_client.load_connection_file()
+        kernel_client.start_channels()
+        try:
+            kernel_client.wait_for_ready(timeout=120)
+            samples = _usage_samples(base, token)
+            idle = sorted(next(samples)["utilizationPercent"] for _ in range(5))[2]  # the median
+            kernel_client.execute("import time\n_t = time.time()\nwhile time.time() - _t < 120: pass")
+            busy = [next(samples)["utilizationPercent"] for _ in range(10)]
+            # (2 cores shared with other work: the loop gets part of one core, each part counts)
+            assert max(busy) >= idle + 8, f"a busy loop did not move the card: idle {idle}, then {busy}"
+            assert max(busy) <= 50, "never more than the share (one busy core = 50 % of the card)"
+        finally:
+            kernel_client.stop_channels()
         processes = _descendants(process.pid)
         assert processes, "the demo runs the lab as a child process"
     finally:
@@ -240,6 +292,10 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
              what="the demo's processes to exit with it")
     assert not _processes_mentioning(token, workdir)
     assert not os.path.exists(workdir), "the work dir (kubeconfig, sockets, logs) was left behind"
+    # the notebooks stay; nothing else was written to the home, the temp dir or where it was started
+    assert (notebooks / created["path"]).is_file()
+    assert [name for name in _files(home) if not name.startswith("jupyter-vgpu-demo")] == [], _files(home)
+    assert _files(tmp) == [] and _files(cwd) == []
     with socket.socket() as sock:  # the lab's port is free again (as a server binds it)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", port))
@@ -254,7 +310,7 @@ def test_sim_runs_the_cluster_alone_for_kubectl_and_stops_clean(tmp_path: Path) 
         kubeconfig = output.wait_for(r"\s*kubeconfig: (\S+)", process, 120).group(1)
         extender = output.wait_for(r"\s*extender:\s+(\S+)\s.*", process, 10).group(1)
         metrics = output.wait_for(r"\s*node dgx-a100: .*metrics (\S+)", process, 10).group(1)
-        scrape_token = output.wait_for(r"\s*scrape token .*: (\S+)", process, 10).group(1)
+        scrape_token = output.wait_for(r"\s*scrape token \(Authorization: Bearer \.\.\.\): (\S+)", process, 10).group(1)
         output.wait_for(r"Press Ctrl-C to stop\.", process, 10)
         nodes = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "--cache-dir", str(tmp_path / "kube-cache"),
                                 "get", "nodes", "-o", "name"], capture_output=True, text=True, timeout=60)
@@ -270,7 +326,7 @@ def test_sim_runs_the_cluster_alone_for_kubectl_and_stops_clean(tmp_path: Path) 
             urllib.request.urlopen(metrics, timeout=30)
         assert refused.value.code == 401
         scrape = urllib.request.Request(metrics, headers={"Authorization": f"Bearer {scrape_token}"})
-        with urllib.request.urlopen(scrape, timeout=30) as response:
+        with urllib.request.urlopen(scrape, timeout=30) as response:  # the metrics want the printed token
             assert b"vgpu_card_allocated_cores" in response.read()
     finally:
         if process.poll() is None:

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2e_support import NAMES, allocation, delete_pod, inventory, list_pods, wait_for
+from e2e_support import NAMES, allocation, delete_pod, inventory, list_pods
+from simkube.waiting import wait_for
 
 from jupyter_vgpu.core import contract as c
 
@@ -61,8 +62,8 @@ def pods(cluster: Any) -> Iterator[list[str]]:
     yield names
     for name in names:
         delete_pod(cluster, "default", name)
-    wait_for(lambda: not [p for p in list_pods(cluster) if p["metadata"]["name"] in names], 60, "pods gone")
-    wait_for(lambda: not cluster.extender.ledger.node(MIG_NODE).held_slices, 30, "slices given back")
+    wait_for(lambda: not [p for p in list_pods(cluster) if p["metadata"]["name"] in names], timeout=60, what="pods gone")
+    wait_for(lambda: not cluster.extender.ledger.node(MIG_NODE).held_slices, timeout=30, what="slices given back")
 
 
 def test_an_isolated_request_lands_on_the_smallest_fitting_slice(cluster: Any, pods: list[str]) -> None:
@@ -75,7 +76,7 @@ def test_an_isolated_request_lands_on_the_smallest_fitting_slice(cluster: Any, p
     assert (env[c.ENV_CORES], env[c.ENV_MEMORY_MIB], env[c.ENV_MIG_PROFILE]) == ("14", "5120", "1g.5gb")
     assert not [k for k in env if k.startswith("CUDA_DEVICE_")]
     gpus = cluster.node(MIG_NODE).gpus
-    wait_for(lambda: any(p.mig_device == device for p in gpus.sample().processes), 30, "the process on its slice")
+    wait_for(lambda: any(p.mig_device == device for p in gpus.sample().processes), timeout=30, what="the process on its slice")
     pods.append("iso-big")
     bigger = notebook(cluster, "iso-big", 25, "8Gi", "a", ISOLATED)
     assert profiles(cluster, MIG_NODE)[bigger["metadata"]["annotations"][NAMES.mig_slice(0)]] == "2g.10gb"
@@ -132,5 +133,5 @@ def test_slices_are_never_double_allocated_through_churn_and_restarts(cluster: A
         assert running["metadata"]["annotations"][NAMES.mig_slice(0)] in profiles(cluster, MIG_NODE)
         for name in names + [f"waiting-{wave}"]:
             delete_pod(cluster, "default", name)
-        wait_for(lambda: not _held_slices(cluster), 60, "every slice given back")
-        wait_for(lambda: not cluster.extender.ledger.node(MIG_NODE).held_slices, 30, "the ledger emptied")
+        wait_for(lambda: not _held_slices(cluster), timeout=60, what="every slice given back")
+        wait_for(lambda: not cluster.extender.ledger.node(MIG_NODE).held_slices, timeout=30, what="the ledger emptied")

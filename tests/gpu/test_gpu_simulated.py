@@ -202,3 +202,42 @@ def test_mig_mode_keeps_a_simulated_card_out_of_sharing_with_its_reason(fixtures
     gpus.set_mig_mode(2, current=False)
     card = gpus.inventory()[2]
     assert (card.mig, card.healthy, card.unavailable) == (False, True, None)
+
+
+def test_a_measured_process_shows_its_real_work_scaled_into_its_share(fixtures):
+    """The probe's CPU seconds become utilisation (one busy core = the whole share) and its
+    resident memory GPU memory, capped at the limits; a gone process shows nothing."""
+    clock = Clock()
+    gpus = make(fixtures, clock=clock)
+    reading: list[tuple[float, int] | None] = [(10.0, 300 * 2**20)]
+    gpus.start_process(9, 2, memory_limit_mib=4096, cores_limit=25, pattern="measured", probe=lambda: reading[0])
+
+    def current() -> tuple[int, float]:
+        (process,) = gpus.sample().processes
+        return process.memory_used_mib, process.utilization_percent
+
+    assert current() == (300, 0.0)  # the first reading has no rate yet
+    clock.now += 2
+    reading[0] = (10.1, 300 * 2**20)  # idle: 5 % of a core
+    assert current() == (300, 1.2)
+    clock.now += 2
+    reading[0] = (12.1, 1324 * 2**20)  # a busy loop: one whole core, and a GiB more
+    assert current() == (1324, 25.0)
+    assert gpus.sample().cards[2].utilization_percent == 25.0
+    clock.now += 0.1  # too soon for a new rate: the last one stands
+    assert current()[1] == 25.0
+    clock.now += 2
+    reading[0] = (20.1, 9000 * 2**20)  # several cores and more than the share's memory: capped
+    assert current() == (4096, 25.0)
+    clock.now += 2
+    reading[0] = None
+    assert current() == (0, 0.0)
+
+
+def test_measured_and_probe_go_together(fixtures):
+    gpus = make(fixtures)
+    with pytest.raises(ValueError, match="probe"):
+        gpus.start_process(1, 0, 1024, 10, pattern="measured")
+    with pytest.raises(ValueError, match="probe"):
+        gpus.start_process(1, 0, 1024, 10, pattern="notebook", probe=lambda: (0.0, 0))
+    assert gpus.process_ids() == []

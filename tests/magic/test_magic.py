@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from magic_support import run
 from simkube.waiting import wait_for
@@ -35,7 +37,7 @@ def test_status_reports_the_allocation_usage_and_guard_rails(shell, notebook):
     assert "vGPU on gpu-node-1 (pod jupyter/jupyter-alice) — node-api" in out
     assert "share: 25 % compute, 10 GiB memory, enforced by hami-core" in out
     assert notebook[contract.ENV_DEVICE_UUIDS] in out and "10 GiB of 40 GiB" in out
-    assert "usage (live)" in out and "of 10 GiB" in out
+    assert "usage (live)" in out and "of your 10 GiB" in out
     rails = out.split("framework guard rails:")[1]
     assert "jax        in force     XLA_PYTHON_CLIENT_MEM_FRACTION=0.250 (set when the container started)" in rails
     assert "cupy       in force" in rails
@@ -53,10 +55,10 @@ def test_dashboard_topo_usage_display_widgets_with_text(shell, notebook, in_kern
     _, outputs = run(shell, "")
     data = outputs[0].data
     assert "application/vnd.jupyter.widget-view+json" in data
-    assert "25 % compute" in data["text/plain"] and "<- yours" in data["text/plain"] and "usage (live)" in data["text/plain"]
+    assert "25 % compute" in data["text/plain"] and "] yours" in data["text/plain"] and "usage (live)" in data["text/plain"]
     assert magics.live and magics.live[-1].running
     _, outputs = run(shell, "topo")
-    assert "GPU 2" in outputs[0].data["text/plain"] and "<- yours" in outputs[0].data["text/plain"]
+    assert re.search(r"GPU 2 \[[#.]+\] yours", outputs[0].data["text/plain"])
     _, outputs = run(shell, "usage")
     assert outputs[0].data["text/plain"].startswith("usage (live)")
 

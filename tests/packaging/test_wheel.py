@@ -64,6 +64,9 @@ def test_wheel_ships_the_prebuilt_extension_and_server_config(wheel: Path) -> No
         assert any(re.fullmatch(rf"{re.escape(data + EXTENSION_DATA)}/static/remoteEntry\.[0-9a-f]+\.js", n)
                    for n in names)
         assert "jupyter_vgpu/labextension/package.json" in names  # for _jupyter_labextension_paths
+        # the widgets read the panel's glossary (labextension/src/glossary.json) from here
+        glossary = json.loads(archive.read("jupyter_vgpu/widgets/glossary.json"))
+        assert glossary == json.loads((REPO / "labextension" / "src" / "glossary.json").read_text(encoding="utf-8"))
         assert f"{data}{SERVER_CONFIG}" in names
         package = json.loads(archive.read(f"{data}{EXTENSION_DATA}/package.json"))
         assert package["name"] == "jupyter-vgpu"

@@ -112,7 +112,7 @@ class TestAllocationAndUsage:
         wait_for(three_readings, timeout=60, interval=0.3, what="three different usage readings")
         out, ip = shell_run("status")
         unload(ip)
-        assert "usage (live)" in out and "of 8 GiB" in out
+        assert "usage (live)" in out and "of your 8 GiB" in out
 
 
 def wait_request(run, jp_fetch, request_id, timeout=120):

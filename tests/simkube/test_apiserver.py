@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 import threading
+import urllib.error
 import urllib.request
 
 import kubernetes.client
@@ -458,3 +460,82 @@ def test_qos_class_counts_only_cpu_and_memory(core_v1, containers, init, qos):
                                                         "metadata": {"name": "qos"}, "spec": spec})
     assert created.status.qos_class == qos
     assert core_v1.read_namespaced_pod("qos", "default").status.qos_class == qos
+
+
+def columns(output: str) -> tuple[list[str], list[list[str]]]:
+    """kubectl's printed table: the header's names and each row's cells (split on 2+ spaces)."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    split = [[cell for cell in re.split(r"\s{2,}", line.strip())] for line in lines]
+    return split[0], split[1:]
+
+
+def test_kubectl_prints_the_columns_of_a_real_cluster(kube, core_v1, kubectl):
+    """Pods, nodes and events come back as meta.k8s.io Tables: kubectl prints STATUS, NODE, ..."""
+    kubectl("create", "-f", "-", stdin=json.dumps({
+        **node("gpu-1"), "metadata": {"name": "gpu-1", "labels": {"node-role.kubernetes.io/worker": ""}}}))
+    core_v1.patch_node_status("gpu-1", {"status": {
+        "conditions": [{"type": "Ready", "status": "True"}], "addresses": [{"type": "InternalIP", "address": "10.0.0.7"}],
+        "nodeInfo": {"kubeletVersion": "v1.32.0", "osImage": "Debian", "kernelVersion": "6.1", "containerRuntimeVersion":
+                     "containerd://1.7", "machineID": "", "systemUUID": "", "bootID": "", "kubeProxyVersion": "",
+                     "operatingSystem": "linux", "architecture": "amd64"}}})
+    core_v1.create_namespaced_pod("default", pod("nb", nodeName="gpu-1"))
+    core_v1.create_namespaced_pod("default", pod("waiting"))
+    core_v1.patch_namespaced_pod_status("nb", "default", {"status": {
+        "phase": "Running", "podIP": "10.1.0.5",
+        "containerStatuses": [{"name": "main", "ready": True, "restartCount": 2, "image": "busybox", "imageID": "",
+                               "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}})
+
+    header, rows = columns(kubectl("get", "pods", "-o", "wide"))
+    assert header == ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE", "NOMINATED NODE", "READINESS GATES"]
+    by_name = {row[0]: row for row in rows}
+    assert by_name["nb"][1:4] == ["1/1", "Running", "2"] and by_name["nb"][5:] == ["10.1.0.5", "gpu-1", "<none>",
+                                                                                    "<none>"]
+    assert by_name["waiting"][1:4] == ["0/1", "Pending", "0"] and by_name["waiting"][6] == "<none>"
+    assert columns(kubectl("get", "pods"))[0] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]  # priority 0 only
+    assert columns(kubectl("get", "pod", "nb", "-o", "wide"))[1][0][6] == "gpu-1"  # one object: a one-row Table
+
+    header, rows = columns(kubectl("get", "nodes", "-o", "wide"))
+    assert header[:7] == ["NAME", "STATUS", "ROLES", "AGE", "VERSION", "INTERNAL-IP", "EXTERNAL-IP"]
+    assert rows[0][:3] == ["gpu-1", "Ready", "worker"] and rows[0][4:6] == ["v1.32.0", "10.0.0.7"]
+
+    core_v1.create_namespaced_event("default", {
+        "metadata": {"name": "nb.1"}, "involvedObject": {"kind": "Pod", "name": "nb", "namespace": "default"},
+        "reason": "Scheduled", "message": "Successfully assigned default/nb to gpu-1", "type": "Normal",
+        "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z", "count": 1,
+        "source": {"component": "default-scheduler"}})
+    header, rows = columns(kubectl("get", "events"))
+    assert header == ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert rows[0][1:] == ["Normal", "Scheduled", "pod/nb", "Successfully assigned default/nb to gpu-1"]
+
+    # the same Table to a raw client; a bad includeObject is a 400, not a crash
+    def table(include: str):  # type: ignore[no-untyped-def]
+        request = urllib.request.Request(f"{kube.url}/api/v1/namespaces/default/pods?includeObject={include}",
+                                         headers={**kube.auth_headers(),
+                                                  "Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
+        with urllib.request.urlopen(request, context=kube.ssl_context(), timeout=30) as response:
+            return json.loads(response.read())
+
+    for include, kind in (("Object", "Pod"), ("Metadata", "PartialObjectMetadata")):
+        answer = table(include)
+        assert (answer["kind"], answer["apiVersion"]) == ("Table", "meta.k8s.io/v1")
+        assert {row["object"]["kind"] for row in answer["rows"]} == {kind}
+    # kubectl get -w: each watch event's object is a one-row Table
+    request = urllib.request.Request(f"{kube.url}/api/v1/namespaces/default/pods?watch=1&timeoutSeconds=1",
+                                     headers={**kube.auth_headers(),
+                                              "Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
+    with urllib.request.urlopen(request, context=kube.ssl_context(), timeout=30) as response:
+        events = [json.loads(line) for line in response.read().splitlines() if line.strip()]
+    rows = {e["object"]["rows"][0]["cells"][0]: e["object"]["rows"][0]["cells"] for e in events}
+    assert {e["type"] for e in events} == {"ADDED"} and {e["object"]["kind"] for e in events} == {"Table"}
+    assert rows["nb"][2] == "Running" and rows["nb"][6] == "gpu-1"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        table("All")
+    assert refused.value.code == 400 and json.loads(refused.value.read())["reason"] == "BadRequest"
+
+
+@pytest.mark.parametrize(("seconds", "printed"), [
+    (-5, "<invalid>"), (0, "0s"), (119, "119s"), (125, "2m5s"), (600, "10m"), (3 * 3600 + 60, "3h1m"),
+    (9 * 3600, "9h"), (3 * 86400 + 3600, "3d1h"), (30 * 86400, "30d"), (3 * 365 * 86400 + 86400, "3y1d")])
+def test_ages_print_as_kubectl_prints_them(seconds, printed):
+    from simkube.tables import human_duration
+    assert human_duration(seconds) == printed

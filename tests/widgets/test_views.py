@@ -12,6 +12,7 @@ from jupyter_vgpu.gpu.simulated import SimulatedGPUs
 from jupyter_vgpu.sources.base import SourceSettings
 from jupyter_vgpu.sources.local_nvml import LocalGPUSource
 from jupyter_vgpu.widgets import render
+from jupyter_vgpu.widgets.glossary import colour
 from jupyter_vgpu.widgets.views import AllocationCard, Dashboard, TopologyView, UsageChart
 
 SHARE = {
@@ -74,7 +75,7 @@ def test_topology_svg_highlights_yours_and_shows_others_anonymously(comms, sourc
     assert "NV4" in svg  # the tree's link level from the capture
     assert "pid" not in svg and "4242" not in svg  # other tenants are counts, never identities
     text = repr(view)
-    assert "GPU 1" in text and "<- yours" in text
+    assert "GPU 1 [##########] yours" in text
 
 
 def test_topology_view_of_a_share(comms):
@@ -86,8 +87,10 @@ def test_topology_view_of_a_share(comms):
                  {"index": 1, "mine": True, "allocatedCores": 25, "tenants": 1, "healthy": False}]}}
     svg = comms.last(TopologyView(None, answer=topology).model_id, "value")
     others = svg.split('data-index="0"')[1].split("</g>")[0]
-    assert "3 tenant(s) · 75 % held" in others and f'fill="{render.OTHERS}"' in others
+    assert ">3 tenants</text>" in others and ">75 % allocated</text>" in others  # two lines, no collision
+    assert f"fill:{colour('others')}" in others and "var(--jp-ui-font-color3" in others  # theme-aware
     assert "GPU 1 ✕" in svg  # unhealthy marked
+    assert "#000" not in svg and 'fill="white"' not in svg  # nothing fixed to a light theme
 
 
 def test_usage_chart_updates_live_and_stops_when_closed(comms, source):
@@ -127,12 +130,19 @@ def test_dashboard_combines_and_closes_everything(comms, source):
     assert not board.usage.running and comms.closed(board_id)
 
 
-def test_usage_svg_draws_limits():
+def test_usage_svg_has_one_quantity_per_chart_with_units_and_time():
     history = [{"t": 100.0 + i, "memoryUsedMib": 1000 * i, "utilizationPercent": 10 * i} for i in range(5)]
-    svg = render.usage_svg(history, {"cores": 25, "memoryMib": 4096})
-    assert "vgpu-core-limit" in svg and "share 25 %" in svg and "of 4 GiB" in svg
-    points = svg.split('class="vgpu-memory"')[1].split('points="')[1].split('"')[0].split()
-    assert len(points) == 5 and points[0].startswith("28.0,") and points[-1].startswith("452.0,")
+    svg = render.usage_svg(history, {"cores": 25, "memoryMib": 4096}, window=60)
+    compute, memory = svg.split("</svg>")[:2]
+    assert "compute used, % of the card" in compute and "your share 25 %" in compute and "100 %" in compute
+    assert "memory used, GiB" in memory and "your share 4 GiB" in memory and ">4</text>" in memory
+    for chart in (compute, memory):
+        assert "60 s ago" in chart and ">now</text>" in chart  # a labelled time axis
+    assert "vgpu-memory" not in compute and "vgpu-utilization" not in memory
+    points = memory.split('class="vgpu-memory"')[1].split('points="')[1].split('"')[0].split()
+    # the newest sample at "now" (the right edge), 4 s earlier 4/60 of the width to the left
+    assert len(points) == 5 and points[-1].startswith("468.0,") and points[0].startswith(f"{44 + 424 * 56 / 60:.1f},")
+    assert points[-1].endswith(f",{20 + 64 * (1 - 4000 / 4096):.1f}")
 
 
 def test_views_over_the_real_node_api(comms, tmp_path, monkeypatch):
@@ -157,7 +167,10 @@ def test_views_over_the_real_node_api(comms, tmp_path, monkeypatch):
                 comms.last(memory.model_id, "max")) == (30, 12288, 40960)
         svg = comms.last(TopologyView(facts).model_id, "value")
         mine = svg.split("vgpu-mine")[1].split("</g>")[0]
-        assert 'data-index="3"' in mine and "you 30 % · 90 % held" in mine  # yours, and the card in all
+        assert 'data-index="3"' in mine and ">yours + 1 other</text>" in mine and ">90 % allocated</text>" in mine
+        own = float(mine.split('class="vgpu-own"')[1].split('width="')[1].split('"')[0])
+        allocated = float(mine.split('class="vgpu-occupancy"')[1].split('width="')[1].split('"')[0])
+        assert (own, allocated) == (round(108 * 0.3, 1), round(108 * 0.9, 1))  # yours on top of the card's total
         assert "neighbour" not in svg  # other pods are occupancy, never names
     finally:
         node.stop()

@@ -52,11 +52,15 @@ from jupyter_vgpu.core import contract as c
 from ..deviceplugin import api_pb2, api_pb2_grpc
 from ..deviceplugin.checkpoint import PodDeviceEntry, read_checkpoint, write_checkpoint
 from ..deviceplugin.devices import API_VERSION, CHECKPOINT_FILE, HEALTHY, KUBELET_SOCKET
+from .proctree import ProcessTree
 
 log = logging.getLogger(__name__)
 
 SIM_PATTERN_ANNOTATION = f"{c.PROJECT_DOMAIN}/sim-usage-pattern"
-"""Pod annotation choosing the simulated GPU usage pattern ("notebook", "training", "idle")."""
+"""Pod annotation choosing the simulated GPU usage pattern ("notebook", "training", "idle", or
+"measured": the card follows the CPU time and resident memory of the pod's process tree when
+the kubelet runs it as a real process)."""
+MEASURED = "measured"
 
 STATUS_PERIOD = 10.0
 """Seconds between node status updates even when nothing changed (kubelet's default)."""
@@ -631,9 +635,15 @@ class SimKubelet:
         pattern = ((pod.get("metadata") or {}).get("annotations") or {}).get(SIM_PATTERN_ANNOTATION, "notebook")
         visible = env.get(c.ENV_NVIDIA_VISIBLE_DEVICES, "")
         mig_device = visible if visible.startswith("MIG-") else None  # the runtime exposes that MIG device only
+        probe = None
+        if pattern == MEASURED:  # the card follows the pod's real processes; without any, a plain notebook
+            if ctr.process is not None:
+                probe = ProcessTree(ctr.process.pid).usage
+            else:
+                pattern = "notebook"
         try:
             self.gpus.start_process(pid, cards, memory // len(cards), min(100, cores // len(cards) or cores), pattern,
-                                    mig_device=mig_device)
+                                    mig_device=mig_device, probe=probe)
         except (ValueError, KeyError) as error:
             log.warning("kubelet %s: cannot start a simulated GPU process: %s", self.node, error)
             return

@@ -29,6 +29,7 @@ from jupyter_vgpu.core import claims
 from jupyter_vgpu.core import contract as c
 
 from .cluster import ClusterError, NodeSpec, SimCluster
+from .kubelet import MEASURED, SIM_PATTERN_ANNOTATION
 from .neighbours import ROLE_LABEL, Neighbour, default_neighbours, start_neighbours
 from .notebook import port_free
 
@@ -85,6 +86,11 @@ def pick_port(address: str, wanted: int | None, default: int = 8888, tries: int 
         return int(sock.getsockname()[1])
 
 
+def default_notebook_dir() -> str:
+    """The demo's notebooks live here, in a directory of their own that outlives the demo."""
+    return os.path.join(os.path.expanduser("~"), "jupyter-vgpu-demo")
+
+
 def normalize_base_url(base_url: str) -> str:
     return "/" + base_url.strip("/") + "/" if base_url.strip("/") else "/"
 
@@ -96,7 +102,7 @@ class DemoOptions:
     base_url: str = "/"
     cores: int = 25
     memory: str = "16"  # vcuda-memory units or a size ("4GiB")
-    root_dir: str = "."
+    root_dir: str = ""  # "": default_notebook_dir()
     neighbours: bool = True
     policy: str = "binpack"
     lab_timeout: float = 180.0
@@ -115,6 +121,7 @@ class Demo:
         self.port = 0
         self.cluster: SimCluster | None = None
         self.base_url = normalize_base_url(options.base_url)
+        self.notebook_dir = os.path.abspath(os.path.expanduser(options.root_dir or default_notebook_dir()))
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -124,6 +131,7 @@ class Demo:
         if importlib.util.find_spec("jupyterlab") is None:
             raise ClusterError("JupyterLab is not installed here: pip install 'jupyter-vgpu[sim]'")
         self.port = pick_port(self.options.ip, self.options.port)
+        os.makedirs(self.notebook_dir, exist_ok=True)
         try:
             self.cluster = start_cluster(run_processes=True, policy=self.options.policy, mig=self.options.isolated)
             if self.options.neighbours:
@@ -162,21 +170,34 @@ class Demo:
         return path
 
     def _lab_environment(self) -> dict[str, str]:
-        """Where the lab keeps its config and runtime files: in the demo's work dir, so a stop
-        leaves nothing behind and the user's own Jupyter config cannot get in the way."""
+        """Where the lab and its kernels keep their config, data, settings, caches and runtime
+        files: in the demo's work dir, so a stop leaves nothing behind, nothing lands in the
+        user's own Jupyter directories, and the user's config cannot get in the way. The token
+        goes in the config file (mode 0600), never on a command line (`ps` shows those)."""
         config = self._workdir("config")
-        with open(os.path.join(config, "jupyter_server_config.json"), "w", encoding="utf-8") as handle:
-            # an editable install does not put the wheel's etc/jupyter/ file in place
-            json.dump({"ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}},
-                       "LabApp": {"news_url": "", "check_for_updates_class": "jupyterlab.NeverCheckForUpdate"},
-                       # a share request re-creates the notebook pod through the simulated API
-                       "VGPUSettings": {"requester_class": "vgpu_plugin.demo.requester.KubeRecreateRequester"}},
-                      handle)
+        settings = {
+            "ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}},  # an editable install lacks etc/jupyter/
+            "IdentityProvider": {"token": self.token},
+            "LabApp": {"news_url": "", "check_for_updates_class": "jupyterlab.NeverCheckForUpdate"},
+            # a share request re-creates the notebook pod through the simulated API
+            "VGPUSettings": {"requester_class": "vgpu_plugin.demo.requester.KubeRecreateRequester"},
+        }
+        fd = os.open(os.path.join(config, "jupyter_server_config.json"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with open(fd, "w", encoding="utf-8") as handle:
+            json.dump(settings, handle)
         assert self.cluster is not None
         return {
             c.ENV_NOTEBOOK_KUBECONFIG: self.cluster.kubeconfig,
             "JUPYTER_CONFIG_DIR": config,
+            "JUPYTER_DATA_DIR": self._workdir("data"),
             "JUPYTER_RUNTIME_DIR": self._workdir("runtime"),
+            "JUPYTERLAB_SETTINGS_DIR": self._workdir("lab-settings"),
+            "JUPYTERLAB_WORKSPACES_DIR": self._workdir("lab-workspaces"),
+            "IPYTHONDIR": self._workdir("ipython"),
+            "XDG_CACHE_HOME": self._workdir("cache"),
+            "MPLCONFIGDIR": self._workdir("matplotlib"),
+            "npm_config_cache": self._workdir("npm"),  # JupyterLab asks yarn/npm for their config at start
             "PYTHONUNBUFFERED": "1",
         }
 
@@ -201,8 +222,7 @@ class Demo:
     def lab_command(self) -> list[str]:
         lab = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ip={self.options.ip}", f"--port={self.port}",
                "--ServerApp.port_retries=0", f"--ServerApp.base_url={self.base_url}",
-               f"--IdentityProvider.token={self.token}",
-               f"--ServerApp.root_dir={os.path.abspath(self.options.root_dir)}",
+               f"--ServerApp.root_dir={self.notebook_dir}",
                *self._extra_labextensions()]
         if os.geteuid() == 0:  # containers and CI run as root; jupyter refuses without this
             lab.append("--allow-root")
@@ -215,7 +235,9 @@ class Demo:
             NOTEBOOK_POD, cores=self.request.cores, memory=self.request.memory_units or None,
             namespace=NOTEBOOK_NAMESPACE, command=self.lab_command(), env=self._lab_environment(),
             labels={ROLE_LABEL: "notebook"},
-            annotations={c.DEFAULT_NAMES.isolation: "mig"} if self.options.isolated else None)
+            # the card follows what the lab and its kernels do: a busy cell moves the charts
+            annotations={SIM_PATTERN_ANNOTATION: MEASURED,
+                         **({c.DEFAULT_NAMES.isolation: "mig"} if self.options.isolated else {})})
         body["spec"]["containers"][0]["name"] = NOTEBOOK_CONTAINER
         self.cluster.core_v1.create_namespaced_pod(NOTEBOOK_NAMESPACE, body, _preload_content=False)
 
@@ -260,10 +282,16 @@ class Demo:
             node = self.cluster.nodes[node_name]
             admitted = node.kubelet.admitted(meta["uid"])
             if admitted and admitted.containers and admitted.containers[0].process is not None:
-                log = os.path.join(os.path.dirname(node.plugin_dir), "logs",
-                                   f"{meta['namespace']}_{meta['name']}_{NOTEBOOK_CONTAINER}.log")
-                return admitted.containers[0].process, log
+                return admitted.containers[0].process, self.lab_log(pod)
         return None
+
+    def lab_log(self, pod: dict[str, Any]) -> str:
+        """Where the kubelet stand-in writes the output of ``pod``'s lab."""
+        assert self.cluster is not None
+        meta, node_name = pod["metadata"], (pod.get("spec") or {}).get("nodeName") or ""
+        node = self.cluster.nodes.get(node_name) or next(iter(self.cluster.nodes.values()))
+        return os.path.join(os.path.dirname(node.plugin_dir), "logs",
+                            f"{meta['namespace']}_{meta['name']}_{NOTEBOOK_CONTAINER}.log")
 
     def _wait_for_lab(self) -> None:
         deadline = time.monotonic() + self.options.lab_timeout
@@ -315,8 +343,13 @@ class Demo:
         lines += [
             "",
             "JupyterLab (open the vGPU panel with Alt+Shift+G; in a notebook: %load_ext jupyter_vgpu, then %vgpu):",
+            "  your card's usage follows what your notebook does: a busy cell (e.g. `while True: pass`) raises its",
+            "  utilisation (one busy CPU core = your whole compute share); memory your kernels hold counts as GPU memory",
             "",
             self.url,
+            "",
+            f"  your notebooks: {self.notebook_dir}   (kept after Ctrl-C)",
+            f"  the lab's log:  {self.lab_log(notebook) if notebook else '?'}",
             "",
             "Look around:",
             f"  kubectl --kubeconfig {cluster.kubeconfig} get pods -A -o wide",
@@ -354,7 +387,7 @@ class NotebookWatcher(threading.Thread):
                 self.announced.add(meta["uid"])
                 if meta["name"] != NOTEBOOK_POD:
                     self.say(f"demo: your notebook moved to {self.demo.describe_notebook(pod)}; "
-                             f"the lab comes back at the same URL in a few seconds")
+                             f"the lab comes back at the same URL in a few seconds (log: {self.demo.lab_log(pod)})")
 
     def stop(self) -> None:
         self.stopping.set()
@@ -368,10 +401,26 @@ def _tail(path: str, lines: int = 40) -> str:
         return f"(no log at {path})"
 
 
-def open_browser(url: str) -> None:
+def write_redirect(path: str, url: str) -> str:
+    """A page (mode 0600) that sends the browser to ``url``: the browser is started with this
+    file's URL, so the token in ``url`` never shows on a command line (as `jupyter lab` does)."""
+    import html
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with open(fd, "w", encoding="utf-8") as handle:
+        handle.write(f'<!DOCTYPE html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url='
+                     f'{html.escape(url, quote=True)}"><title>jupyter-vgpu demo</title>'
+                     f'<a href="{html.escape(url, quote=True)}">Open the demo\'s JupyterLab</a>')
+    return "file://" + os.path.abspath(path)
+
+
+def open_browser(demo: Demo) -> None:
     import webbrowser
 
-    threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+    assert demo.cluster is not None
+    page = write_redirect(os.path.join(demo.cluster.workdir, "jupyter", "open.html"), demo.url)
+    threading.Thread(target=webbrowser.open, args=(page,), daemon=True).start()
 
 
 def _wants_gpu(pod: dict[str, Any]) -> bool:

@@ -121,7 +121,9 @@ def demo_parser() -> argparse.ArgumentParser:
                    help="the notebook's share of one card's compute in percent, or 100 x whole cards (default 25)")
     p.add_argument("--memory", default="16",
                    help="the notebook's GPU memory: vcuda-memory units of 256 MiB, or a size like 4GiB (default 16)")
-    p.add_argument("--notebook-dir", default=".", help="the lab's root directory (default: here)")
+    p.add_argument("--notebook-dir", default="",
+                   help="the lab's root directory, where your notebooks are kept after the demo stops "
+                        "(default: ~/jupyter-vgpu-demo)")
     p.add_argument("--no-neighbours", action="store_true", help="leave the other cards empty")
     p.add_argument("--isolated", action="store_true",
                    help="add a node with a card in MIG mode and put the notebook on a hardware-isolated MIG slice")
@@ -157,7 +159,7 @@ def demo_main(argv: Sequence[str] | None = None) -> int:
             _say(line)
         _say(f"(ready in {time.monotonic() - started:.1f} s)")
         if not args.no_browser:
-            open_browser(demo.url)
+            open_browser(demo)  # through a 0600 redirect file: no token on the browser's command line
         watcher = NotebookWatcher(demo, _say)
         watcher.start()
         _wait_forever()

@@ -1,0 +1,58 @@
+"""The shared glossary (labextension/src/glossary.json): the words and colours the lab panel
+uses, read here so the widgets say and draw the same. The wheel ships the file next to this
+module; a source checkout reads it where the panel's source keeps it."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+_HERE = Path(__file__).resolve().parent
+CANDIDATES = (_HERE / "glossary.json", _HERE.parents[1] / "labextension" / "src" / "glossary.json")
+
+
+@cache
+def glossary() -> dict[str, Any]:
+    for path in CANDIDATES:
+        if path.is_file():
+            return json.loads(path.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+    raise FileNotFoundError(f"the glossary is missing (looked at {', '.join(map(str, CANDIDATES))})")
+
+
+def fill(template: str, **values: object) -> str:
+    """Fill ``{name}`` placeholders; unknown names stay as they are (as the panel's fill does)."""
+    return re.sub(r"\{(\w+)\}", lambda m: str(values[m.group(1)]) if m.group(1) in values else m.group(0), template)
+
+
+def count(noun: str, n: int) -> str:
+    one, many = glossary()["counts"][noun]
+    return fill(one if n == 1 else many, n=n)
+
+
+def colour(name: str) -> str:
+    """The colour as CSS: the JupyterLab theme variable, with the fallback other frontends use."""
+    variable, fallback = glossary()["colours"][name]
+    return f"var({variable}, {fallback})"
+
+
+def chart_label(name: str, **values: object) -> str:
+    return fill(glossary()["charts"][name], **values)
+
+
+def occupancy(gpu: Mapping[str, Any]) -> str:
+    """One card's occupancy in words, as the panel's describeOccupancy says it."""
+    words = glossary()["occupancy"]
+    if gpu.get("healthy") is False:
+        return str(words["unhealthy"])
+    tenants = int(gpu.get("tenants") or 0)
+    allocated = gpu.get("allocatedCores") or 0
+    if gpu.get("mine"):
+        return fill(words["mineWithOthers"], others=count("others", tenants), allocated=allocated) if tenants \
+            else fill(words["mine"], allocated=allocated)
+    if tenants == 0 and allocated == 0:
+        return str(words["free"])
+    return fill(words["others"], tenants=count("tenants", tenants), allocated=allocated)
