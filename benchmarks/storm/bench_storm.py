@@ -140,7 +140,8 @@ def run_storm(cluster: Any, timeline: Timeline, kind: str, round_no: int, args: 
         if delay > 0:
             time.sleep(delay)
         timeline.created[names[i]] = time.monotonic()
-        core.create_namespaced_pod("default", bodies[i], _preload_content=False)
+        reply = core.create_namespaced_pod("default", bodies[i], _preload_content=False)
+        assert reply.data  # read to the end: the connection goes back to the pool
 
     with ThreadPoolExecutor(args.creators) as pool:
         list(pool.map(create, range(len(plan))))
@@ -173,8 +174,8 @@ def clean_up(cluster: Any, kind: str, round_no: int, count: int) -> None:
     core = cluster.core_v1
     names = [f"{kind}-{round_no}-{i:03d}" for i in range(count)]
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda n: core.delete_namespaced_pod(n, "default", grace_period_seconds=0,
-                                                           _preload_content=False), names))
+        list(pool.map(lambda n: len(core.delete_namespaced_pod(n, "default", grace_period_seconds=0,
+                                                               _preload_content=False).data), names))
     cluster.wait_for(lambda: not json.loads(core.list_namespaced_pod(
         "default", label_selector=STORM, _preload_content=False).data)["items"], timeout=120,
         what="the storm's pods to be gone")
@@ -212,6 +213,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--only", choices=("cpu", "gpu"), help="run one kind of storm (for profiling)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
 
@@ -230,6 +232,7 @@ def main() -> None:
         try:
             for round_no in range(args.rounds):
                 order = ("cpu", "gpu") if round_no % 2 == 0 else ("gpu", "cpu")
+                order = tuple(kind for kind in order if args.only in (None, kind))
                 for kind in order:
                     watcher = Watcher(cluster).start() if kind == "gpu" else None
                     try:

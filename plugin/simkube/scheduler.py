@@ -412,6 +412,12 @@ def _post(ext: ExtenderConfig, verb: str, body: Any) -> Any:
         raise ExtenderError(f"failed {url.rsplit('/', 1)[-1]} with extender at URL {url}: {error}") from None
 
 
+def _drain(response: Any) -> None:
+    """Read an unparsed API reply to its end, as client-go always does: only then does the
+    connection go back to the client's pool (otherwise each call opens a new TLS connection)."""
+    response.data  # noqa: B018 - reading it is the point
+
+
 def _field(obj: Mapping[str, Any], name: str) -> Any:
     """Go's case-insensitive struct decoding, for the extender's replies."""
     if name in obj:
@@ -722,8 +728,8 @@ class SimScheduler:
                 body = {"apiVersion": "v1", "kind": "Binding",
                         "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
                         "target": {"apiVersion": "v1", "kind": "Node", "name": host}}
-                self._core.create_namespaced_pod_binding(meta["name"], meta["namespace"], body,
-                                                         _preload_content=False)
+                _drain(self._core.create_namespaced_pod_binding(meta["name"], meta["namespace"], body,
+                                                                _preload_content=False))
         except Exception as error:  # ExtenderError or an API error: the binding cycle failed
             with self._lock:
                 self._assumed.pop(meta.get("uid") or "", None)
@@ -755,8 +761,8 @@ class SimScheduler:
                 known = self._events.get(dedupe)
             if known is not None:
                 name, count = known
-                self._core.patch_namespaced_event(name, namespace, {"count": count + 1, "lastTimestamp": now},
-                                                  _preload_content=False)
+                _drain(self._core.patch_namespaced_event(name, namespace, {"count": count + 1, "lastTimestamp": now},
+                                                         _preload_content=False))
                 with self._lock:
                     self._events[dedupe] = (name, count + 1)
                 return
@@ -772,7 +778,7 @@ class SimScheduler:
                 "reportingComponent": next(iter(sorted(self.profiles))), "reportingInstance": self._instance,
                 "firstTimestamp": now, "lastTimestamp": now, "count": 1, "action": "Scheduling",
             }
-            self._core.create_namespaced_event(namespace, body, _preload_content=False)
+            _drain(self._core.create_namespaced_event(namespace, body, _preload_content=False))
             with self._lock:
                 self._events[dedupe] = (name, 1)
         except Exception as error:  # events are best effort, as in kube-scheduler
