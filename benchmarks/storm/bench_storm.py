@@ -186,7 +186,14 @@ def check_agreement(cluster: Any, watcher: Watcher) -> dict[str, Any]:
         views = cluster.wait_for(lambda: _settled(cluster), timeout=120, interval=0.5,
                                  what="every component to agree")
     except Exception:
-        raise AssertionError(f"the components disagree: {_agreement(cluster)}") from None
+        views = _agreement(cluster)
+        base = views["annotations"]
+        differ = {k: {key: (v.get(key), base.get(key)) for key in set(v) | set(base) if v.get(key) != base.get(key)}
+                  for k, v in views.items() if k in ("extender", "inspect", "device plugin") and v != base}
+        raise AssertionError(f"the components disagree: (view, annotations) per card {differ}; "
+                             f"confirmed {views['confirmed']}; pods {views['pods'] == views['extender pods']} "
+                             f"{views['pods'] == views['device plugin pods']} "
+                             f"{views['pods'] == views['kubelet checkpoint pods']}") from None
     if watcher.violations:
         raise AssertionError(f"over-commit seen during the storm: {watcher.violations[:10]}")
     return {"agree": True, "cards_with_shares": len(views["annotations"]),

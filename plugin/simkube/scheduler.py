@@ -463,11 +463,15 @@ class ObjectCache(Protocol):
 
 
 class SimScheduler:
-    """Schedules pods whose ``schedulerName`` is the configuration's profile. start()/stop()."""
+    """Schedules pods whose ``schedulerName`` is the configuration's profile. start()/stop().
+
+    ``bind_workers``: binding cycles in flight at once. kube-scheduler gives each its own
+    goroutine (no limit); a small pool would make binds queue behind each other's API calls.
+    """
 
     def __init__(self, api_client: Any, config: SchedulerConfig | str | os.PathLike[str], *,
                  informer: Callable[..., ObjectCache], extender_url: str | None = None, seed: int | None = None,
-                 bind_workers: int = 4, initial_backoff: float | None = None,
+                 bind_workers: int = 8, initial_backoff: float | None = None,
                  max_backoff: float | None = None) -> None:
         from kubernetes import client
 

@@ -224,7 +224,6 @@ class Decisions:
         self.policy = policy
         self.schedulers = frozenset(schedulers) if schedulers is not None else None
         self._pod_locks = _StripedLocks()
-        self._node_locks = _StripedLocks()
 
     # --- filter and prioritize (read-only) ------------------------------------------
 
@@ -351,7 +350,10 @@ class Decisions:
         if self.api is None:
             return "this extender has no Kubernetes API access and cannot bind"
         where = f"pod {args.pod_namespace}/{args.pod_name}"
-        with self._pod_locks(f"{args.pod_namespace}/{args.pod_name}"), self._node_locks(args.node):
+        # One bind per pod at a time. Binds to the same node run side by side: the choice of
+        # cards and the claim that reserves them happen together under the ledger's lock, so
+        # the API calls (read, annotate, bind) of one pod never wait for another pod's.
+        with self._pod_locks(f"{args.pod_namespace}/{args.pod_name}"):
             try:
                 pod = self._api.get_pod(args.pod_namespace, args.pod_name)
             except APIFailure as error:
