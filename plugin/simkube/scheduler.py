@@ -8,7 +8,9 @@ NoSchedule taints), then for pods the extender is interested in (managedResource
 Node objects as the configuration says. Failures become core/v1 ``FailedScheduling``
 Events with kube-scheduler's message ("0/3 nodes are available: 1 Insufficient cpu, 2
 <extender reason>.") and the pod is retried with exponential backoff; successes get a
-``Scheduled`` Event. Binds run on a small pool, as kube-scheduler's binding cycles do.
+``Scheduled`` Event. Binds run on a small pool, as kube-scheduler's binding cycles do;
+Events are written by one recorder thread in the order they happen, as kube-scheduler's
+event broadcaster does, so neither a scheduling nor a binding cycle waits for them.
 
 The configuration is a real KubeSchedulerConfiguration file, checked against the
 kubescheduler.config.k8s.io/v1 schema by ``load_config`` (unknown fields fail). The node
@@ -495,6 +497,7 @@ class SimScheduler:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._binder = ThreadPoolExecutor(bind_workers, thread_name_prefix="sim-scheduler-bind")
+        self._recorder = ThreadPoolExecutor(1, thread_name_prefix="sim-scheduler-events")
         self._instance = f"{socket.gethostname()}-{os.getpid()}"
         self.scheduled = 0
         self.failures = 0
@@ -518,6 +521,7 @@ class SimScheduler:
             self._thread.join(timeout)
             self._thread = None
         self._binder.shutdown(wait=True, cancel_futures=True)
+        self._recorder.shutdown(wait=True)  # the Events of what was decided are still written
         self.pods.stop()
         self.nodes.stop()
 
@@ -754,6 +758,13 @@ class SimScheduler:
     # --- Events ----------------------------------------------------------------------------
 
     def _record(self, pod: Mapping[str, Any], reason: str, message: str, kind: str) -> None:
+        """Queue a core/v1 Event for the recorder thread (after stop(): dropped, as on shutdown)."""
+        try:
+            self._recorder.submit(self._write_event, pod, reason, message, kind)
+        except RuntimeError:  # the recorder has shut down
+            log.info("scheduler stopped: not recording %s for %s", reason, (pod.get("metadata") or {}).get("name"))
+
+    def _write_event(self, pod: Mapping[str, Any], reason: str, message: str, kind: str) -> None:
         """A core/v1 Event; a repeat of the same one bumps its count, as the event recorder does."""
         meta = pod.get("metadata") or {}
         namespace, uid = meta.get("namespace") or "default", meta.get("uid") or ""
