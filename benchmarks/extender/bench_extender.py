@@ -25,6 +25,7 @@ import random
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import tracemalloc
 import urllib.request
@@ -113,16 +114,19 @@ def make_running_pods(nodes: list[dict[str, Any]], count: int, seed: int) -> lis
 
 
 def build_ledger(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> Any:
-    """The ledger from API objects, by the same code the watch runs."""
+    """The ledger from API objects, by the same code the watch runs (with the cyclic GC paused,
+    as the informer pauses it while it applies a full list)."""
     from vgpu_plugin.extender.ledger import Holding, Ledger, node_cards, pod_holding
+    from vgpu_plugin.informer import cyclic_gc_paused
 
     ledger = Ledger()
-    for node in nodes:
-        ledger.set_node(node["metadata"]["name"], node_cards(node, NAMES))
-    for pod in pods:
-        claim = pod_holding(pod, NAMES)
-        if isinstance(claim, Holding):
-            ledger.put(claim)
+    with cyclic_gc_paused():
+        for node in nodes:
+            ledger.set_node(node["metadata"]["name"], node_cards(node, NAMES))
+        for pod in pods:
+            claim = pod_holding(pod, NAMES)
+            if isinstance(claim, Holding):
+                ledger.put(claim)
     return ledger
 
 
@@ -159,22 +163,30 @@ def serve(kind: str, port: int, nodes: int, gpus: int, pods: int, seed: int) -> 
 
     import tornado.web
 
-    if kind == "null":
+    if kind in ("null", "null-wire"):
+        # "null": the json module both ways; "null-wire": replies encoded by the extender's own
+        # codec (wire.dumps), so the floor moves with it
+        if kind == "null":
+            def encode(value: Any) -> Any:
+                return json.dumps(value)
+        else:
+            from vgpu_plugin.extender.wire import dumps as encode
+
         class Filter(tornado.web.RequestHandler):
             def post(self) -> None:
                 args = json.loads(self.request.body)
-                self.finish(json.dumps({"Nodes": None, "NodeNames": args.get("NodeNames"), "FailedNodes": {},
-                                        "FailedAndUnresolvableNodes": {}, "Error": ""}))
+                self.finish(encode({"Nodes": None, "NodeNames": args.get("NodeNames"), "FailedNodes": {},
+                                    "FailedAndUnresolvableNodes": {}, "Error": ""}))
 
         class Prioritize(tornado.web.RequestHandler):
             def post(self) -> None:
                 args = json.loads(self.request.body)
-                self.finish(json.dumps([{"Host": n, "Score": 0} for n in args.get("NodeNames") or []]))
+                self.finish(encode([{"Host": n, "Score": 0} for n in args.get("NodeNames") or []]))
 
         class Bind(tornado.web.RequestHandler):
             def post(self) -> None:
                 json.loads(self.request.body)
-                self.finish(json.dumps({"Error": ""}))
+                self.finish(encode({"Error": ""}))
 
         class Health(tornado.web.RequestHandler):
             def get(self) -> None:
@@ -226,6 +238,31 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
+def nodes_to_find(total: int, percentage: int = 0) -> int:
+    """How many feasible nodes kube-scheduler looks for before it stops filtering
+    (numFeasibleNodesToFind, pkg/scheduler/schedule_one.go): with percentageOfNodesToScore
+    unset (0) the adaptive default, 50 % minus 1 % per 125 nodes, at least 5 %, and never
+    fewer than 100 nodes."""
+    min_feasible, min_percentage = 100, 5
+    if total < min_feasible or percentage >= 100:
+        return total
+    if percentage <= 0:
+        percentage = max(min_percentage, 50 - total // 125)
+    return min(total, max(min_feasible, total * percentage // 100))
+
+
+def candidate_names(node_names: list[str], cycle: int, args: argparse.Namespace) -> list[str]:
+    """The NodeNames of one filter request: every node, or, as kube-scheduler sends them with
+    its default percentageOfNodesToScore, the first ``nodes_to_find`` feasible nodes from a
+    start index that moves on by the number of nodes examined each cycle (every node here
+    passes kube-scheduler's own filters)."""
+    if args.names == "all":
+        return node_names
+    count = nodes_to_find(len(node_names))
+    start = (cycle * count) % len(node_names)
+    return (node_names[start:] + node_names[:start])[:count]
+
+
 def call(connection: http.client.HTTPConnection, path: str, body: bytes) -> tuple[float, Any]:
     started = time.perf_counter()
     connection.request("POST", path, body, {"Content-Type": "application/json"})
@@ -240,22 +277,27 @@ def call(connection: http.client.HTTPConnection, path: str, body: bytes) -> tupl
 def latency(args: argparse.Namespace) -> dict[str, Any]:
     real_port, null_port = free_port(), free_port()
     started = time.perf_counter()
+    wire_port = free_port()
     real = spawn("real", args, real_port)
     null = spawn("null", args, null_port)
+    null_wire = spawn("null-wire", args, wire_port)
+    kinds = ("real", "null", "null-wire")
     setup = time.perf_counter() - started
     node_names = [f"node-{i:04d}" for i in range(args.nodes)]
     samples: dict[str, dict[str, list[float]]] = {k: {"filter": [], "prioritize": [], "bind": []}
-                                                  for k in ("real", "null")}
+                                                  for k in kinds}
     passed_counts: list[int] = []
     try:
         connections = {"real": http.client.HTTPConnection("127.0.0.1", real_port),
-                       "null": http.client.HTTPConnection("127.0.0.1", null_port)}
+                       "null": http.client.HTTPConnection("127.0.0.1", null_port),
+                       "null-wire": http.client.HTTPConnection("127.0.0.1", wire_port)}
         for cycle in range(args.cycles + args.warmup):
             shape_index = cycle % len(SHAPES)
             name = f"pending-{shape_index}-{cycle}"
             pod = pod_object(name, SHAPES[shape_index])
-            filter_body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": node_names}).encode()
-            order = ("real", "null") if cycle % 2 == 0 else ("null", "real")
+            filter_body = json.dumps({"Pod": pod, "Nodes": None,
+                                      "NodeNames": candidate_names(node_names, cycle, args)}).encode()
+            order = kinds[cycle % 3:] + kinds[:cycle % 3]  # each server first in turn
             for kind in order:
                 conn = connections[kind]
                 t_filter, result = call(conn, "/scheduler/filter", filter_body)
@@ -276,34 +318,40 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
                     samples[kind]["filter"].append(t_filter)
                     samples[kind]["prioritize"].append(t_prio)
                     samples[kind]["bind"].append(t_bind)
-        # bind throughput over HTTP, in-memory API: 8 concurrent clients
+        # bind throughput over HTTP, in-memory API: 8 concurrent clients, each on a keep-alive
+        # connection as kube-scheduler's HTTP client keeps them
         count = args.binds
+        local = threading.local()
 
         def one(i: int, port: int = real_port) -> None:
-            conn = http.client.HTTPConnection("127.0.0.1", port)
+            conn = getattr(local, "conn", None)
+            if conn is None:
+                conn = local.conn = http.client.HTTPConnection("127.0.0.1", port)
             name = f"pending-1-b{i}"  # 10 cores / 8 GiB
             node = node_names[i % len(node_names)]
             call(conn, "/scheduler/bind", json.dumps({"PodName": name, "PodNamespace": "bench",
                                                        "PodUID": f"uid-{name}", "Node": node}).encode())
-            conn.close()
 
         started = time.perf_counter()
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(one, range(count)))
         bind_rate = count / (time.perf_counter() - started)
     finally:
-        real.kill()
-        null.kill()
+        for process in (real, null, null_wire):
+            process.kill()
     result: dict[str, Any] = {"server_setup_seconds": round(setup, 1), "cycles": args.cycles,
+                              "names_per_filter": len(candidate_names(node_names, 0, args)),
                               "bind_per_second_in_memory_api": round(bind_rate, 1),
                               "median_nodes_passing_filter": statistics.median(passed_counts)}
     for verb in ("filter", "prioritize", "bind"):
-        for kind in ("real", "null"):
+        for kind in kinds:
             values = samples[kind][verb]
             for q in (50, 90, 99):
                 result[f"{verb}_{kind}_p{q}_ms"] = round(percentile(values, q) * 1000, 2)
         for q in (50, 90, 99):
             result[f"{verb}_p{q}_ratio"] = round(result[f"{verb}_real_p{q}_ms"] / result[f"{verb}_null_p{q}_ms"], 2)
+            result[f"{verb}_p{q}_ratio_wire"] = round(
+                result[f"{verb}_real_p{q}_ms"] / result[f"{verb}_null-wire_p{q}_ms"], 2)
     return result
 
 
@@ -438,7 +486,7 @@ def _rss_mb(pid: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--serve", choices=("real", "null"), help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=("real", "null", "null-wire"), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--gpus", type=int, default=8)
@@ -448,6 +496,9 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--binds", type=int, default=1000, help="binds for the in-memory-API throughput")
     parser.add_argument("--api-binds", type=int, default=300, help="binds against the simulated API")
+    parser.add_argument("--names", choices=("kube-scheduler", "all"), default="kube-scheduler",
+                        help="NodeNames per filter: as kube-scheduler sends them with its default "
+                             "percentageOfNodesToScore (500 of 5,000 nodes; all up to 100), or every node")
     parser.add_argument("--quick", action="store_true", help="a small run to check the script works")
     parser.add_argument("--skip-api", action="store_true", help="skip the simulated-API part")
     parser.add_argument("--json", help="also write the results to this file")

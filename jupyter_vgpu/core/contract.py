@@ -14,6 +14,7 @@ gpu-admission.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -328,7 +329,17 @@ def parse_count(value: object, resource: str) -> int:
 
 
 def _quantity(value: str, resource: str) -> Decimal:
-    """A quantity's value, with its length and exponent checked before any Decimal arithmetic."""
+    """A quantity's value, with its length and exponent checked before any Decimal arithmetic.
+
+    Short texts are memoised: a cluster's pods repeat a handful of quantities ('25', '8Gi'),
+    and rebuilding the extender's ledger reads every limit and request of every pod. Refusals
+    raise and are not cached; long texts (padded with spaces, say) are never kept."""
+    if len(value) <= MAX_QUANTITY_LENGTH:
+        return _cached_quantity(value, resource)
+    return _parse_quantity(value, resource)
+
+
+def _parse_quantity(value: str, resource: str) -> Decimal:
     text = value.strip()
     if len(text) > MAX_QUANTITY_LENGTH:
         raise RequestError(f"{resource}: a quantity of {len(text)} characters is not a count "
@@ -344,6 +355,9 @@ def _quantity(value: str, resource: str) -> Decimal:
         return Decimal(match.group(1)) * _SUFFIX[match.group(2)]
     except ArithmeticError:  # InvalidOperation ('1.2.3', '.'), and any overflow the bounds above missed
         raise RequestError(f"{resource}: {value!r} is not a quantity") from None
+
+
+_cached_quantity = functools.lru_cache(maxsize=1024)(_parse_quantity)
 
 
 def _short(value: object) -> str:

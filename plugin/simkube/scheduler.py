@@ -8,7 +8,9 @@ NoSchedule taints), then for pods the extender is interested in (managedResource
 Node objects as the configuration says. Failures become core/v1 ``FailedScheduling``
 Events with kube-scheduler's message ("0/3 nodes are available: 1 Insufficient cpu, 2
 <extender reason>.") and the pod is retried with exponential backoff; successes get a
-``Scheduled`` Event. Binds run on a small pool, as kube-scheduler's binding cycles do.
+``Scheduled`` Event. Binds run on a small pool, as kube-scheduler's binding cycles do;
+Events are written by one recorder thread in the order they happen, as kube-scheduler's
+event broadcaster does, so neither a scheduling nor a binding cycle waits for them.
 
 The configuration is a real KubeSchedulerConfiguration file, checked against the
 kubescheduler.config.k8s.io/v1 schema by ``load_config`` (unknown fields fail). The node
@@ -412,6 +414,12 @@ def _post(ext: ExtenderConfig, verb: str, body: Any) -> Any:
         raise ExtenderError(f"failed {url.rsplit('/', 1)[-1]} with extender at URL {url}: {error}") from None
 
 
+def _drain(response: Any) -> None:
+    """Read an unparsed API reply to its end, as client-go always does: only then does the
+    connection go back to the client's pool (otherwise each call opens a new TLS connection)."""
+    response.data  # noqa: B018 - reading it is the point
+
+
 def _field(obj: Mapping[str, Any], name: str) -> Any:
     """Go's case-insensitive struct decoding, for the extender's replies."""
     if name in obj:
@@ -457,11 +465,15 @@ class ObjectCache(Protocol):
 
 
 class SimScheduler:
-    """Schedules pods whose ``schedulerName`` is the configuration's profile. start()/stop()."""
+    """Schedules pods whose ``schedulerName`` is the configuration's profile. start()/stop().
+
+    ``bind_workers``: binding cycles in flight at once. kube-scheduler gives each its own
+    goroutine (no limit); a small pool would make binds queue behind each other's API calls.
+    """
 
     def __init__(self, api_client: Any, config: SchedulerConfig | str | os.PathLike[str], *,
                  informer: Callable[..., ObjectCache], extender_url: str | None = None, seed: int | None = None,
-                 bind_workers: int = 4, initial_backoff: float | None = None,
+                 bind_workers: int = 8, initial_backoff: float | None = None,
                  max_backoff: float | None = None) -> None:
         from kubernetes import client
 
@@ -485,6 +497,7 @@ class SimScheduler:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._binder = ThreadPoolExecutor(bind_workers, thread_name_prefix="sim-scheduler-bind")
+        self._recorder = ThreadPoolExecutor(1, thread_name_prefix="sim-scheduler-events")
         self._instance = f"{socket.gethostname()}-{os.getpid()}"
         self.scheduled = 0
         self.failures = 0
@@ -508,6 +521,7 @@ class SimScheduler:
             self._thread.join(timeout)
             self._thread = None
         self._binder.shutdown(wait=True, cancel_futures=True)
+        self._recorder.shutdown(wait=True)  # the Events of what was decided are still written
         self.pods.stop()
         self.nodes.stop()
 
@@ -722,8 +736,8 @@ class SimScheduler:
                 body = {"apiVersion": "v1", "kind": "Binding",
                         "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
                         "target": {"apiVersion": "v1", "kind": "Node", "name": host}}
-                self._core.create_namespaced_pod_binding(meta["name"], meta["namespace"], body,
-                                                         _preload_content=False)
+                _drain(self._core.create_namespaced_pod_binding(meta["name"], meta["namespace"], body,
+                                                                _preload_content=False))
         except Exception as error:  # ExtenderError or an API error: the binding cycle failed
             with self._lock:
                 self._assumed.pop(meta.get("uid") or "", None)
@@ -744,6 +758,13 @@ class SimScheduler:
     # --- Events ----------------------------------------------------------------------------
 
     def _record(self, pod: Mapping[str, Any], reason: str, message: str, kind: str) -> None:
+        """Queue a core/v1 Event for the recorder thread (after stop(): dropped, as on shutdown)."""
+        try:
+            self._recorder.submit(self._write_event, pod, reason, message, kind)
+        except RuntimeError:  # the recorder has shut down
+            log.info("scheduler stopped: not recording %s for %s", reason, (pod.get("metadata") or {}).get("name"))
+
+    def _write_event(self, pod: Mapping[str, Any], reason: str, message: str, kind: str) -> None:
         """A core/v1 Event; a repeat of the same one bumps its count, as the event recorder does."""
         meta = pod.get("metadata") or {}
         namespace, uid = meta.get("namespace") or "default", meta.get("uid") or ""
@@ -755,8 +776,8 @@ class SimScheduler:
                 known = self._events.get(dedupe)
             if known is not None:
                 name, count = known
-                self._core.patch_namespaced_event(name, namespace, {"count": count + 1, "lastTimestamp": now},
-                                                  _preload_content=False)
+                _drain(self._core.patch_namespaced_event(name, namespace, {"count": count + 1, "lastTimestamp": now},
+                                                         _preload_content=False))
                 with self._lock:
                     self._events[dedupe] = (name, count + 1)
                 return
@@ -772,7 +793,7 @@ class SimScheduler:
                 "reportingComponent": next(iter(sorted(self.profiles))), "reportingInstance": self._instance,
                 "firstTimestamp": now, "lastTimestamp": now, "count": 1, "action": "Scheduling",
             }
-            self._core.create_namespaced_event(namespace, body, _preload_content=False)
+            _drain(self._core.create_namespaced_event(namespace, body, _preload_content=False))
             with self._lock:
                 self._events[dedupe] = (name, 1)
         except Exception as error:  # events are best effort, as in kube-scheduler

@@ -181,3 +181,24 @@ def test_stop_ends_an_open_watch(core_v1):
     thread = informer._thread
     informer.stop()
     assert thread is not None and not thread.is_alive()
+
+
+def test_cyclic_gc_pauses_nest_and_restore_what_was_there() -> None:
+    import gc
+
+    from vgpu_plugin.informer import cyclic_gc_paused
+
+    assert gc.isenabled()
+    with cyclic_gc_paused():
+        assert not gc.isenabled()
+        with cyclic_gc_paused():  # a second informer listing at the same time
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the outer list is still being applied
+    assert gc.isenabled()
+    gc.disable()  # someone else's choice is kept
+    try:
+        with cyclic_gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

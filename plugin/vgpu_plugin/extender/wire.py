@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 MAX_EXTENDER_PRIORITY = 10
 """extenderv1.MaxExtenderPriority: prioritize scores are 0..10."""
 
@@ -241,4 +243,11 @@ def binding_result(error: str = "") -> dict[str, str]:
 
 
 def dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
+    """Compact JSON. orjson writes a filter reply with hundreds of reasons, or a score list of
+    hundreds of nodes, about ten times faster than the json module. Strings orjson refuses (a
+    lone surrogate, which json.loads lets through from a request) go through json instead,
+    escaped exactly as Go's encoder would read them back."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, separators=(",", ":")).encode()

@@ -1,0 +1,122 @@
+"""cProfile of the extender's hot paths, in process (no HTTP): the request decoded, decided
+and its reply encoded exactly as the tornado handlers do it, on the cluster of
+bench_extender.py (by default 5,000 nodes x 8 GPUs with 100,000 running pods).
+
+Per path (filter, prioritize, bind with an in-memory API) it prints the mean time per call
+and the functions with the most cumulative and own time.
+
+Usage: python benchmarks/extender/profile_extender.py [--nodes 5000] [--pods 100000]
+           [--names kube-scheduler|all] [--calls 300] [--top 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import io
+import json
+import os
+import pstats
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_extender as bench  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--pods", type=int, default=100000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--names", choices=("kube-scheduler", "all"), default="kube-scheduler")
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--top", type=int, default=15)
+    args = parser.parse_args()
+
+    from vgpu_plugin.extender.decisions import Decisions
+    from vgpu_plugin.extender.wire import (
+        binding_result,
+        decode_binding_args,
+        decode_extender_args,
+        dumps,
+        filter_result,
+        priority_list,
+    )
+
+    started = time.perf_counter()
+    nodes = bench.make_nodes(args.nodes, args.gpus)
+    pods = bench.make_running_pods(nodes, args.pods, args.seed)
+    ledger = bench.build_ledger(nodes, pods)
+    decisions = Decisions(ledger, bench.InMemoryPods(), bench.NAMES, "binpack")
+    gc.collect()
+    gc.freeze()  # as the extender does after its first full list: no full collections over this heap
+    print(f"cluster of {args.nodes} nodes and {args.pods} pods built in {time.perf_counter() - started:.1f} s")
+    node_names = [f"node-{i:04d}" for i in range(args.nodes)]
+
+    def filter_call(body: bytes) -> bytes:  # FilterHandler.post
+        request = decode_extender_args(body)
+        passed, failed, unresolvable = decisions.filter(request)
+        return dumps(filter_result(request, passed, failed, unresolvable))
+
+    def prioritize_call(body: bytes) -> bytes:  # PrioritizeHandler.post
+        return dumps(priority_list(decisions.prioritize(decode_extender_args(body))))
+
+    def bind_call(body: bytes) -> bytes:  # BindHandler.post (its executor step inline)
+        return dumps(binding_result(decisions.bind(decode_binding_args(body))))
+
+    # the requests of filter -> prioritize -> bind cycles, as bench_extender sends them
+    work: list[tuple[str, bytes]] = []
+    for cycle in range(args.calls):
+        shape = cycle % len(bench.SHAPES)
+        name = f"pending-{shape}-{cycle}"
+        pod = bench.pod_object(name, bench.SHAPES[shape])
+        names = bench.candidate_names(node_names, cycle, args)
+        work.append(("filter", json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()))
+        work.append(("prioritize", json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()))
+        work.append(("bind", json.dumps({"PodName": name, "PodNamespace": "bench", "PodUID": f"uid-{name}",
+                                         "Node": ""}).encode()))
+    calls = {"filter": filter_call, "prioritize": prioritize_call, "bind": bind_call}
+    profiles = {verb: cProfile.Profile() for verb in calls}
+    spent = dict.fromkeys(calls, 0.0)
+    for i in range(0, len(work), 3):
+        (_, f_body), (_, p_body), (_, b_body) = work[i:i + 3]
+        for verb, body in (("filter", f_body), ("prioritize", p_body)):
+            t = time.perf_counter()
+            profiles[verb].enable()
+            reply = calls[verb](body)
+            profiles[verb].disable()
+            spent[verb] += time.perf_counter() - t
+        scores = json.loads(reply)
+        if not scores:
+            continue
+        best = max(scores, key=lambda s: s["Score"])["Host"]
+        body = json.loads(b_body)
+        body["Node"] = best
+        t = time.perf_counter()
+        profiles["bind"].enable()
+        error = json.loads(bind_call(json.dumps(body).encode()))["Error"]
+        profiles["bind"].disable()
+        spent["bind"] += time.perf_counter() - t
+        if error:
+            raise RuntimeError(f"bind refused: {error}")
+    report: dict[str, Any] = {}
+    for verb, profile in profiles.items():
+        mean_ms = spent[verb] / args.calls * 1000
+        report[verb] = round(mean_ms, 3)
+        for order in ("cumulative", "tottime"):
+            out = io.StringIO()
+            pstats.Stats(profile, stream=out).sort_stats(order).print_stats(args.top)
+            text = out.getvalue()
+            body = text[text.index("   ncalls"):] if "   ncalls" in text else text
+            print(f"\n=== {verb}: {mean_ms:.3f} ms per call under cProfile, sorted by {order} ===")
+            print(body.replace(os.getcwd() + "/", "").rstrip())
+    print("\nmean ms per call (profiled):", json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,270 @@
+"""The 9 a.m. classroom storm on the simulated cluster.
+
+A SimCluster (the simulated Kubernetes API, the real extender behind the kube-scheduler
+stand-in, per node a kubelet stand-in and the real node daemon with its device plugins on
+unix sockets) gets ``--pods`` notebook pods created within ``--spread`` seconds, each asking
+a class-sized share (10-25 % of a card, 2-8 GiB). Per pod it records, from a watch on the
+pods, the time from the create call to: bound (``spec.nodeName`` set), admitted by the
+device plugin (the allocation record confirmed: ``gpu-assigned=true``, written by the
+device plugin once kubelet's Allocate served every container) and Running with that
+record confirmed.
+
+Side by side in the same run and on the same cluster: the same storm of CPU-only pods
+(same scheduler profile; kube-scheduler does not call the extender for pods that ask for
+none of its managedResources, so they bind through the API directly): the floor the
+simulated cluster itself imposes. Rounds alternate which storm goes first.
+
+Throughout every GPU storm the invariant watcher of tests/e2e/test_churn.py runs (no card
+over-committed in the annotations, the extender's ledger or any device plugin); after each
+GPU storm every component must agree (test_churn's ``_settled``: annotations, ledger,
+/inspect, device plugins, kubelet stand-ins and their checkpoints).
+
+Usage: python benchmarks/storm/bench_storm.py [--nodes 40] [--pods 200] [--rounds 2] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # test_churn's invariant watcher and agreement check
+
+from test_churn import CHURN, Watcher, _agreement, _settled  # noqa: E402
+
+from jupyter_vgpu.core import contract as c  # noqa: E402
+
+NAMES = c.DEFAULT_NAMES
+STORM = "vgpu.jupyter.org/storm"
+GIB_UNITS = 1024 // c.MEMORY_UNIT_MIB
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+class Timeline:
+    """Per pod, the monotonic time of each milestone, seen on a watch of the storm's pods."""
+
+    def __init__(self, cluster: Any) -> None:
+        from vgpu_plugin.informer import Informer
+
+        self.created: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self.confirmed: dict[str, float] = {}
+        self.running: dict[str, float] = {}
+        self.failed: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._informer = Informer(cluster.core_v1.list_pod_for_all_namespaces, label_selector=STORM,
+                                  on_event=self._on_event)
+
+    def start(self) -> Timeline:
+        self._informer.start()
+        if not self._informer.wait_synced(60):
+            raise RuntimeError("the storm's pod watch did not sync")
+        return self
+
+    def stop(self) -> None:
+        self._informer.stop()
+
+    def _on_event(self, kind: str, pod: dict[str, Any] | None) -> None:
+        now = time.monotonic()
+        if pod is None or kind == "DELETED":
+            return
+        name = pod["metadata"]["name"]
+        gpu = pod["metadata"].get("labels", {}).get(STORM) == "gpu"
+        confirmed = (pod["metadata"].get("annotations") or {}).get(NAMES.gpu_assigned) == "true"
+        phase = (pod.get("status") or {}).get("phase")
+        with self._lock:
+            if pod.get("spec", {}).get("nodeName"):
+                self.bound.setdefault(name, now)
+            if confirmed:
+                self.confirmed.setdefault(name, now)
+            if phase == "Running" and (confirmed or not gpu):
+                self.running.setdefault(name, now)
+            if phase == "Failed":
+                self.failed[name] = (pod.get("status") or {}).get("message", "")
+
+    def done(self, names: list[str]) -> bool:
+        with self._lock:
+            return all(n in self.running or n in self.failed for n in names)
+
+
+def storm_plan(kind: str, round_no: int, count: int, seed: int) -> list[tuple[str, int, int | None]]:
+    rng = random.Random(seed * 1000 + round_no)
+    plan = []
+    for i in range(count):
+        if kind == "gpu":
+            plan.append((f"gpu-{round_no}-{i:03d}", rng.randint(10, 25), rng.randint(2, 8) * GIB_UNITS))
+        else:
+            plan.append((f"cpu-{round_no}-{i:03d}", 0, None))
+    return plan
+
+
+def pod_body(cluster: Any, kind: str, name: str, cores: int, memory: int | None) -> dict[str, Any]:
+    labels = {STORM: kind}
+    if kind == "gpu":
+        labels[CHURN] = "true"  # the invariant watcher and the agreement check follow these
+        body: dict[str, Any] = cluster.notebook_pod(name, cores=cores, memory=memory, labels=labels)
+    else:
+        body = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default", "labels": labels, "annotations": {}},
+                "spec": {"schedulerName": c.SCHEDULER_NAME,
+                         "containers": [{"name": "notebook", "image": "jupyter/base-notebook",
+                                         "resources": {"limits": {}}}]}}
+    limits = body["spec"]["containers"][0]["resources"]["limits"]
+    limits.update({"cpu": "100m", "memory": "256Mi"})  # the same CPU and memory ask on both storms
+    return body
+
+
+def run_storm(cluster: Any, timeline: Timeline, kind: str, round_no: int, args: argparse.Namespace) -> dict[str, Any]:
+    plan = storm_plan(kind, round_no, args.pods, args.seed)
+    names = [name for name, *_ in plan]
+    bodies = [pod_body(cluster, kind, *item) for item in plan]
+    core = cluster.core_v1
+    start = time.monotonic()
+    interval = args.spread / len(plan)
+
+    def create(i: int) -> None:
+        due = start + i * interval  # evenly spread over --spread seconds
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        timeline.created[names[i]] = time.monotonic()
+        reply = core.create_namespaced_pod("default", bodies[i], _preload_content=False)
+        assert reply.data  # read to the end: the connection goes back to the pool
+
+    with ThreadPoolExecutor(args.creators) as pool:
+        list(pool.map(create, range(len(plan))))
+    created_within = time.monotonic() - start
+    deadline = time.monotonic() + args.timeout
+    while not timeline.done(names) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    finished = time.monotonic()
+    result: dict[str, Any] = {"kind": kind, "round": round_no, "pods": len(plan),
+                              "created_within_s": round(created_within, 2)}
+    stages = [("bound", timeline.bound), ("running", timeline.running)]
+    if kind == "gpu":
+        stages.insert(1, ("admitted", timeline.confirmed))
+    for stage, seen in stages:
+        delays = [seen[n] - timeline.created[n] for n in names if n in seen]
+        result[f"{stage}_count"] = len(delays)
+        if delays:
+            for q in (50, 95):
+                result[f"{stage}_p{q}_s"] = round(percentile(delays, q), 3)
+            result[f"{stage}_max_s"] = round(max(delays), 3)
+    running = [timeline.running[n] for n in names if n in timeline.running]
+    result["failed"] = sum(n in timeline.failed for n in names)
+    result["timed_out"] = len(names) - len(running) - result["failed"]
+    last = max(running) if running else finished
+    result["pods_per_second"] = round(len(running) / (last - start), 1) if running else 0.0
+    return result
+
+
+def clean_up(cluster: Any, kind: str, round_no: int, count: int) -> None:
+    core = cluster.core_v1
+    names = [f"{kind}-{round_no}-{i:03d}" for i in range(count)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: len(core.delete_namespaced_pod(n, "default", grace_period_seconds=0,
+                                                               _preload_content=False).data), names))
+    cluster.wait_for(lambda: not json.loads(core.list_namespaced_pod(
+        "default", label_selector=STORM, _preload_content=False).data)["items"], timeout=120,
+        what="the storm's pods to be gone")
+
+
+def check_agreement(cluster: Any, watcher: Watcher) -> dict[str, Any]:
+    try:
+        views = cluster.wait_for(lambda: _settled(cluster), timeout=120, interval=0.5,
+                                 what="every component to agree")
+    except Exception:
+        views = _agreement(cluster)
+        base = views["annotations"]
+        differ = {k: {key: (v.get(key), base.get(key)) for key in set(v) | set(base) if v.get(key) != base.get(key)}
+                  for k, v in views.items() if k in ("extender", "inspect", "device plugin") and v != base}
+        raise AssertionError(f"the components disagree: (view, annotations) per card {differ}; "
+                             f"confirmed {views['confirmed']}; pods {views['pods'] == views['extender pods']} "
+                             f"{views['pods'] == views['device plugin pods']} "
+                             f"{views['pods'] == views['kubelet checkpoint pods']}") from None
+    if watcher.violations:
+        raise AssertionError(f"over-commit seen during the storm: {watcher.violations[:10]}")
+    return {"agree": True, "cards_with_shares": len(views["annotations"]),
+            "watcher_events": watcher.events, "watcher_checks": watcher.checks}
+
+
+def node_specs(count: int) -> list[Any]:
+    from vgpu_plugin.demo.cluster import NodeSpec
+
+    # 8-card nodes from the bundled DGX A100 capture (NV12 between every pair)
+    return [NodeSpec(f"gpu-{i:02d}", "dgx-a100.txt", seed=i) for i in range(count)]
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=40)
+    parser.add_argument("--pods", type=int, default=200)
+    parser.add_argument("--spread", type=float, default=5.0, help="seconds over which the pods are created")
+    parser.add_argument("--creators", type=int, default=8, help="client threads creating pods")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--only", choices=("cpu", "gpu"), help="run one kind of storm (for profiling)")
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args()
+
+    import logging
+
+    logging.basicConfig(level=logging.ERROR)
+    from vgpu_plugin.demo.cluster import SimCluster
+
+    results: dict[str, Any] = {"nodes": args.nodes, "gpus": args.nodes * 8, "pods": args.pods,
+                               "load_start": load_average(), "storms": []}
+    started = time.monotonic()
+    with SimCluster(node_specs(args.nodes), metrics_period=30.0, ready_timeout=600) as cluster:
+        results["cluster_start_s"] = round(time.monotonic() - started, 1)
+        print(f"cluster up in {results['cluster_start_s']} s (load {load_average()})", flush=True)
+        timeline = Timeline(cluster).start()
+        try:
+            for round_no in range(args.rounds):
+                order = ("cpu", "gpu") if round_no % 2 == 0 else ("gpu", "cpu")
+                order = tuple(kind for kind in order if args.only in (None, kind))
+                for kind in order:
+                    watcher = Watcher(cluster).start() if kind == "gpu" else None
+                    try:
+                        result = run_storm(cluster, timeline, kind, round_no, args)
+                        if watcher is not None:
+                            result.update(check_agreement(cluster, watcher))
+                    finally:
+                        if watcher is not None:
+                            watcher.stop()
+                    result["load"] = load_average()
+                    print(json.dumps(result), flush=True)
+                    results["storms"].append(result)
+                    clean_up(cluster, kind, round_no, args.pods)
+        finally:
+            timeline.stop()
+    results["load_end"] = load_average()
+    for round_no in range(args.rounds):
+        pair = {r["kind"]: r for r in results["storms"] if r["round"] == round_no}
+        if "running_p95_s" in pair.get("gpu", {}) and "running_p95_s" in pair.get("cpu", {}):
+            results[f"round{round_no}_running_p95_ratio"] = round(
+                pair["gpu"]["running_p95_s"] / pair["cpu"]["running_p95_s"], 2)
+    print(json.dumps({k: v for k, v in results.items() if k != "storms"}), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
