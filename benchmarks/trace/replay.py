@@ -181,6 +181,20 @@ def fgd_frag(left: np.ndarray, cpu: np.ndarray, typ, access: np.ndarray) -> np.n
     return (np.where(ok, small, total[:, None]) * w[None, :]).sum(1)
 
 
+def fgd_frag_each_card(left: np.ndarray, milli: int, cpu: np.ndarray, typ, access: np.ndarray) -> np.ndarray:
+    """[K,G]: FGD's node fragment after ``milli`` is taken from card g (only that card changes)."""
+    w, tcpu, tmilli, tnum, _ = typ
+    left = np.maximum(left, 0)
+    new = np.maximum(left - milli, 0)
+    fit = left[:, None, :] >= tmilli[None, :, None]  # [K,T,G]
+    fit2 = new[:, None, :] >= tmilli[None, :, None]
+    cnt = fit.sum(2, keepdims=True) - fit + fit2
+    small = (left[:, None, :] * ~fit).sum(2, keepdims=True) - left[:, None, :] * ~fit + new[:, None, :] * ~fit2
+    total = left.sum(1)[:, None] - left + new  # [K,G]
+    ok = (access & (cpu[:, None] >= tcpu[None, :]) & (tmilli[None, :] > 0))[:, :, None] & (cnt >= tnum[None, :, None])
+    return (np.where(ok, small, total[:, None, :]) * w[None, :, None]).sum(1)
+
+
 def sim_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, rng, typ, frag_cache) -> tuple[int, list[int]]:
     """(node, cards) chosen by one of the simulator's policies among feasible ``nodes``."""
     milli, num, cpu = int(tasks.milli[t]), int(tasks.num[t]), int(tasks.cpu[t])
@@ -190,24 +204,15 @@ def sim_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, 
         if num == 0:
             after = fgd_frag(left, st.cpu[nodes] - cpu, typ, typ[4][nodes])
             score = (100 / (1 + np.exp(-(frag_cache[nodes] - after) / 1000))).astype(int)
-            return _pick(nodes, score, rng), []
+            return int(nodes[_pick_first(score, rng)]), []
         if share:
-            best = np.full(len(nodes), -1)
-            bestg = np.zeros(len(nodes), dtype=int)
             need_u = int(tasks.units[t]) if st.project_units else 0
-            for g in range(G):
-                ok = (left[:, g] >= milli) & (st.units[nodes, g] >= need_u)
-                if not ok.any():
-                    continue
-                idx = np.nonzero(ok)[0]
-                trial = left[idx].copy()
-                trial[:, g] -= milli
-                after = fgd_frag(trial, st.cpu[nodes[idx]] - cpu, typ, typ[4][nodes[idx]])
-                sc = (100 / (1 + np.exp(-(frag_cache[nodes[idx]] - after) / 1000))).astype(int)
-                better = sc > best[idx]
-                best[idx[better]] = sc[better]
-                bestg[idx[better]] = g
-            i = _pick_index(best, rng)
+            ok = (left >= milli) & (st.units[nodes] >= need_u)
+            after = fgd_frag_each_card(left, milli, st.cpu[nodes] - cpu, typ, typ[4][nodes])
+            sc = (100 / (1 + np.exp(-(frag_cache[nodes][:, None] - after) / 1000))).astype(int)
+            sc = np.where(ok, sc, -1)
+            bestg = sc.argmax(1)  # the first card of the node's best score
+            i = _pick_first(sc.max(1), rng)
             return int(nodes[i]), [int(bestg[i])]
         trial = left.copy()
         cards = _first_free(left, num)
@@ -215,14 +220,14 @@ def sim_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, 
         trial[rows, cards] = 0
         after = fgd_frag(trial, st.cpu[nodes] - cpu, typ, typ[4][nodes])
         score = (100 / (1 + np.exp(-(frag_cache[nodes] - after) / 1000))).astype(int)
-        i = _pick_index(score, rng)
+        i = _pick_first(score, rng)
         return int(nodes[i]), [int(g) for g in cards[i]]
     total_left = np.maximum(left, 0).sum(1)
     if policy == "BestFit":
         raw = 0.5 * (st.cpu[nodes] - cpu) / MAX_CPU + 0.5 * (total_left - milli * num) / MAX_GPU
         score = ((1 - raw) * 100).astype(int)
     elif policy == "Random":
-        score = np.zeros(len(nodes), dtype=int)
+        score = rng.random(len(nodes))
     elif policy == "GpuPacking":
         free = (left == 1000).sum(1)
         ngpu = st.c.ngpu[nodes]
@@ -254,18 +259,21 @@ def sim_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, 
         score = ((1 - dot / 2) * 100).astype(int)
     else:
         raise ValueError(policy)
-    i = _pick_index(score, rng)
+    i = _pick_first(score, rng)
     node = int(nodes[i])
     return node, _best_fit_cards(st, node, milli, num, tasks, t)
 
 
 def _pick_index(score: np.ndarray, rng) -> int:
+    """kube-scheduler's selectHost: a node of the highest score, ties at random."""
     top = np.flatnonzero(score == score.max())
     return int(top[rng.integers(len(top))]) if len(top) > 1 else int(top[0])
 
 
-def _pick(nodes: np.ndarray, score: np.ndarray, rng) -> int:
-    return int(nodes[_pick_index(score, rng)])
+def _pick_first(score: np.ndarray, rng) -> int:
+    """The simulator's choice among equal scores, as calibrated against its published figures:
+    the first node in the node list (random ties make its FGD leave twice the idle GPUs)."""
+    return int(np.argmax(score))
 
 
 def _first_free(left: np.ndarray, num: int) -> np.ndarray:
@@ -321,6 +329,27 @@ def our_frag(cores: np.ndarray, units: np.ndarray, cap: np.ndarray, cpu: np.ndar
     return (np.where(ok, small, total[:, None]) * w[None, :]).sum(1)
 
 
+def our_frag_each_card(cores, units, cap, c: int, u: int, cpu, mem, mx) -> np.ndarray:
+    """[K,G]: our_frag after a share of (c, u) is taken from card g (only that card changes)."""
+    w, tc, tu, tn, tcpu, tmem = mx
+
+    def amount_fit(co, un):
+        present = co >= 0
+        amount = np.where(present, (np.clip(co, 0, 100) / 100 + np.maximum(un, 0) / cap[:, None]) / 2, 0.0)
+        whole_card = (co >= 100) & (un >= cap[:, None])
+        share_fit = (co[:, None, :] >= tc[None, :, None]) & (un[:, None, :] >= tu[None, :, None])
+        fit = np.where((tc >= 100)[None, :, None], whole_card[:, None, :], share_fit) & (amount[:, None, :] > 0)
+        return amount, fit
+
+    a1, f1 = amount_fit(cores, units)
+    a2, f2 = amount_fit(cores - c, units - u)
+    cnt = f1.sum(2, keepdims=True) - f1 + f2
+    small = (a1[:, None, :] * ~f1).sum(2, keepdims=True) - a1[:, None, :] * ~f1 + a2[:, None, :] * ~f2
+    total = a1.sum(1)[:, None] - a1 + a2
+    ok = ((cpu[:, None] >= tcpu[None, :]) & (mem[:, None] >= tmem[None, :]))[:, :, None] & (cnt >= tn[None, :, None])
+    return (np.where(ok, small, total[:, None, :]) * w[None, :, None]).sum(1)
+
+
 def ours_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, rng, mx, weight: int,
                 span: float) -> tuple[int, list[int]]:
     milli, num = int(tasks.milli[t]), int(tasks.num[t])
@@ -363,23 +392,11 @@ def ours_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray,
     else:  # fragment
         before = our_frag(cores, units, cap, st.cpu[nodes], st.mem[nodes], mx)
         if share:
-            best = np.full(k, np.inf)
-            g = np.zeros(k, dtype=int)
-            for gi in range(G):
-                ok = fits[:, gi]
-                if not ok.any():
-                    continue
-                idx = np.flatnonzero(ok)
-                tc, tu = cores[idx].copy(), units[idx].copy()
-                tc[:, gi] -= c
-                tu[:, gi] -= u
-                after = our_frag(tc, tu, cap[idx], st.cpu[nodes[idx]] - cpu, st.mem[nodes[idx]] - mem, mx)
-                # ties: binpack's order (a used card, then the tightest)
-                key = np.round(after, 9) + 1e-7 * (card_free[idx, gi] * 10.0 + left_after[idx, gi])
-                better = key < best[idx]
-                best[idx[better]] = key[better]
-                g[idx[better]] = gi
-            after = np.round(best, 6)
+            each = our_frag_each_card(cores, units, cap, c, u, st.cpu[nodes] - cpu, st.mem[nodes] - mem, mx)
+            # ties: binpack's order (a used card, then the tightest)
+            key = np.where(fits, np.round(each, 9) + 1e-7 * (card_free * 10.0 + left_after), np.inf)
+            g = key.argmin(1)
+            after = each[rows, g]
             cards = g[:, None]
         else:
             g2 = _first_free_2d(cores, units, cap, num)

@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -33,8 +34,10 @@ from jupyter_vgpu.core.contract import (
     Request,
     RequestError,
 )
-from jupyter_vgpu.core.placement import CardState, NodeState, PodPlacement
+from jupyter_vgpu.core.fragment import MixLearner, Shape
+from jupyter_vgpu.core.placement import CardState, FragmentView, NodeState, PodPlacement
 
+from .headroom import HostHeadroom, pod_cpu_memory
 from .ledger import (
     TERMINATED_PHASES,
     Holding,
@@ -251,15 +254,24 @@ class _StripedLocks:
         return self._locks[zlib.crc32(key.encode()) % len(self._locks)]
 
 
+# How many pod uids the task-mix learner remembers having counted (a pod is prioritized
+# once per scheduling attempt; it counts once).
+_SEEN_PODS = 4096
+
+
 class Decisions:
     def __init__(self, ledger: Ledger, api: PodAPI | None, names: Names = contract.DEFAULT_NAMES,
-                 policy: str = "binpack") -> None:
+                 policy: str = "binpack", hosts: HostHeadroom | None = None) -> None:
         if policy not in placement.POLICIES:
             raise ValueError(f"policy {policy!r} is not one of {', '.join(placement.POLICIES)}")
         self.ledger = ledger
         self.api = api
         self.names = names
         self.policy = policy
+        self.hosts = hosts if hosts is not None else HostHeadroom()
+        self.mix = MixLearner()  # the task mix of the pods seen, for the fragment policy
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen_lock = threading.Lock()
         self._pod_locks = _StripedLocks()
         self._node_locks = _StripedLocks()
 
@@ -333,6 +345,8 @@ class Decisions:
         ask = read_ask(args.pod, self.names, self.policy)
         if ask.invalid:
             raise PodProblem(f"pod {describe_pod(args.pod)}: {ask.invalid}")
+        if ask.policy == "fragment":
+            return self._prioritize_fragment(args, ask)
         with self.ledger.lock:
             if not args.cache_mode:
                 return [(name, score(entry, ask) if entry is not None and entry.known else 0)
@@ -344,6 +358,39 @@ class Decisions:
                 if entry is not None and entry.known:
                     cache[name] = score(entry, ask)
             return [(name, cache.get(name, 0)) for name in args.candidate_names]
+
+    def _fragment_view(self, pod: Mapping[str, Any], ask: PodAsk, learn: bool) -> FragmentView:
+        """The mix learned so far (this pod counted once, when ``learn``) and the pod's CPU/memory."""
+        cpu, memory = pod_cpu_memory(pod)
+        if learn:
+            uid = str((pod.get("metadata") or {}).get("uid") or describe_pod(pod))
+            with self._seen_lock:
+                new = uid not in self._seen
+                self._seen[uid] = None
+                if len(self._seen) > _SEEN_PODS:
+                    self._seen.popitem(last=False)
+            shape = Shape.of_pod(ask.requests, cpu, memory)
+            if new and shape is not None:
+                self.mix.observe(shape)
+        return FragmentView(self.mix.mix(), cpu, memory)
+
+    def _fragment_state(self, name: str, entry: NodeEntry) -> NodeState:
+        return replace(node_state(entry), headroom=self.hosts.headroom(name))
+
+    def _prioritize_fragment(self, args: ExtenderArgs, ask: PodAsk) -> list[tuple[str, int]]:
+        """Scores that depend on the learned mix and on CPU/memory headroom: not memoised."""
+        view = self._fragment_view(args.pod, ask, learn=True)
+        for node in args.nodes or []:  # full Node objects carry allocatable
+            self.hosts.on_node("MODIFIED", node)
+        out = []
+        with self.ledger.lock:
+            for name, entry in self._entries(args):
+                value = 0
+                if entry is not None and entry.known and fit(entry, ask)[0] is None:
+                    value = placement.score_node(self._fragment_state(name, entry), ask.requests, ask.policy,
+                                                 view=view)
+                out.append((name, max(0, min(MAX_EXTENDER_PRIORITY, int(value)))))
+        return out
 
     # --- bind (the only writer) -------------------------------------------------------
 
@@ -407,7 +454,11 @@ class Decisions:
             if entry is None or not entry.known or not entry.cards:
                 problem = entry.problem if entry is not None and entry.problem else "no vGPU cards known"
                 return f"node {args.node}: {problem}"
-            result = placement.place_pod(node_state(entry), ask.requests, ask.policy)
+            if ask.policy == "fragment":
+                result = placement.place_pod(self._fragment_state(args.node, entry), ask.requests, ask.policy,
+                                             view=self._fragment_view(pod, ask, learn=False))
+            else:
+                result = placement.place_pod(node_state(entry), ask.requests, ask.policy)
             if isinstance(result, placement.Refusal):
                 return f"{where} does not fit on node {args.node} any more: {result.reason}"
             allocation = self._allocation(pod, args.node, entry, result, ask.policy)
