@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugin")]
 
 from jupyter_vgpu.core.fragment import MixLearner, Shape  # noqa: E402
-from jupyter_vgpu.core.placement import FRAGMENT_SPAN  # noqa: E402
+from jupyter_vgpu.core.placement import FRAGMENT_PACKING, FRAGMENT_SPAN  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 MILESTONES = (0.9, 1.0, 1.1, 1.3)
@@ -195,33 +195,24 @@ def fgd_frag_each_card(left: np.ndarray, milli: int, cpu: np.ndarray, typ, acces
     return (np.where(ok, small, total[:, None, :]) * w[None, :, None]).sum(1)
 
 
+def _distinct(st: State, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes in identical states score identically: one representative each, and the map back."""
+    key = np.column_stack((st.c.model[nodes], st.c.cpu_cap[nodes], st.c.mem_cap[nodes], st.cpu[nodes],
+                           st.mem[nodes], st.cores[nodes], st.units[nodes]))
+    _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    return nodes[first], inverse.reshape(-1)
+
+
 def sim_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, rng, typ, frag_cache) -> tuple[int, list[int]]:
     """(node, cards) chosen by one of the simulator's policies among feasible ``nodes``."""
+    if policy == "FGD":
+        reps, back = _distinct(st, nodes)
+        score, cards = _fgd(st, t, tasks, reps, typ, frag_cache)
+        i = _pick_first(score[back], rng)  # the first node in the list among the best
+        return int(nodes[i]), cards[back[i]]
     milli, num, cpu = int(tasks.milli[t]), int(tasks.num[t]), int(tasks.cpu[t])
     left = st.cores[nodes] * 10  # milli per card, -10 absent
     share = 0 < milli < 1000
-    if policy == "FGD":
-        if num == 0:
-            after = fgd_frag(left, st.cpu[nodes] - cpu, typ, typ[4][nodes])
-            score = (100 / (1 + np.exp(-(frag_cache[nodes] - after) / 1000))).astype(int)
-            return int(nodes[_pick_first(score, rng)]), []
-        if share:
-            need_u = int(tasks.units[t]) if st.project_units else 0
-            ok = (left >= milli) & (st.units[nodes] >= need_u)
-            after = fgd_frag_each_card(left, milli, st.cpu[nodes] - cpu, typ, typ[4][nodes])
-            sc = (100 / (1 + np.exp(-(frag_cache[nodes][:, None] - after) / 1000))).astype(int)
-            sc = np.where(ok, sc, -1)
-            bestg = sc.argmax(1)  # the first card of the node's best score
-            i = _pick_first(sc.max(1), rng)
-            return int(nodes[i]), [int(bestg[i])]
-        trial = left.copy()
-        cards = _first_free(left, num)
-        rows = np.arange(len(nodes))[:, None]
-        trial[rows, cards] = 0
-        after = fgd_frag(trial, st.cpu[nodes] - cpu, typ, typ[4][nodes])
-        score = (100 / (1 + np.exp(-(frag_cache[nodes] - after) / 1000))).astype(int)
-        i = _pick_first(score, rng)
-        return int(nodes[i]), [int(g) for g in cards[i]]
     total_left = np.maximum(left, 0).sum(1)
     if policy == "BestFit":
         raw = 0.5 * (st.cpu[nodes] - cpu) / MAX_CPU + 0.5 * (total_left - milli * num) / MAX_GPU
@@ -262,6 +253,28 @@ def sim_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, 
     i = _pick_first(score, rng)
     node = int(nodes[i])
     return node, _best_fit_cards(st, node, milli, num, tasks, t)
+
+
+def _fgd(st: State, t: int, tasks: Tasks, nodes: np.ndarray, typ, frag_cache) -> tuple[np.ndarray, list[list[int]]]:
+    """FGD's score of each node (0-100, the fragment decrease through a sigmoid) and its card(s)."""
+    milli, num, cpu = int(tasks.milli[t]), int(tasks.num[t]), int(tasks.cpu[t])
+    left = st.cores[nodes] * 10  # milli per card, -10 absent
+
+    def scored(after: np.ndarray) -> np.ndarray:
+        before = frag_cache[nodes] if after.ndim == 1 else frag_cache[nodes][:, None]
+        return (100 / (1 + np.exp(-(before - after) / 1000))).astype(int)
+
+    if num == 0:
+        return scored(fgd_frag(left, st.cpu[nodes] - cpu, typ, typ[4][nodes])), [[] for _ in nodes]
+    if milli < 1000:
+        need_u = int(tasks.units[t]) if st.project_units else 0
+        ok = (left >= milli) & (st.units[nodes] >= need_u)
+        sc = np.where(ok, scored(fgd_frag_each_card(left, milli, st.cpu[nodes] - cpu, typ, typ[4][nodes])), -1)
+        return sc.max(1), [[int(g)] for g in sc.argmax(1)]  # the first card of the node's best score
+    trial = left.copy()
+    cards = _first_free(left, num)
+    trial[np.arange(len(nodes))[:, None], cards] = 0
+    return scored(fgd_frag(trial, st.cpu[nodes] - cpu, typ, typ[4][nodes])), [[int(g) for g in c] for c in cards]
 
 
 def _pick_index(score: np.ndarray, rng) -> int:
@@ -351,7 +364,17 @@ def our_frag_each_card(cores, units, cap, c: int, u: int, cpu, mem, mx) -> np.nd
 
 
 def ours_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, rng, mx, weight: int,
-                span: float) -> tuple[int, list[int]]:
+                span: float, most: bool = False, packing: float = FRAGMENT_PACKING) -> tuple[int, list[int]]:
+    reps, back = _distinct(st, nodes)
+    total, cards = _ours(policy, st, t, tasks, reps, mx, weight, span, most, packing)
+    i = _pick_index(total[back], rng)
+    return int(nodes[i]), [int(x) for x in cards[back[i]]]
+
+
+def _ours(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, mx, weight: int,
+          span: float, most: bool, packing: float = FRAGMENT_PACKING) -> tuple[np.ndarray, np.ndarray]:
+    """The deployed total score of each node (kube-scheduler's plugins + extender x weight x 10)
+    and the card(s) the extender would bind."""
     milli, num = int(tasks.milli[t]), int(tasks.num[t])
     cpu, mem = int(tasks.cpu[t]), int(tasks.mem[t])
     cores, units, cap = st.cores[nodes], st.units[nodes], st.c.unit_cap[nodes]
@@ -405,11 +428,12 @@ def ours_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray,
             tu[rows[:, None], g2] = 0
             after = our_frag(tc, tu, cap, st.cpu[nodes] - cpu, st.mem[nodes] - mem, mx)
             cards = g2
-        fit = 0.5 - (after - before) / span
+        free_after = ((tc == 100) & (tu == cap[:, None])).sum(1) if not share else \
+            ((cores == 100) & (units == cap[:, None])).sum(1) - card_free[rows, g]
+        fit = ((1 - packing) * np.clip(0.5 - (after - before) / span, 0, 1)
+               + packing * (1 - np.minimum(free_after, 8) / 8))
     ext = 1 + np.round(9 * np.clip(fit, 0, 1)).astype(int)
-    total = default_scores(st, nodes, cpu, mem) + weight * 10 * ext
-    i = _pick_index(total, rng)
-    return int(nodes[i]), [int(x) for x in cards[i]]
+    return default_scores(st, nodes, cpu, mem, most) + weight * 10 * ext, cards
 
 
 def _first_free_2d(cores, units, cap, num):
@@ -421,7 +445,7 @@ def _first_free_2d(cores, units, cap, num):
 
 
 def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = True, weight: int = 5,
-        span: float = FRAGMENT_SPAN, decay: float = 0.999) -> dict[str, float]:
+        span: float = FRAGMENT_SPAN, decay: float = 0.999, packing: float = FRAGMENT_PACKING) -> dict[str, float]:
     cluster = load_cluster()
     rows = inflate(load_tasks(trace, cluster), cluster, seed)
     tasks = build_tasks(rows, cluster)
@@ -431,12 +455,13 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
     learner = MixLearner(decay=decay)
     frag_cache = fgd_frag(st.cores * 10, st.cpu, typ, typ[4]) if policy == "FGD" else None
     cap = cluster.gpu_milli
+    most = regime.endswith("pack")  # a scheduler profile scoring NodeResourcesFit MostAllocated
     arrived, out, failed, m = 0, {}, 0, 0
     for t in range(len(rows)):
         milli, num = int(tasks.milli[t]), int(tasks.num[t])
         arrived += milli * num
         gpu_pod = num > 0
-        if gpu_pod or regime != "taint":
+        if gpu_pod or not regime.startswith("taint"):
             nodes = _feasible(st, tasks, t)
             if len(nodes) == 0:
                 failed += 1
@@ -444,13 +469,13 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
                 if policy in SIM_POLICIES:
                     node, cards = sim_choose(policy, st, t, tasks, nodes, rng, typ, frag_cache)
                 elif not gpu_pod:  # never reaches the extender: kube-scheduler's defaults alone
-                    total = default_scores(st, nodes, int(tasks.cpu[t]), int(tasks.mem[t]), most=regime == "pack")
+                    total = default_scores(st, nodes, int(tasks.cpu[t]), int(tasks.mem[t]), most=most)
                     node, cards = int(nodes[_pick_index(total, rng)]), []
                 else:
                     learner.observe(Shape(min(100, milli // 10), int(tasks.units[t]), max(1, num),
                                           int(tasks.cpu[t]), int(tasks.mem[t])))
                     mx = mix_arrays(learner.mix(), len(nodes))
-                    node, cards = ours_choose(policy, st, t, tasks, nodes, rng, mx, weight, span)
+                    node, cards = ours_choose(policy, st, t, tasks, nodes, rng, mx, weight, span, most, packing)
                 _apply(st, tasks, t, node, cards)
                 if frag_cache is not None:
                     frag_cache[node] = fgd_frag(st.cores[node:node + 1] * 10, st.cpu[node:node + 1], typ,
@@ -500,13 +525,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trace", nargs="+", default=["default"])
     p.add_argument("--policies", nargs="+", default=list(SIM_POLICIES + OUR_POLICIES))
     p.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
-    p.add_argument("--regime", nargs="+", default=["spread"], choices=["spread", "pack", "taint"],
-                   help="CPU-only pods: spread by kube-scheduler's defaults, packed by a MostAllocated "
-                        "profile, or kept off the GPU nodes by a taint")
+    p.add_argument("--regime", nargs="+", default=["spread"], choices=["spread", "pack", "taint", "taint-pack"],
+                   help="spread: kube-scheduler's default profile, CPU-only pods on the GPU nodes too; "
+                        "pack: a profile scoring NodeResourcesFit MostAllocated; taint: GPU nodes tainted, "
+                        "CPU-only pods go elsewhere (the simulator's own policies: the same pods dropped)")
     p.add_argument("--paper-units", action="store_true",
                    help="GPU memory not modelled (the simulator's one dimension), to compare with the paper")
     p.add_argument("--weight", type=int, default=5, help="the extender's weight in kube-scheduler")
-    p.add_argument("--span", type=float, default=FRAGMENT_SPAN)
+    p.add_argument("--span", type=float, default=FRAGMENT_SPAN, help="fragment: FRAGMENT_SPAN")
+    p.add_argument("--packing", type=float, default=FRAGMENT_PACKING, help="fragment: FRAGMENT_PACKING")
     p.add_argument("--csv", help="append one row per run to this file")
     args = p.parse_args(argv)
     for trace in args.trace:
@@ -515,11 +542,13 @@ def main(argv: list[str] | None = None) -> int:
                 results = []
                 for seed in args.seeds:
                     started = time.time()
-                    r = run(trace, policy, seed, regime, not args.paper_units, args.weight, args.span)
+                    r = run(trace, policy, seed, regime, not args.paper_units, args.weight, args.span,
+                            packing=args.packing)
                     results.append(r)
                     if args.csv:
                         with open(args.csv, "a") as f:
                             f.write(",".join(str(x) for x in (trace, regime, policy, seed, args.weight, args.span,
+                                                             args.packing,
                                                              int(args.paper_units),
                                                              *(round(r[f"unalloc_{x}"], 3) for x in (90, 100, 110, 130)),
                                                              r["failed"], round(time.time() - started, 1))) + "\n")

@@ -115,9 +115,18 @@ class MixLearner:
             for s in [s for s, w in self._weights.items() if w < _FORGET_BELOW * total]:
                 del self._weights[s]
 
-    def mix(self) -> Mix:
+    def mix(self, coverage: float = 0.95) -> Mix:
+        """The heaviest shapes that together hold ``coverage`` of the weight (as FGD's typical
+        pods), renormalised: rare shapes cost time on every decision and change little."""
         with self._lock:
-            return Mix.of(self._weights.items())
+            ranked = sorted(self._weights.items(), key=lambda sw: -sw[1])
+        total, kept, held = sum(w for _, w in ranked), [], 0.0
+        for shape, weight in ranked:
+            if kept and held >= coverage * total:
+                break
+            kept.append((shape, weight))
+            held += weight
+        return Mix.of(kept)
 
 
 @dataclass(frozen=True)

@@ -517,6 +517,9 @@ _ROOMY_NODE = 8
 
 # fragment: a change of expected fragment of this many cards spans the whole score range
 FRAGMENT_SPAN = 1.0
+# fragment: the share of the score given to keeping whole cards free (binpack's whole-card
+# rule), which also outweighs kube-scheduler's own spreading between equally fragmenting nodes
+FRAGMENT_PACKING = 0.3
 
 
 def score_node(state: NodeState, requests: Mapping[int, Request], policy: str = "binpack",
@@ -530,8 +533,9 @@ def score_node(state: NodeState, requests: Mapping[int, Request], policy: str = 
     breaks a whole card (6..10 against 1..5); whole cards go where the fewest free whole
     cards are left. spread prefers emptier nodes and cards.
     fragment prefers the node whose expected fragment under the task mix grows least
-    (falls most) once the pod and its CPU/memory are placed: a change of -FRAGMENT_SPAN/2
-    cards or better scores 10, +FRAGMENT_SPAN/2 or worse scores 1.
+    (falls most) once the pod and its CPU/memory are placed (a change of -FRAGMENT_SPAN/2
+    cards or better is its best, +FRAGMENT_SPAN/2 or worse its worst), and, for a
+    FRAGMENT_PACKING share of the score, the node left with the fewest free whole cards.
     For pods with multi-card containers, half the score is topology quality: the best
     link cost this node could ever offer over the link cost of the chosen sets.
     """
@@ -552,7 +556,9 @@ def score_node(state: NodeState, requests: Mapping[int, Request], policy: str = 
         view = view or FragmentView()
         mix = view.mix_for(requests)
         grown = fragment_of(after, mix, _headroom_after(state, view)) - fragment_of(state, mix)
-        fit = 0.5 - grown / FRAGMENT_SPAN
+        kept_whole = 1 - min(len(after.free_cards()), _ROOMY_NODE) / _ROOMY_NODE
+        fit = ((1 - FRAGMENT_PACKING) * min(1.0, max(0.0, 0.5 - grown / FRAGMENT_SPAN))
+               + FRAGMENT_PACKING * kept_whole)
     elif any(r.is_share for r in requests.values()):
         taken_whole = sum(len(a) for i, a in placement.containers.items() if not requests[i].is_share)
         broken = len(state.free_cards()) - len(after.free_cards()) - taken_whole
