@@ -24,6 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -366,13 +367,21 @@ def our_frag_each_card(cores, units, cap, c: int, u: int, cpu, mem, mx) -> np.nd
 def ours_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, rng, mx, weight: int,
                 span: float, most: bool = False, packing: float = FRAGMENT_PACKING) -> tuple[int, list[int]]:
     reps, back = _distinct(st, nodes)
+    if policy == "fragment-exact":  # the extender's measure alone, unquantised, first of list on ties
+        total, cards = _ours("fragment", st, t, tasks, reps, mx, weight, span, most, packing, exact=True)
+        i = _pick_first(total[back], rng)
+        return int(nodes[i]), [int(x) for x in cards[back[i]]]
     total, cards = _ours(policy, st, t, tasks, reps, mx, weight, span, most, packing)
+    if CHECKS["left"] > 0 and span == FRAGMENT_SPAN and packing == FRAGMENT_PACKING:
+        _check_against_core(policy, st, t, tasks, reps, total - default_scores(st, reps, int(tasks.cpu[t]),
+                                                                              int(tasks.mem[t]), most), weight)
     i = _pick_index(total[back], rng)
     return int(nodes[i]), [int(x) for x in cards[back[i]]]
 
 
 def _ours(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, mx, weight: int,
-          span: float, most: bool, packing: float = FRAGMENT_PACKING) -> tuple[np.ndarray, np.ndarray]:
+          span: float, most: bool, packing: float = FRAGMENT_PACKING,
+          exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The deployed total score of each node (kube-scheduler's plugins + extender x weight x 10)
     and the card(s) the extender would bind."""
     milli, num = int(tasks.milli[t]), int(tasks.num[t])
@@ -430,10 +439,40 @@ def _ours(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, mx, w
             cards = g2
         free_after = ((tc == 100) & (tu == cap[:, None])).sum(1) if not share else \
             ((cores == 100) & (units == cap[:, None])).sum(1) - card_free[rows, g]
-        fit = ((1 - packing) * np.clip(0.5 - (after - before) / span, 0, 1)
+        grown = after - before
+        gpu = milli * max(1, num) / 1000
+        frag_fit = np.clip(0.5 - grown / span, 0, 1) if span > 0 else np.clip((1 - grown / gpu) / 2, 0, 1)
+        fit = ((1 - packing) * frag_fit
                + packing * (1 - np.minimum(free_after, 8) / 8))
+    if exact:
+        return -(after - before) if policy == "fragment" else fit, cards
     ext = 1 + np.round(9 * np.clip(fit, 0, 1)).astype(int)
     return default_scores(st, nodes, cpu, mem, most) + weight * 10 * ext, cards
+
+
+CHECKS: dict[str, Any] = {"left": 0, "done": 0, "differ": 0}
+
+
+def _check_against_core(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, ext: np.ndarray,
+                        weight: int) -> None:
+    """Compare the vectorised extender score with the core's score_node on one node."""
+    from jupyter_vgpu.core.contract import Request
+    from jupyter_vgpu.core.fragment import Headroom
+    from jupyter_vgpu.core.placement import CardState, FragmentView, NodeState, score_node
+
+    CHECKS["left"] -= 1
+    k = len(nodes) // 2
+    n = int(nodes[k])
+    cap = int(st.c.unit_cap[n])
+    cards = tuple(CardState(g, cap, True, 100 - int(st.cores[n, g]), cap - int(st.units[n, g]))
+                  for g in range(int(st.c.ngpu[n])))
+    state = NodeState(cards, None, Headroom(int(st.cpu[n]), int(st.mem[n])))
+    milli, num = int(tasks.milli[t]), int(tasks.num[t])
+    request = Request(milli // 10, int(tasks.units[t])) if milli < 1000 else Request(100 * num)
+    view = FragmentView(CHECKS["mix"], int(tasks.cpu[t]), int(tasks.mem[t]))
+    core = score_node(state, {0: request}, policy, view=view)
+    CHECKS["done"] += 1
+    CHECKS["differ"] += int(core != int(ext[k]) // (weight * 10))
 
 
 def _first_free_2d(cores, units, cap, num):
@@ -474,7 +513,9 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
                 else:
                     learner.observe(Shape(min(100, milli // 10), int(tasks.units[t]), max(1, num),
                                           int(tasks.cpu[t]), int(tasks.mem[t])))
-                    mx = mix_arrays(learner.mix(), len(nodes))
+                    mix = learner.mix()
+                    CHECKS["mix"] = mix
+                    mx = mix_arrays(mix, len(nodes))
                     node, cards = ours_choose(policy, st, t, tasks, nodes, rng, mx, weight, span, most, packing)
                 _apply(st, tasks, t, node, cards)
                 if frag_cache is not None:
@@ -487,6 +528,9 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
         out[f"unalloc_{round(MILESTONES[m] * 100)}"] = 100 * (1 - st.allocated / cap)
         m += 1
     out["failed"] = failed
+    if CHECKS["done"]:
+        print(f"  vectorised vs core score_node: {CHECKS['differ']} of {CHECKS['done']} sampled scores differ",
+              flush=True)
     return out
 
 
@@ -535,6 +579,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--span", type=float, default=FRAGMENT_SPAN, help="fragment: FRAGMENT_SPAN")
     p.add_argument("--packing", type=float, default=FRAGMENT_PACKING, help="fragment: FRAGMENT_PACKING")
     p.add_argument("--csv", help="append one row per run to this file")
+    p.add_argument("--check", type=int, default=0,
+                   help="compare this many of the extender scores with the core's score_node (first tasks)")
     args = p.parse_args(argv)
     for trace in args.trace:
         for regime in args.regime:
@@ -542,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
                 results = []
                 for seed in args.seeds:
                     started = time.time()
+                    CHECKS.update(left=args.check, done=0, differ=0)
                     r = run(trace, policy, seed, regime, not args.paper_units, args.weight, args.span,
                             packing=args.packing)
                     results.append(r)

@@ -53,6 +53,11 @@ class Shape:
     def whole(self) -> bool:
         return self.cores >= CORES_PER_CARD
 
+    @property
+    def gpu(self) -> float:
+        """The GPU capacity it takes, in cards."""
+        return float(self.cards) if self.whole else self.cores / CORES_PER_CARD
+
     @classmethod
     def of_pod(cls, requests: Mapping[int, Request], cpu_milli: int = 0, memory_mib: int = 0) -> Shape | None:
         """The pod's shape: its largest container's GPU demand (None: it asks for no GPU)."""
@@ -80,10 +85,12 @@ class Mix:
 
 
 class MixLearner:
-    """The task mix, learned online: exponentially decayed counts of at most ``capacity`` shapes.
+    """The task mix, learned online: exponentially decayed GPU demand of at most ``capacity`` shapes.
 
-    Each observation multiplies every weight by ``decay`` and adds 1 to its shape (by
-    rescaling the increment, not the table, so an observation costs O(1) amortised).
+    Each observation multiplies every weight by ``decay`` and adds the shape's GPU demand
+    (in cards) to it (by rescaling the increment, not the table). Weighting by demand
+    rather than by count (FGD counts pods) makes the expected fragment the share of GPU
+    demand that could not use the node: an 8-card job is rare but asks for a whole node.
     When a new shape would exceed ``capacity`` the lightest one is dropped. Thread-safe.
     """
 
@@ -110,7 +117,7 @@ class MixLearner:
             if shape not in self._weights and len(self._weights) >= self.capacity:
                 lightest = min(self._weights, key=self._weights.__getitem__)
                 del self._weights[lightest]
-            self._weights[shape] = self._weights.get(shape, 0.0) + self._increment
+            self._weights[shape] = self._weights.get(shape, 0.0) + self._increment * shape.gpu
             total = sum(self._weights.values())
             for s in [s for s, w in self._weights.items() if w < _FORGET_BELOW * total]:
                 del self._weights[s]
@@ -120,7 +127,8 @@ class MixLearner:
         pods), renormalised: rare shapes cost time on every decision and change little."""
         with self._lock:
             ranked = sorted(self._weights.items(), key=lambda sw: -sw[1])
-        total, kept, held = sum(w for _, w in ranked), [], 0.0
+        total, held = sum(w for _, w in ranked), 0.0
+        kept: list[tuple[Shape, float]] = []
         for shape, weight in ranked:
             if kept and held >= coverage * total:
                 break
@@ -174,18 +182,28 @@ def node_fragment(cards: Iterable[CardFree], headroom: Headroom | None, mix: Mix
     can host it, all the node's free card capacity is fragment; otherwise the free capacity
     of the cards that cannot host it is. ``headroom`` None means unknown (not checked).
     """
-    free = [card for card in cards if card.amount > 0]
-    total = sum(card.amount for card in free)
+    free = [(card.cores, card.memory_units, card.whole, card.amount) for card in cards if card.amount > 0]
+    total = sum(amount for *_, amount in free)
     if total <= 0:
         return 0.0
     expected = 0.0
     for shape, weight in mix.shapes:
-        if headroom is not None and not headroom.fits(shape.cpu_milli, shape.memory_mib):
+        if headroom is not None and (headroom.cpu_milli < shape.cpu_milli or headroom.memory_mib < shape.memory_mib):
             expected += weight * total
             continue
-        hosting = [card.hosts(shape) for card in free]
-        if sum(hosting) < shape.cards:
-            expected += weight * total
+        hosting, stranded = 0, 0.0
+        if shape.whole:
+            for _, _, whole, amount in free:
+                if whole:
+                    hosting += 1
+                else:
+                    stranded += amount
         else:
-            expected += weight * sum(card.amount for card, ok in zip(free, hosting, strict=True) if not ok)
+            need_cores, need_units = shape.cores, shape.memory_units
+            for cores, units, _, amount in free:
+                if cores >= need_cores and units >= need_units:
+                    hosting += 1
+                else:
+                    stranded += amount
+        expected += weight * (total if hosting < shape.cards else stranded)
     return expected

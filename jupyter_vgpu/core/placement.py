@@ -250,10 +250,23 @@ def _share_candidates(state: NodeState, request: Request, policy: str,
     fitting = [card for card in state.cards if card.fits_share(cores, memory)]
     if not fitting:
         return []
-    area_before = _share_area(state.cards)
+    area_before = _share_area(state.cards) if policy != "fragment" else 0
     intact_before = _intact(state, frozenset())
     mix = (view or FragmentView()).mix_for({0: request}) if policy == "fragment" else None
     headroom = _headroom_after(state, view or FragmentView())
+
+    fragments: dict[tuple[int, int, int, bool], float] = {}
+
+    def fragment_rank(card: CardState) -> tuple[float, ...]:
+        # cards in the same state leave the same fragment: computed once per state
+        key = (card.free_cores, card.free_memory_units, card.memory_units, card.is_free)
+        frag = fragments.get(key)
+        if frag is None:
+            after = tuple(c.holding(cores, memory) if c.index == card.index else c for c in state.cards)
+            frag = fragments[key] = round(fragment_of(replace(state, cards=after), mix or Mix(), headroom), 9)
+        broken = intact_before - _intact(state, frozenset({card.index})) if card.is_free and state.groups else 0
+        left = (card.free_cores - cores) / CORES_PER_CARD + (card.free_memory_units - memory) / max(1, card.memory_units)
+        return (frag, card.is_free, broken, left, card.index)
 
     def rank(card: CardState) -> tuple[float, ...]:
         after = [c.holding(cores, memory) if c.index == card.index else c for c in state.cards]
@@ -264,14 +277,13 @@ def _share_candidates(state: NodeState, request: Request, policy: str,
         if policy == "spread":
             # emptiest card first (most left on it), then the least damage
             return (-min(left_cores, left_memory), -(left_cores + left_memory), stranded, broken, card.index)
-        if policy == "fragment":
-            # the card whose use leaves the least expected fragment; binpack's order breaks ties
-            frag = fragment_of(replace(state, cards=tuple(after)), mix, headroom) if mix is not None else 0.0
-            return (round(frag, 9), card.is_free, broken, stranded, left_cores + left_memory, card.index)
         # binpack: keep whole cards, then whole groups, then the most share sizes; best fit last
         return (card.is_free, broken, stranded, left_cores + left_memory, card.index)
 
-    return [((card.index, cores, memory),) for card in sorted(fitting, key=rank)]
+    # fragment: the card whose use leaves the least expected fragment; then keep whole cards
+    # and tree groups, then the tightest fit (binpack's order without its share-area count)
+    key = fragment_rank if policy == "fragment" else rank
+    return [((card.index, cores, memory),) for card in sorted(fitting, key=key)]
 
 
 def _share_refusal(state: NodeState, request: Request) -> str:
@@ -519,7 +531,7 @@ _ROOMY_NODE = 8
 FRAGMENT_SPAN = 1.0
 # fragment: the share of the score given to keeping whole cards free (binpack's whole-card
 # rule), which also outweighs kube-scheduler's own spreading between equally fragmenting nodes
-FRAGMENT_PACKING = 0.3
+FRAGMENT_PACKING = 0.15
 
 
 def score_node(state: NodeState, requests: Mapping[int, Request], policy: str = "binpack",
