@@ -34,7 +34,7 @@ from jupyter_vgpu.core.contract import (
     Request,
     RequestError,
 )
-from jupyter_vgpu.core.fragment import MixLearner, Shape
+from jupyter_vgpu.core.fragment import Mix, MixLearner, Shape
 from jupyter_vgpu.core.placement import CardState, FragmentView, NodeState, PodPlacement
 
 from .headroom import HostHeadroom, pod_cpu_memory
@@ -257,6 +257,10 @@ class _StripedLocks:
 # How many pod uids the task-mix learner remembers having counted (a pod is prioritized
 # once per scheduling attempt; it counts once).
 _SEEN_PODS = 4096
+# The fragment policy decides with a snapshot of the learned mix, refreshed at each of the
+# first pods and then every this many, so that its scores can be memoised per node between
+# refreshes (a prioritize over 1,000 nodes would otherwise score every node afresh).
+_MIX_REFRESH = 16
 
 
 class Decisions:
@@ -270,6 +274,8 @@ class Decisions:
         self.policy = policy
         self.hosts = hosts if hosts is not None else HostHeadroom()
         self.mix = MixLearner()  # the task mix of the pods seen, for the fragment policy
+        self._mix_view = (0, Mix())  # (version, snapshot) the fragment policy decides with
+        self._observed = 0
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._seen_lock = threading.Lock()
         self._pod_locks = _StripedLocks()
@@ -372,14 +378,20 @@ class Decisions:
             shape = Shape.of_pod(ask.requests, cpu, memory)
             if new and shape is not None:
                 self.mix.observe(shape)
-        return FragmentView(self.mix.mix(), cpu, memory)
+                with self._seen_lock:
+                    self._observed += 1
+                    if self._observed <= _MIX_REFRESH or self._observed % _MIX_REFRESH == 0:
+                        self._mix_view = (self._mix_view[0] + 1, self.mix.mix())
+        return FragmentView(self._mix_view[1], cpu, memory)
 
     def _fragment_state(self, name: str, entry: NodeEntry) -> NodeState:
         return replace(node_state(entry), headroom=self.hosts.headroom(name))
 
     def _prioritize_fragment(self, args: ExtenderArgs, ask: PodAsk) -> list[tuple[str, int]]:
-        """Scores that depend on the learned mix and on CPU/memory headroom: not memoised."""
+        """Scores that depend on the mix snapshot and on CPU/memory headroom, memoised per node
+        under both (the node's memo is cleared whenever its vGPU accounting changes)."""
         view = self._fragment_view(args.pod, ask, learn=True)
+        version = self._mix_view[0]
         for node in args.nodes or []:  # full Node objects carry allocatable
             self.hosts.on_node("MODIFIED", node)
         out = []
@@ -387,8 +399,14 @@ class Decisions:
             for name, entry in self._entries(args):
                 value = 0
                 if entry is not None and entry.known and fit(entry, ask)[0] is None:
-                    value = placement.score_node(self._fragment_state(name, entry), ask.requests, ask.policy,
-                                                 view=view)
+                    headroom = self.hosts.headroom(name)
+                    key = ("fragment", ask.key, view.cpu_milli, view.memory_mib, version, headroom)
+                    cached = entry.memo.get(key)
+                    if cached is None:
+                        cached = placement.score_node(replace(node_state(entry), headroom=headroom), ask.requests,
+                                                      ask.policy, view=view)
+                        _remember(entry.memo, key, cached)
+                    value = int(cached)
                 out.append((name, max(0, min(MAX_EXTENDER_PRIORITY, int(value)))))
         return out
 
