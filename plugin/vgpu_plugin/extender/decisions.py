@@ -384,6 +384,11 @@ class Decisions:
                         self._mix_view = (self._mix_view[0] + 1, self.mix.mix())
         return FragmentView(self._mix_view[1], cpu, memory)
 
+    @property
+    def mix_snapshot(self) -> Mix:
+        """The learned mix the fragment policy decides with now."""
+        return self._mix_view[1]
+
     def _fragment_state(self, name: str, entry: NodeEntry) -> NodeState:
         return replace(node_state(entry), headroom=self.hosts.headroom(name))
 
