@@ -496,6 +496,7 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
     cap = cluster.gpu_milli
     most = regime.endswith("pack")  # a scheduler profile scoring NodeResourcesFit MostAllocated
     arrived, out, failed, m = 0, {}, 0, 0
+    observed, mx = 0, None
     for t in range(len(rows)):
         milli, num = int(tasks.milli[t]), int(tasks.num[t])
         arrived += milli * num
@@ -513,9 +514,11 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
                 else:
                     learner.observe(Shape(min(100, milli // 10), int(tasks.units[t]), max(1, num),
                                           int(tasks.cpu[t]), int(tasks.mem[t])))
-                    mix = learner.mix()
-                    CHECKS["mix"] = mix
-                    mx = mix_arrays(mix, len(nodes))
+                    observed += 1
+                    if mx is None or observed <= 16 or observed % 16 == 0:  # the extender's snapshot rule
+                        mix = learner.mix()
+                        CHECKS["mix"] = mix
+                        mx = mix_arrays(mix, len(nodes))
                     node, cards = ours_choose(policy, st, t, tasks, nodes, rng, mx, weight, span, most, packing)
                 _apply(st, tasks, t, node, cards)
                 if frag_cache is not None:
