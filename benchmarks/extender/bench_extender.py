@@ -157,7 +157,7 @@ class InMemoryPods:
         self.pods[name]["spec"]["nodeName"] = node
 
 
-def serve(kind: str, port: int, nodes: int, gpus: int, pods: int, seed: int) -> None:
+def serve(kind: str, port: int, nodes: int, gpus: int, pods: int, seed: int, policy: str = "binpack") -> None:
     import asyncio
     import threading
 
@@ -207,7 +207,7 @@ def serve(kind: str, port: int, nodes: int, gpus: int, pods: int, seed: int) -> 
     node_objs = make_nodes(nodes, gpus)
     pod_objs = make_running_pods(node_objs, pods, seed)
     ledger = build_ledger(node_objs, pod_objs)
-    extender = Extender(port=port, ledger=ledger, api=InMemoryPods(), policy="binpack").start()
+    extender = Extender(port=port, ledger=ledger, api=InMemoryPods(), policy=policy).start()
     print("ready", extender.url, flush=True)
     threading.Event().wait()
 
@@ -215,7 +215,7 @@ def serve(kind: str, port: int, nodes: int, gpus: int, pods: int, seed: int) -> 
 def spawn(kind: str, args: argparse.Namespace, port: int) -> subprocess.Popen[str]:
     process = subprocess.Popen(
         [sys.executable, __file__, "--serve", kind, "--port", str(port), "--nodes", str(args.nodes),
-         "--gpus", str(args.gpus), "--pods", str(args.pods), "--seed", str(args.seed)],
+         "--gpus", str(args.gpus), "--pods", str(args.pods), "--seed", str(args.seed), "--policy", args.policy],
         stdout=subprocess.PIPE, text=True)
     line = process.stdout.readline() if process.stdout else ""
     if not line.startswith("ready"):
@@ -500,11 +500,12 @@ def main() -> int:
                         help="NodeNames per filter: as kube-scheduler sends them with its default "
                              "percentageOfNodesToScore (500 of 5,000 nodes; all up to 100), or every node")
     parser.add_argument("--quick", action="store_true", help="a small run to check the script works")
+    parser.add_argument("--policy", default="binpack", help="the real extender's placement policy")
     parser.add_argument("--skip-api", action="store_true", help="skip the simulated-API part")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve, args.port, args.nodes, args.gpus, args.pods, args.seed)
+        serve(args.serve, args.port, args.nodes, args.gpus, args.pods, args.seed, args.policy)
         return 0
     if args.quick:
         args.nodes, args.pods, args.cycles, args.binds, args.api_binds = 50, 1000, 40, 50, 20

@@ -33,8 +33,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from jupyter_vgpu.core.contract import CORES_PER_CARD, MEMORY_UNIT_MIB, Request
+from jupyter_vgpu.core.fragment import MixLearner, Shape
 from jupyter_vgpu.core.placement import (
     CardState,
+    FragmentView,
     NodeState,
     PodPlacement,
     place_pod,
@@ -231,9 +233,33 @@ def hami_default(nodes: dict[str, NodeState], candidates: Sequence[str], request
     return name, _whole(state, state.free_cards()[: request.cards])
 
 
+def ours_fragment() -> Scheduler:
+    """The fragment policy as the extender runs it: the task mix learned online from the pods seen."""
+    learner = MixLearner()
+
+    def choose(nodes: dict[str, NodeState], candidates: Sequence[str], request: Request) -> Choice | None:
+        pod = {0: request}
+        shape = Shape.of_pod(pod)
+        if shape is not None:
+            learner.observe(shape)
+        view = FragmentView(learner.mix())
+        scored = [(score_node(nodes[n], pod, "fragment", view=view), -i, n) for i, n in enumerate(candidates)
+                  if _could_fit(nodes[n], request)]
+        scored = [s for s in scored if s[0] > 0]
+        if not scored:
+            return None
+        name = max(scored)[2]
+        placement = place_pod(nodes[name], pod, "fragment", view=view)
+        assert isinstance(placement, PodPlacement)
+        return name, placement
+
+    return choose
+
+
 SCHEDULERS: dict[str, Scheduler] = {
     "jupyter-vgpu binpack": ours("binpack"),
     "jupyter-vgpu spread": ours("spread"),
+    "jupyter-vgpu fragment": ours_fragment(),
     "gpu-admission": gpu_admission,
     "HAMi default": hami_default,
     "jupyter-vgpu binpack+reserve": PendingAware(),

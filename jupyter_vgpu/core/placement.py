@@ -33,10 +33,11 @@ from jupyter_vgpu.core.contract import (
     Request,
     format_mib,
 )
+from jupyter_vgpu.core.fragment import CardFree, Headroom, Mix, Shape, node_fragment
 from jupyter_vgpu.core.inventory import Card, NodeInventory
 from jupyter_vgpu.core.topology import Topology, link_cost
 
-POLICIES = ("binpack", "spread")
+POLICIES = ("binpack", "spread", "fragment")
 MAX_SCORE = 10
 
 # Multi-container pods: how many partial placements the backtracking search may try.
@@ -77,10 +78,12 @@ class CardState:
 
 @dataclass(frozen=True)
 class NodeState:
-    """A node's cards with what is held on them, and its topology (None when unknown)."""
+    """A node's cards with what is held on them, its topology (None when unknown), and its
+    CPU and memory headroom: allocatable minus what bound pods request (None when unknown)."""
 
     cards: tuple[CardState, ...]
     topology: Topology | None = None
+    headroom: Headroom | None = None
 
     def __post_init__(self) -> None:
         indices = [card.index for card in self.cards]
@@ -92,7 +95,7 @@ class NodeState:
 
     @classmethod
     def build(cls, inventory_or_cards: NodeInventory | Sequence[Card], holdings: Iterable[CardShare] = (),
-              topology: Topology | None = None) -> NodeState:
+              topology: Topology | None = None, headroom: Headroom | None = None) -> NodeState:
         """The state of a node given what existing allocations hold.
 
         A holding of 100 cores takes the whole card, all its memory included. Holdings
@@ -111,7 +114,7 @@ class NodeState:
                 continue
             memory = held_memory_units(share.cores, share.memory_units, card.memory_units)
             states[share.index] = card.holding(share.cores, memory)
-        return cls(tuple(states[i] for i in sorted(states)), topology)
+        return cls(tuple(states[i] for i in sorted(states)), topology, headroom)
 
     def card(self, index: int) -> CardState:
         for card in self.cards:
@@ -215,13 +218,56 @@ def _intact(state: NodeState, taken: frozenset[int]) -> int:
     return sum(len(group) for group in state.groups if group <= free)
 
 
-def _share_candidates(state: NodeState, request: Request, policy: str) -> list[Assignment]:
+@dataclass(frozen=True)
+class FragmentView:
+    """What the ``fragment`` policy weighs a choice against: the workload's task mix and the
+    placed pod's own CPU and memory requests (taken from the node's headroom)."""
+
+    mix: Mix = Mix()
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+    def mix_for(self, requests: Mapping[int, Request]) -> Mix:
+        """The learned mix, or the pod's own shape while nothing has been learned."""
+        if self.mix.shapes:
+            return self.mix
+        own = Shape.of_pod(requests, self.cpu_milli, self.memory_mib)
+        return Mix(((own, 1.0),)) if own is not None else Mix()
+
+
+def fragment_of(state: NodeState, mix: Mix, headroom: Headroom | None = None) -> float:
+    """The node's expected fragment (in cards) under ``mix`` with this headroom (default: its own)."""
+    cards = [CardFree(c.free_cores, c.free_memory_units, c.memory_units) for c in state.cards if c.healthy]
+    return node_fragment(cards, state.headroom if headroom is None else headroom, mix)
+
+
+def _headroom_after(state: NodeState, view: FragmentView) -> Headroom | None:
+    return state.headroom.minus(view.cpu_milli, view.memory_mib) if state.headroom is not None else None
+
+
+def _share_candidates(state: NodeState, request: Request, policy: str,
+                      view: FragmentView | None = None) -> list[Assignment]:
     cores, memory = request.cores, request.memory_units
     fitting = [card for card in state.cards if card.fits_share(cores, memory)]
     if not fitting:
         return []
-    area_before = _share_area(state.cards)
+    area_before = _share_area(state.cards) if policy != "fragment" else 0
     intact_before = _intact(state, frozenset())
+    mix = (view or FragmentView()).mix_for({0: request}) if policy == "fragment" else None
+    headroom = _headroom_after(state, view or FragmentView())
+
+    fragments: dict[tuple[int, int, int, bool], float] = {}
+
+    def fragment_rank(card: CardState) -> tuple[float, ...]:
+        # cards in the same state leave the same fragment: computed once per state
+        key = (card.free_cores, card.free_memory_units, card.memory_units, card.is_free)
+        frag = fragments.get(key)
+        if frag is None:
+            after = tuple(c.holding(cores, memory) if c.index == card.index else c for c in state.cards)
+            frag = fragments[key] = round(fragment_of(replace(state, cards=after), mix or Mix(), headroom), 9)
+        broken = intact_before - _intact(state, frozenset({card.index})) if card.is_free and state.groups else 0
+        left = (card.free_cores - cores) / CORES_PER_CARD + (card.free_memory_units - memory) / max(1, card.memory_units)
+        return (frag, card.is_free, broken, left, card.index)
 
     def rank(card: CardState) -> tuple[float, ...]:
         after = [c.holding(cores, memory) if c.index == card.index else c for c in state.cards]
@@ -235,7 +281,10 @@ def _share_candidates(state: NodeState, request: Request, policy: str) -> list[A
         # binpack: keep whole cards, then whole groups, then the most share sizes; best fit last
         return (card.is_free, broken, stranded, left_cores + left_memory, card.index)
 
-    return [((card.index, cores, memory),) for card in sorted(fitting, key=rank)]
+    # fragment: the card whose use leaves the least expected fragment; then keep whole cards
+    # and tree groups, then the tightest fit (binpack's order without its share-area count)
+    key = fragment_rank if policy == "fragment" else rank
+    return [((card.index, cores, memory),) for card in sorted(fitting, key=key)]
 
 
 def _share_refusal(state: NodeState, request: Request) -> str:
@@ -383,9 +432,10 @@ def _list(indices: Sequence[int]) -> str:
 # --- pods ----------------------------------------------------------------------------------
 
 
-def _candidates(state: NodeState, request: Request, policy: str) -> Iterator[Assignment]:
+def _candidates(state: NodeState, request: Request, policy: str,
+                view: FragmentView | None = None) -> Iterator[Assignment]:
     if request.is_share:
-        yield from _share_candidates(state, request, policy)
+        yield from _share_candidates(state, request, policy, view)
     else:
         yield from _whole_candidates(state, request)
 
@@ -400,18 +450,21 @@ def _check_policy(policy: str) -> None:
 
 
 def place_pod(state: NodeState, requests: Mapping[int, Request], policy: str = "binpack",
-              reserved: frozenset[int] = frozenset()) -> PodPlacement | Refusal:
+              reserved: frozenset[int] = frozenset(), view: FragmentView | None = None) -> PodPlacement | Refusal:
     """Cards for every container of a pod on this node, or the reason it does not fit.
 
     ``reserved`` cards (see ``reserve``) are treated as absent unless the pod fits on
     this node only by using them; ``uses_reserved`` tells the caller when that happened.
+    ``view`` is the ``fragment`` policy's task mix and the pod's CPU/memory (ignored by
+    the others). The node's CPU/memory headroom ranks choices; it never refuses a pod
+    (kube-scheduler's own filter owns CPU and memory fit).
     """
     _check_policy(policy)
     if reserved & {card.index for card in state.cards}:
-        kept = place_pod(_without(state, reserved), requests, policy)
+        kept = place_pod(_without(state, reserved), requests, policy, view=view)
         if isinstance(kept, PodPlacement):
             return kept
-    return _place(state, requests, policy)
+    return _place(state, requests, policy, view)
 
 
 def _without(state: NodeState, cards: frozenset[int]) -> NodeState:
@@ -423,7 +476,8 @@ def uses_reserved(placement: PodPlacement, reserved: frozenset[int]) -> bool:
     return any(i in reserved for assignment in placement.containers.values() for i, _, _ in assignment)
 
 
-def _place(state: NodeState, requests: Mapping[int, Request], policy: str) -> PodPlacement | Refusal:
+def _place(state: NodeState, requests: Mapping[int, Request], policy: str,
+           view: FragmentView | None = None) -> PodPlacement | Refusal:
     # Biggest first: whole-card sets need untouched cards, big shares need roomy cards.
     order = sorted(requests, key=lambda i: (-requests[i].cards, requests[i].is_share,
                                             -requests[i].cores, -requests[i].memory_units, i))
@@ -438,7 +492,7 @@ def _place(state: NodeState, requests: Mapping[int, Request], policy: str) -> Po
         if position == len(order):
             return {}
         index = order[position]
-        for assignment in _candidates(current, requests[index], policy):
+        for assignment in _candidates(current, requests[index], policy, view):
             budget[0] -= 1
             if budget[0] < 0:
                 return None
@@ -474,8 +528,15 @@ def best_possible_cost(state: NodeState, cards: int) -> int:
 _ROOMY_NODE = 8
 
 
+# fragment: a change of expected fragment of this many cards spans the whole score range
+FRAGMENT_SPAN = 1.0
+# fragment: the share of the score given to keeping whole cards free (binpack's whole-card
+# rule), which also outweighs kube-scheduler's own spreading between equally fragmenting nodes
+FRAGMENT_PACKING = 0.15
+
+
 def score_node(state: NodeState, requests: Mapping[int, Request], policy: str = "binpack",
-               reserved: frozenset[int] = frozenset()) -> int:
+               reserved: frozenset[int] = frozenset(), view: FragmentView | None = None) -> int:
     """0..10 for the extender's prioritize; 0 when the pod does not fit, 1..10 when it does.
 
     A pod that fits only by taking ``reserved`` cards scores 1, below every other fit.
@@ -484,10 +545,14 @@ def score_node(state: NodeState, requests: Mapping[int, Request], policy: str = 
     fits on a card already in use (no whole card broken) always scores above one that
     breaks a whole card (6..10 against 1..5); whole cards go where the fewest free whole
     cards are left. spread prefers emptier nodes and cards.
+    fragment prefers the node whose expected fragment under the task mix grows least
+    (falls most) once the pod and its CPU/memory are placed (a change of -FRAGMENT_SPAN/2
+    cards or better is its best, +FRAGMENT_SPAN/2 or worse its worst), and, for a
+    FRAGMENT_PACKING share of the score, the node left with the fewest free whole cards.
     For pods with multi-card containers, half the score is topology quality: the best
     link cost this node could ever offer over the link cost of the chosen sets.
     """
-    placement = place_pod(state, requests, policy, reserved)
+    placement = place_pod(state, requests, policy, reserved, view)
     if isinstance(placement, Refusal):
         return 0
     if uses_reserved(placement, reserved):
@@ -500,6 +565,13 @@ def score_node(state: NodeState, requests: Mapping[int, Request], policy: str = 
     packed = (node_full + cards_full) / 2
     if policy == "spread":
         fit = 1 - packed
+    elif policy == "fragment":
+        view = view or FragmentView()
+        mix = view.mix_for(requests)
+        grown = fragment_of(after, mix, _headroom_after(state, view)) - fragment_of(state, mix)
+        kept_whole = 1 - min(len(after.free_cards()), _ROOMY_NODE) / _ROOMY_NODE
+        fit = ((1 - FRAGMENT_PACKING) * min(1.0, max(0.0, 0.5 - grown / FRAGMENT_SPAN))
+               + FRAGMENT_PACKING * kept_whole)
     elif any(r.is_share for r in requests.values()):
         taken_whole = sum(len(a) for i, a in placement.containers.items() if not requests[i].is_share)
         broken = len(state.free_cards()) - len(after.free_cards()) - taken_whole

@@ -78,7 +78,9 @@ def test_cached_filter_matches_placement_from_scratch(data, layout, unhealthy):
             if not fits:
                 ever = placement.could_ever_fit(state, wanted)
                 assert (name in unresolvable) == (not ever) and (name in failed) == ever
-            assert scores[name] == placement.score_node(state, wanted, policy)
+            # fragment decides with the task mix it has learned from the pods it was asked about
+            view = placement.FragmentView(decisions.mix_snapshot) if policy == "fragment" else None
+            assert scores[name] == placement.score_node(state, wanted, policy, view=view)
 
 
 def test_memory_stays_bounded_over_many_request_shapes():

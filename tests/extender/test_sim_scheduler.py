@@ -45,7 +45,8 @@ def test_pods_are_scheduled_through_the_extender(scheduled):
         allocation = contract.PodAllocation.from_json(p["metadata"]["annotations"][NAMES.allocation])
         assert allocation.node == p["spec"]["nodeName"]
         # Events are recorded asynchronously, as kube-scheduler's broadcaster does
-        wait_for(lambda name=p["metadata"]["name"]: events(cluster, name, "Scheduled"), message="Scheduled event")
+        wait_for(lambda name=p["metadata"]["name"]: events(cluster, name, "Scheduled"), timeout=20,
+                 what="Scheduled event")
     # binpack: 4 cards x 100 cores hold 3 shares of 30 each; 6 pods need 2 cards, never 3
     cards = {(a.node, s.index) for p in bound
              for a in [contract.PodAllocation.from_json(p["metadata"]["annotations"][NAMES.allocation])]
@@ -114,7 +115,7 @@ def test_pods_without_vgpu_are_bound_by_the_scheduler_itself(scheduled):
     assert bound in ("gpu-a", "gpu-b")
     assert not (cluster.read_pod("plain")["metadata"].get("annotations") or {})  # the extender was not asked
     assert cluster.extender.metrics.decided("bind", "bound")._value.get() == 0
-    wait_for(lambda: events(cluster, "plain", "Scheduled"), message="Scheduled event")
+    wait_for(lambda: events(cluster, "plain", "Scheduled"), timeout=20, what="Scheduled event")
 
 
 def test_other_schedulers_pods_are_left_alone(scheduled):

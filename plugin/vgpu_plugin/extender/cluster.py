@@ -22,6 +22,7 @@ from jupyter_vgpu.core.contract import Names
 
 from ..informer import Informer
 from .decisions import APIFailure
+from .headroom import HostHeadroom
 from .ledger import (
     Holding,
     Ledger,
@@ -97,13 +98,15 @@ class ClusterView:
     """
 
     def __init__(self, api_client: Any, ledger: Ledger, names: Names, *, assume_ttl: float = 60.0,
-                 sweep_interval: float = 5.0, schedulers: Collection[str] | None = None) -> None:
+                 sweep_interval: float = 5.0, schedulers: Collection[str] | None = None,
+                 hosts: HostHeadroom | None = None) -> None:
         from kubernetes import client
 
         core = client.CoreV1Api(api_client)
         self.ledger = ledger
         self.names = names
         self.schedulers = frozenset(schedulers) if schedulers is not None else None
+        self.hosts = hosts  # CPU/memory headroom per node, for the fragment policy
         self.assume_ttl = assume_ttl
         self._sweep_interval = sweep_interval
         self.nodes = Informer(core.list_node, on_event=self._on_node)
@@ -150,6 +153,8 @@ class ClusterView:
         if node is None:
             return
         name = (node.get("metadata") or {}).get("name") or ""
+        if self.hosts is not None:
+            self.hosts.on_node(kind, node)
         if kind == "DELETED":
             self.ledger.remove_node(name)
         else:
@@ -164,6 +169,8 @@ class ClusterView:
                 gc.freeze()
             return
         uid = pod_key(pod)[0]
+        if self.hosts is not None:
+            self.hosts.on_pod(kind, pod)
         with self.ledger.lock:
             existing = self.ledger.holding(uid)
             if kind == "DELETED":

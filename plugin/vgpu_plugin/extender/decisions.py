@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -38,10 +39,13 @@ from jupyter_vgpu.core.contract import (
     Request,
     RequestError,
 )
+from jupyter_vgpu.core.fragment import Mix, MixLearner, Shape
 from jupyter_vgpu.core.mig import wants_isolation
-from jupyter_vgpu.core.placement import CardState, NodeState
+from jupyter_vgpu.core.mig_placement import SlicePlacement
+from jupyter_vgpu.core.placement import CardState, FragmentView, NodeState
 
 from .cache import DecisionCache, NodeMemo, ScoreCache, VerdictCache, remember
+from .headroom import HostHeadroom, pod_cpu_memory
 from .ledger import Holding, Ledger, NodeEntry, node_cards, pod_holding, pod_key
 from .wire import MAX_EXTENDER_PRIORITY, ExtenderArgs, ExtenderBindingArgs
 
@@ -252,11 +256,21 @@ class _StripedLocks:
         return self._locks[zlib.crc32(key.encode()) % len(self._locks)]
 
 
+# How many pod uids the task-mix learner remembers having counted (a pod is prioritized
+# once per scheduling attempt; it counts once).
+_SEEN_PODS = 4096
+# The fragment policy decides with a snapshot of the learned mix, refreshed at each of the
+# first pods and then every this many, so that its scores can be memoised per node between
+# refreshes (a prioritize over 1,000 nodes would otherwise score every node afresh).
+_MIX_REFRESH = 16
+
+
 class Decisions:
     """``schedulers``: the scheduler names whose unbound pods' claims count (None: any)."""
 
     def __init__(self, ledger: Ledger, api: PodAPI | None, names: Names = contract.DEFAULT_NAMES,
-                 policy: str = "binpack", schedulers: Collection[str] | None = (contract.SCHEDULER_NAME,)) -> None:
+                 policy: str = "binpack", schedulers: Collection[str] | None = (contract.SCHEDULER_NAME,),
+                 hosts: HostHeadroom | None = None) -> None:
         if policy not in placement.POLICIES:
             raise ValueError(f"policy {policy!r} is not one of {', '.join(placement.POLICIES)}")
         self.ledger = ledger
@@ -265,6 +279,12 @@ class Decisions:
         self.names = names
         self.policy = policy
         self.schedulers = frozenset(schedulers) if schedulers is not None else None
+        self.hosts = hosts if hosts is not None else HostHeadroom()
+        self.mix = MixLearner()  # the task mix of the pods seen, for the fragment policy
+        self._mix_view = (0, Mix())  # (version, snapshot) the fragment policy decides with
+        self._observed = 0
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen_lock = threading.Lock()
         self._pod_locks = _StripedLocks()
         self._node_locks = _StripedLocks()
 
@@ -357,6 +377,8 @@ class Decisions:
         ask = read_ask(args.pod, self.names, self.policy)
         if ask.invalid:
             raise PodProblem(f"pod {describe_pod(args.pod)}: {ask.invalid}")
+        if ask.policy == "fragment" and not ask.isolated:  # MIG slices are placed as before
+            return self._prioritize_fragment(args, ask)
         with self.ledger.lock:
             own = self._own(args.pod)
             if not args.cache_mode:
@@ -383,6 +405,58 @@ class Decisions:
             if mine:
                 scores = [(name, mine.get(name, score)) for name, score in scores]
             return scores
+
+    def _fragment_view(self, pod: Mapping[str, Any], ask: PodAsk, learn: bool) -> FragmentView:
+        """The mix learned so far (this pod counted once, when ``learn``) and the pod's CPU/memory."""
+        cpu, memory = pod_cpu_memory(pod)
+        if learn:
+            uid = str((pod.get("metadata") or {}).get("uid") or describe_pod(pod))
+            with self._seen_lock:
+                new = uid not in self._seen
+                self._seen[uid] = None
+                if len(self._seen) > _SEEN_PODS:
+                    self._seen.popitem(last=False)
+            shape = Shape.of_pod(ask.requests, cpu, memory)
+            if new and shape is not None:
+                self.mix.observe(shape)
+                with self._seen_lock:
+                    self._observed += 1
+                    if self._observed <= _MIX_REFRESH or self._observed % _MIX_REFRESH == 0:
+                        self._mix_view = (self._mix_view[0] + 1, self.mix.mix())
+        return FragmentView(self._mix_view[1], cpu, memory)
+
+    @property
+    def mix_snapshot(self) -> Mix:
+        """The learned mix the fragment policy decides with now."""
+        return self._mix_view[1]
+
+
+    def _prioritize_fragment(self, args: ExtenderArgs, ask: PodAsk) -> list[tuple[str, int]]:
+        """Scores that depend on the mix snapshot and on CPU/memory headroom, memoised per node
+        under both (a node's memo is cleared whenever its vGPU accounting changes)."""
+        view = self._fragment_view(args.pod, ask, learn=True)
+        version = self._mix_view[0]
+        for node in args.nodes or []:  # full Node objects carry allocatable
+            self.hosts.on_node("MODIFIED", node)
+        out = []
+        with self.ledger.lock:
+            own = self._own(args.pod)
+            for name, entry, memo in self._entries(args):
+                value = 0
+                if entry is not None and entry.known:
+                    if own is not None and own.node == name:
+                        entry, memo = entry.without(own.uid), NodeMemo()
+                    if fit(entry, ask, memo)[0] is None:
+                        headroom = self.hosts.headroom(name)
+                        key = ("fragment", ask.key, view.cpu_milli, view.memory_mib, version, headroom)
+                        cached = memo.live.get(key)
+                        if cached is None:
+                            state = replace(node_state(entry, memo), headroom=headroom)
+                            cached = placement.score_node(state, ask.requests, ask.policy, view=view)
+                            remember(memo.live, key, cached)
+                        value = int(cached)
+                out.append((name, max(0, min(MAX_EXTENDER_PRIORITY, value))))
+        return out
 
     # --- bind (the only writer) -------------------------------------------------------
 
@@ -478,7 +552,14 @@ class Decisions:
                 problem = entry.problem if entry is not None and entry.problem else "no vGPU cards known"
                 return f"node {args.node}: {problem}"
             mine = entry.without(uid) if uid and uid in entry.pods else entry
-            result = place_here(mine, ask, self._state_without(entry, uid))
+            if ask.policy == "fragment" and not on_slices(mine, ask):
+                state = replace(self._state_without(entry, uid), headroom=self.hosts.headroom(args.node))
+                found = placement.place_pod(state, ask.requests, ask.policy,
+                                            view=self._fragment_view(pod, ask, learn=False))
+                result = found if isinstance(found, placement.Refusal) else node_placement.NodePlacement(
+                    found, SlicePlacement({}))
+            else:
+                result = place_here(mine, ask, self._state_without(entry, uid))
             if isinstance(result, placement.Refusal):
                 return f"{where} does not fit on node {args.node} any more: {result.reason}"
             allocation = self._allocation(pod, args.node, entry, result, ask.policy)

@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from jupyter_vgpu.core import contract
+from jupyter_vgpu.core import contract, placement
 
 from .server import DEFAULT_PORT, DEFAULT_PREFIX
 
@@ -45,8 +45,10 @@ def parser() -> argparse.ArgumentParser:
                         f"tlsConfig.certFile/keyFile (env {ENV_PREFIX}CLIENT_CA)")
     p.add_argument("--kubeconfig", default=_env("KUBECONFIG"),
                    help=f"kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config; env {ENV_PREFIX}KUBECONFIG)")
-    p.add_argument("--policy", choices=("binpack", "spread"), default=_env("POLICY", "binpack"),
-                   help="cluster default for placing shares; a pod may override it with the "
+    p.add_argument("--policy", choices=placement.POLICIES, default=_env("POLICY", "binpack"),
+                   help="cluster default for placing shares: binpack, spread, or fragment (least "
+                        "expected fragmentation under the task mix learned from the pods seen, with "
+                        "each node's CPU/memory headroom); a pod may override it with the "
                         f"{contract.DEFAULT_NAMES.policy} annotation (env {ENV_PREFIX}POLICY)")
     p.add_argument("--prefix", default=_env("PREFIX", DEFAULT_PREFIX),
                    help=f"URL prefix of filter/prioritize/bind (default {DEFAULT_PREFIX}; env {ENV_PREFIX}PREFIX)")
@@ -74,8 +76,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.policy not in ("binpack", "spread"):
-        print(f"jupyter-vgpu extender: --policy {args.policy!r} must be binpack or spread", file=sys.stderr)
+    if args.policy not in placement.POLICIES:
+        print(f"jupyter-vgpu extender: --policy {args.policy!r} must be one of {', '.join(placement.POLICIES)}",
+              file=sys.stderr)
         return 2
     try:
         names = contract.Names(domain=args.domain)

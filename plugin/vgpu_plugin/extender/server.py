@@ -34,6 +34,7 @@ from jupyter_vgpu.core import contract
 from jupyter_vgpu.core.contract import CORES_PER_CARD, MEMORY_UNIT_MIB, Names
 
 from .decisions import Decisions, PodAPI, PodProblem
+from .headroom import HostHeadroom
 from .ledger import Ledger
 from .wire import (
     WireError,
@@ -302,13 +303,14 @@ class Extender:
         self.names = names
         self.ledger = ledger or Ledger()
         self.view = None
+        hosts = HostHeadroom()
         if api_client is not None:
             from .cluster import ClusterView, KubePodAPI
 
             self.view = ClusterView(api_client, self.ledger, names, assume_ttl=assume_ttl,
-                                    schedulers=scheduler_names)
+                                    schedulers=scheduler_names, hosts=hosts)
             api = api or KubePodAPI(api_client)
-        self.decisions = Decisions(self.ledger, api, names, policy, scheduler_names)
+        self.decisions = Decisions(self.ledger, api, names, policy, scheduler_names, hosts=hosts)
         self.metrics = ExtenderMetrics(self.ledger)
         self.executor: ThreadPoolExecutor | None = None
         self._bind_workers = bind_workers

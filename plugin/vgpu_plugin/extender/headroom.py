@@ -1,0 +1,128 @@
+"""Each node's CPU and memory headroom: allocatable minus what the pods bound to it request.
+
+Fed by the extender's node and pod informers (every live pod, with or without a vGPU),
+read by the ``fragment`` placement policy: a card on a node whose CPU is gone is stranded.
+Objects come from the API server but their fields are still checked: a quantity that
+does not parse counts as 0 and is logged, never raised into the informer's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from jupyter_vgpu.core.fragment import Headroom
+
+log = logging.getLogger(__name__)
+
+_SUFFIX: dict[str, int | Decimal] = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+           "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3, "M": 10**6,
+           "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+
+
+def quantity(value: Any) -> Decimal | None:
+    """A Kubernetes resource quantity ("500m", "2", "1Gi", "1e3") as a number; None if invalid."""
+    if isinstance(value, bool) or value is None:
+        return None
+    text = str(value).strip()
+    if not text or len(text) > 64:
+        return None
+    for suffix in sorted(_SUFFIX, key=len, reverse=True):
+        if text.endswith(suffix):
+            number, scale = text[: -len(suffix)], Decimal(_SUFFIX[suffix])
+            break
+    else:
+        number, scale = text, Decimal(1)
+    try:
+        parsed = Decimal(number) * scale
+    except InvalidOperation:
+        return None
+    return parsed if parsed.is_finite() and parsed >= 0 else None
+
+
+def _cpu_memory(resources: Any) -> tuple[int, int]:
+    requests = (resources or {}).get("requests") or {} if isinstance(resources, Mapping) else {}
+    if not isinstance(requests, Mapping):
+        return 0, 0
+    cpu, memory = quantity(requests.get("cpu", 0)), quantity(requests.get("memory", 0))
+    return int((cpu or 0) * 1000), int((memory or 0) / 2**20)
+
+
+def pod_cpu_memory(pod: Mapping[str, Any]) -> tuple[int, int]:
+    """The pod's effective CPU (milli) and memory (MiB) requests, as kube-scheduler counts them:
+    the larger of the containers' sum and any one init container, plus the pod overhead."""
+    spec = pod.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        return 0, 0
+    cpu = memory = 0
+    for container in spec.get("containers") or []:
+        if isinstance(container, Mapping):
+            c, m = _cpu_memory(container.get("resources"))
+            cpu, memory = cpu + c, memory + m
+    for container in spec.get("initContainers") or []:
+        if isinstance(container, Mapping):
+            c, m = _cpu_memory(container.get("resources"))
+            cpu, memory = max(cpu, c), max(memory, m)
+    overhead = spec.get("overhead")
+    if isinstance(overhead, Mapping):
+        c, m = _cpu_memory({"requests": overhead})
+        cpu, memory = cpu + c, memory + m
+    return cpu, memory
+
+
+class HostHeadroom:
+    """Per node: allocatable CPU/memory and the sum of the bound live pods' requests."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._allocatable: dict[str, tuple[int, int]] = {}
+        self._pods: dict[str, tuple[str, int, int]] = {}  # uid -> (node, cpu milli, memory MiB)
+        self._used: dict[str, list[int]] = {}
+
+    def on_node(self, kind: str, node: Mapping[str, Any] | None) -> None:
+        if not isinstance(node, Mapping):
+            return
+        name = (node.get("metadata") or {}).get("name") or ""
+        with self._lock:
+            if kind == "DELETED":
+                self._allocatable.pop(name, None)
+                return
+            allocatable = (node.get("status") or {}).get("allocatable") or {}
+            cpu, memory = _cpu_memory({"requests": allocatable})
+            self._allocatable[name] = (cpu, memory)
+
+    def on_pod(self, kind: str, pod: Mapping[str, Any] | None) -> None:
+        if not isinstance(pod, Mapping):
+            return
+        metadata = pod.get("metadata") or {}
+        uid = str(metadata.get("uid") or f"{metadata.get('namespace')}/{metadata.get('name')}")
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        phase = (pod.get("status") or {}).get("phase")
+        with self._lock:
+            self._forget(uid)
+            if kind == "DELETED" or not node or phase in ("Succeeded", "Failed"):
+                return
+            cpu, memory = pod_cpu_memory(pod)
+            self._pods[uid] = (node, cpu, memory)
+            used = self._used.setdefault(node, [0, 0])
+            used[0] += cpu
+            used[1] += memory
+
+    def _forget(self, uid: str) -> None:
+        old = self._pods.pop(uid, None)
+        if old is not None:
+            used = self._used[old[0]]
+            used[0] -= old[1]
+            used[1] -= old[2]
+
+    def headroom(self, node: str) -> Headroom | None:
+        """None until the node's allocatable is known."""
+        with self._lock:
+            allocatable = self._allocatable.get(node)
+            if allocatable is None:
+                return None
+            used = self._used.get(node, [0, 0])
+            return Headroom(allocatable[0] - used[0], allocatable[1] - used[1])
