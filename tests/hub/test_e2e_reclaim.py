@@ -34,6 +34,10 @@ from hub_process import ADMIN_TOKEN, Hub, free_port, running_hub
 from prometheus_client.parser import text_string_to_metric_families
 
 from jupyter_vgpu.reclaimer.hubconfig import ENV_RECLAIMER_URL
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+from api_schema import check_response  # noqa: E402  (docs/server-api.yaml, as tests/server check it)
+
 from jupyter_vgpu.reclaimer.service import VGPUReclaimer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -293,10 +297,17 @@ def test_idle_shares_are_warned_kept_and_reclaimed_active_and_exempt_ones_are_no
         assert reclaimer_call(reclaimer_port, "servers/alice/keep", bob_token, "POST")[0] == 403
         assert reclaimer_call(reclaimer_port, "servers/alice", "not-a-token")[0] == 403
 
-        # "keep my GPU": the deadline moves 10 min; a second keep is refused (max 1)
+        # the notebook server shows it (its panel's banner, %vgpu status)
+        shown = server_call(cluster, "alice", "vgpu/api/reclaim")
+        check_response("reclaim", "GET", 200, shown)
+        assert shown["state"] == "watched" and shown["reclaim"]["phase"] == "warned"
+
+        # "keep my GPU" from the notebook: the deadline moves 10 min; a second keep is refused (max 1)
         clock.now = START + 12 * MIN
-        status, view = reclaimer_call(reclaimer_port, "servers/alice/keep", alice_token, "POST")
-        assert status == 200 and view["secondsLeft"] == 13 * MIN and view["postponesLeft"] == 0
+        kept = server_call(cluster, "alice", "vgpu/api/reclaim/keep", "POST", {})
+        check_response("reclaim/keep", "POST", 200, kept)
+        view = kept["reclaim"]
+        assert view["secondsLeft"] == 13 * MIN and view["postponesLeft"] == 0
         status, refused = reclaimer_call(reclaimer_port, "servers/alice/keep", alice_token, "POST")
         assert status == 409 and "postponed 1 times" in refused["message"]
         running.pass_at(clock, 15)
@@ -320,7 +331,9 @@ def test_idle_shares_are_warned_kept_and_reclaimed_active_and_exempt_ones_are_no
         assert hub.server("alice")["user_options"]["vgpu_cores"] == 0
         # her files survive
         assert server_call(cluster, "alice", "api/contents/keep-me.txt")["content"] == "my work"
-        status, view = reclaimer_call(reclaimer_port, "servers/alice", user_token(cluster, "alice"))
+        shown = server_call(cluster, "alice", "vgpu/api/reclaim")  # what her panel says after the restart
+        check_response("reclaim", "GET", 200, shown)
+        view = shown["reclaim"]
         assert view["phase"] == "none" and view["lastReclaim"]["action"] == "cpu"
         assert view["lastReclaim"]["reason"] == "idle" and view["lastReclaim"]["outcome"] == "done"
 
