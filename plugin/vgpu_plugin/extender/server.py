@@ -35,6 +35,7 @@ from jupyter_vgpu.core.contract import CORES_PER_CARD, MEMORY_UNIT_MIB, Names
 
 from .decisions import Decisions, PodAPI, PodProblem
 from .ledger import Ledger
+from .waiting import queue_report
 from .wire import (
     WireError,
     binding_result,
@@ -206,6 +207,18 @@ class InspectHandler(_Handler):
         self.write_json(report)
 
 
+class QueueHandler(_Handler):
+    """``GET /queue``: pending vGPU pods in order, why each waits, what fits now (waiting.py)."""
+
+    def get(self) -> None:
+        extender = self.extender
+        pods = extender.view.pods.items() if extender.view is not None else []
+        with extender.ledger.lock:
+            free = {name: entry.free for name, entry in extender.ledger.nodes.items() if entry.known}
+        schedulers = extender.decisions.schedulers or frozenset((contract.SCHEDULER_NAME,))
+        self.write_json(queue_report(pods, free, extender.names, schedulers))
+
+
 def inspect(ledger: Ledger, policy: str, synced: bool, only: str | None = None) -> dict[str, Any]:
     """Per node and card: capacity, held shares by pod, free capacity."""
     nodes = []
@@ -321,6 +334,7 @@ class Extender:
             ("/healthz", HealthHandler, kwargs),
             ("/metrics", MetricsHandler, kwargs),
             ("/inspect", InspectHandler, kwargs),
+            ("/queue", QueueHandler, kwargs),
         ], log_function=_log_request)
 
     def metrics_application(self) -> tornado.web.Application:
