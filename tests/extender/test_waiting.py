@@ -95,3 +95,41 @@ def test_get_queue_from_the_extender(cluster) -> None:  # type: ignore[no-untype
     assert keys == sorted(keys) and len({k[0] for k in keys}) == 3
     assert {n["name"]: n["largestShare"] for n in report["nodes"]}["gpu-a"] == {"cores": 100, "memoryMib": 8192}
     assert len(burst) == 50 and big["metadata"]["name"] == "big"
+
+
+def test_each_waiting_pod_is_told_where_it_stands(cluster) -> None:  # type: ignore[no-untyped-def]
+    """A burst of 50 pods that fit nowhere: each gets one VGPUWaiting Event (what KubeSpawner
+    shows on the spawn page) whose position is the one GET /queue gives."""
+    for name in ("gpu-a", "gpu-b", "gpu-c"):
+        cluster.add_node(node(name, count=2, memory_gib=8))
+    extender = cluster.start_extender(queue_notice_interval=0.2)
+    for i in range(50):
+        cluster.add_pod(pending(f"w{i:02d}", i % 4, i, cores=50, memory_units=20 * GIB))
+
+    def told():  # type: ignore[no-untyped-def]
+        events = [e for e in cluster.core.list_namespaced_event("default").items if e.reason == "VGPUWaiting"]
+        return events if len({e.involved_object.name for e in events}) == 50 else None
+
+    def queued():  # type: ignore[no-untyped-def]
+        status, body = get(extender.base_url + "/queue")
+        pending = json.loads(body)["pending"] if status == 200 else []
+        return {e["pod"]: e["position"] for e in pending} if len(pending) == 50 else None
+
+    positions = wait_for(queued, message="the burst in the extender's pod cache")
+    assert sorted(positions.values()) == list(range(1, 51))
+
+    def expected(pod: str) -> str:
+        return (f"position {positions[pod]} of 50 waiting for a vGPU: no card on any node has 50 % and 20 GiB "
+                "free; a 50 % share with 8 GiB fits on 3 nodes now")
+
+    def all_current():  # type: ignore[no-untyped-def]
+        # while the burst arrived, earlier lines may have named other positions; the latest is current
+        events = told() or []
+        said = {(e.involved_object.name, e.message) for e in events}
+        return events if all((pod, expected(pod)) in said for pod in positions) else None
+
+    events = wait_for(all_current, timeout=60, message="every waiting pod told its current position")
+    assert all(e.type == "Normal" and e.source.component == "vgpu-scheduler-extender" for e in events)
+    before = len(events)
+    assert extender.notifier.notify_once() == 0  # nothing changed: nothing repeated
+    assert len(told()) == before

@@ -35,6 +35,7 @@ from jupyter_vgpu.core.contract import CORES_PER_CARD, MEMORY_UNIT_MIB, Names
 
 from .decisions import Decisions, PodAPI, PodProblem
 from .ledger import Ledger
+from .notices import QueueNotifier
 from .waiting import queue_report
 from .wire import (
     WireError,
@@ -211,12 +212,7 @@ class QueueHandler(_Handler):
     """``GET /queue``: pending vGPU pods in order, why each waits, what fits now (waiting.py)."""
 
     def get(self) -> None:
-        extender = self.extender
-        pods = extender.view.pods.items() if extender.view is not None else []
-        with extender.ledger.lock:
-            free = {name: entry.free for name, entry in extender.ledger.nodes.items() if entry.known}
-        schedulers = extender.decisions.schedulers or frozenset((contract.SCHEDULER_NAME,))
-        self.write_json(queue_report(pods, free, extender.names, schedulers))
+        self.write_json(self.extender.queue_report())
 
 
 def inspect(ledger: Ledger, policy: str, synced: bool, only: str | None = None) -> dict[str, Any]:
@@ -289,7 +285,8 @@ class Extender:
                  metrics_port: int | None = None, metrics_address: str = "",
                  tls_cert: str | None = None, tls_key: str | None = None,
                  client_ca: str | None = None,
-                 scheduler_names: Collection[str] = (contract.SCHEDULER_NAME,)) -> None:
+                 scheduler_names: Collection[str] = (contract.SCHEDULER_NAME,),
+                 queue_notice_interval: float | None = 5.0) -> None:
         self.ssl_context = server_tls(tls_cert, tls_key, client_ca)
         self.port = port
         self.address = address
@@ -306,12 +303,23 @@ class Extender:
                                     schedulers=scheduler_names)
             api = api or KubePodAPI(api_client)
         self.decisions = Decisions(self.ledger, api, names, policy, scheduler_names)
+        self.notifier: QueueNotifier | None = None
+        if api_client is not None and queue_notice_interval:
+            self.notifier = QueueNotifier(self.queue_report, api_client, queue_notice_interval)
         self.metrics = ExtenderMetrics(self.ledger)
         self.executor: ThreadPoolExecutor | None = None
         self._bind_workers = bind_workers
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._servers: list[tornado.httpserver.HTTPServer] = []
+
+    def queue_report(self) -> dict[str, Any]:
+        """``GET /queue``: the pending vGPU pods in order, why they wait, what fits now (waiting.py)."""
+        pods = self.view.pods.items() if self.view is not None else []
+        with self.ledger.lock:
+            free = {name: entry.free for name, entry in self.ledger.nodes.items() if entry.known}
+        schedulers = self.decisions.schedulers or frozenset((contract.SCHEDULER_NAME,))
+        return queue_report(pods, free, self.names, schedulers)
 
     @property
     def url(self) -> str:
@@ -360,6 +368,8 @@ class Extender:
         self.executor = ThreadPoolExecutor(self._bind_workers, thread_name_prefix="extender-bind")
         if self.view is not None:
             self.view.start()
+            if self.notifier is not None:
+                self.notifier.start()
         else:
             gc.freeze()  # a ledger given whole: keep it out of the cyclic GC's full collections
         ready = threading.Event()
@@ -412,6 +422,8 @@ class Extender:
         if self.executor is not None:
             self.executor.shutdown(wait=True, cancel_futures=True)
             self.executor = None
+        if self.notifier is not None:
+            self.notifier.stop()
         if self.view is not None:
             self.view.stop()
 
