@@ -20,8 +20,10 @@ Its own HTTP API (under ``JUPYTERHUB_SERVICE_PREFIX``), for the notebook server 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -173,6 +175,8 @@ class VGPUReclaimer(Application):
             max_postpones=self.max_postpones, action=self.action)
         self._overrides = self._check_overrides(self.group_overrides)
         self.shares: dict[tuple[str, str], Tracked] = {}
+        self.journal: collections.deque[dict[str, Any]] = collections.deque(maxlen=500)
+        """The last steps taken (warn, clear, keep, reclaim), for the admin page."""
         self.reclaims: dict[tuple[str, str], dict[str, Any]] = {}
         self.counters = Counters()
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -305,6 +309,7 @@ class VGPUReclaimer(Application):
             self.log.info("dry run: would %s %s's share (pod %s/%s, %s for %.0f min)", decision.kind, who,
                           pod.namespace, pod.pod, decision.reason or "active", self._quiet_minutes(tracked, now))
             return
+        self._journal(now, server, decision.kind, decision.reason, "")
         if decision.kind == WARN:
             self.counters.warnings.labels(decision.reason).inc()
             message = (f"GPU share {decision.reason} for {self._quiet_minutes(tracked, now):.0f} min: it will be "
@@ -339,7 +344,12 @@ class VGPUReclaimer(Application):
             "cores": pod.cores, "memoryMib": pod.memory_mib, "quietSeconds": round(quiet * 60, 1),
             "postpones": tracked.state.postpones, "policyAction": policy.action,
         }
+        self.journal[-1]["message"] = message
         self._tasks[server.key] = asyncio.ensure_future(self._restart(server, action, options))
+
+    def _journal(self, now: float, server: Server, step: str, reason: str, message: str) -> None:
+        self.journal.append({"at": now, "user": server.user, "server": server.name, "step": step,
+                             "reason": reason, "message": message})
 
     def _action_for(self, tracked: Tracked) -> tuple[str, dict[str, Any] | None]:
         action = tracked.policy.action
@@ -404,6 +414,8 @@ class VGPUReclaimer(Application):
         state = postpone(tracked.state, now, tracked.policy)
         self.shares[(user, server)] = replace(tracked, state=state)
         self.counters.postpones.inc()
+        self._journal(now, tracked.server, "keep", tracked.state.kind, f"postpone {state.postpones} of "
+                      f"{tracked.policy.max_postpones}")
         self.log.info("%s kept the GPU share of %s/%s until %.0f (postpone %d of %d)", user, user, server,
                       state.deadline or 0, state.postpones, tracked.policy.max_postpones)
         if not self.dry_run:
@@ -426,15 +438,33 @@ class VGPUReclaimer(Application):
             self._hub_auth = HubAuth(api_url=self.hub_api_url, api_token=self.api_token, cache_max_age=30)
         return self._hub_auth
 
+    @property
+    def hub_oauth(self) -> Any:
+        if getattr(self, "_hub_oauth", None) is None:
+            import os
+
+            from jupyterhub.services.auth import HubOAuth
+
+            self._hub_oauth = HubOAuth(api_url=self.hub_api_url, api_token=self.api_token, cache_max_age=30,
+                                       oauth_client_id=os.environ.get("JUPYTERHUB_CLIENT_ID",
+                                                                      "service-vgpu-reclaimer"))
+        return self._hub_oauth
+
     def make_app(self) -> tornado.web.Application:
+        from jupyterhub.services.auth import HubOAuthCallbackHandler
+
+        from .admin import AdminPage
+
         prefix = "/" + self.service_prefix.strip("/") + "/"
         context = {"reclaimer": self}
         return tornado.web.Application([
+            (prefix + r"admin/?", AdminPage, context),
+            (prefix + r"oauth_callback", HubOAuthCallbackHandler),
             (prefix + r"api/v1/servers/?", AllHandler, context),
             (prefix + r"api/v1/servers/([^/]+)(?:/([^/]*))?/keep/?", KeepHandler, context),
             (prefix + r"api/v1/servers/([^/]+)(?:/([^/]*))?/?", ServerHandler, context),
             (prefix + r"metrics", MetricsHandler, context),
-        ])
+        ], cookie_secret=os.urandom(32))
 
     def start(self) -> None:
         """Serve the API and run a pass every period, until interrupted."""

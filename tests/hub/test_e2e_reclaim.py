@@ -360,6 +360,19 @@ def test_idle_shares_are_warned_kept_and_reclaimed_active_and_exempt_ones_are_no
                      if s.name.endswith("_total")}
         assert reclaimed == {(("action", "cpu"), ("reason", "idle")): 1.0,
                              (("action", "stop"), ("reason", "hoarding")): 1.0}
+        # the admin page: names for admins, 403 for everyone else
+        page = urllib.request.Request(f"http://127.0.0.1:{reclaimer_port}/services/vgpu-reclaimer/admin",
+                                      headers={"Authorization": f"token {ADMIN_TOKEN}"})
+        with urllib.request.urlopen(page) as response:
+            text = response.read().decode()
+        assert "jupyter-bob" in text and "carol" in text and "exempt" in text
+        assert "GPU share reclaimed: idle for 25 min" in text and "postpone 1 of 1" in text
+        page = urllib.request.Request(page.full_url, headers={"Authorization": f"token {bob_token}"})
+        try:
+            urllib.request.urlopen(page)
+            raise AssertionError("a user read the admin page")
+        except urllib.error.HTTPError as error:
+            assert error.code == 403
         hours = {s.labels["reason"]: s.value for s in families["vgpu_reclaimer_gpu_hours_returned"].samples
                  if s.name.endswith("_total")}
         # alice: 25 % of a card, quiet 0 -> 25 min; dave: 25 %, quiet 0 -> 25 min
