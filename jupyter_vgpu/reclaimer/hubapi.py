@@ -56,8 +56,9 @@ def servers_of(model: Mapping[str, Any]) -> list[Server]:
     for name, server in (model.get("servers") or {}).items():
         if not isinstance(server, Mapping):
             continue
-        state = server.get("state") if isinstance(server.get("state"), Mapping) else {}
-        options = server.get("user_options") if isinstance(server.get("user_options"), Mapping) else {}
+        raw_state, raw_options = server.get("state"), server.get("user_options")
+        state: Mapping[str, Any] = raw_state if isinstance(raw_state, Mapping) else {}
+        options: Mapping[str, Any] = raw_options if isinstance(raw_options, Mapping) else {}
         pod, namespace = state.get("pod_name"), state.get("namespace")
         found.append(Server(str(model.get("name")), str(name), groups, bool(server.get("ready")),
                             server.get("pending"), namespace if isinstance(namespace, str) else None,
@@ -84,12 +85,12 @@ class HubClient:
         except HTTPClientError as error:
             if error.code in ok:
                 return error.code, None
-            text = error.response.body.decode(errors="replace")[:500] if error.response else str(error)
-            raise HubError(f"{method} {path}: {error.code} {text}") from None
+            said = error.response.body.decode(errors="replace")[:500] if error.response else str(error)
+            raise HubError(f"{method} {path}: {error.code} {said}") from None
         except OSError as error:
             raise HubError(f"{method} {path}: {error}") from None
-        text = response.body or b""
-        return response.code, json.loads(text) if text.strip() else None
+        body = response.body or b""
+        return response.code, json.loads(body) if body.strip() else None
 
     async def active_servers(self) -> list[Server]:
         """Every user's running or starting servers, page by page."""

@@ -196,7 +196,7 @@ class VGPUReclaimer(Application):
             if unknown:
                 raise ValueError(f"group_overrides[{group!r}]: unknown keys {sorted(unknown)}; "
                                  f"use {', '.join(OVERRIDABLE)}")
-            changes = {OVERRIDABLE[k]: _minutes(k, v) for k, v in override.items()}
+            changes: dict[str, Any] = {OVERRIDABLE[k]: _minutes(k, v) for k, v in override.items()}
             checked.append((str(group), replace(self.base_policy, **changes)))
         return checked
 
