@@ -19,6 +19,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                            "run NVIDIA's MPS control daemon with server-side per-client ceilings"),
     "extender": ("vgpu_plugin.extender.main:main", "run the kube-scheduler extender"),
     "doctor": ("vgpu_plugin.doctor.main:main", "check this node is ready for vGPU notebooks (ok / warn / fail)"),
+    "reclaimer": ("jupyter_vgpu.reclaimer.service:main",
+                  "run the JupyterHub service that reclaims idle GPU shares"),
     "sim": ("vgpu_plugin.demo.main:sim_main", "run the simulated cluster alone"),
     "demo": ("vgpu_plugin.demo.main:demo_main", "simulated cluster + JupyterLab on a vGPU notebook pod"),
 }

@@ -145,6 +145,19 @@ class VGPUMagics(SettingsAliases, Magics):
         if latest is not None:
             print()
             print(f"last request {latest.id}: {latest.state} — {latest.message}")
+        reclaim = self._reclaim_text()
+        if reclaim:
+            print()
+            print(reclaim)
+
+    def _reclaim_text(self) -> str | None:
+        """The GPU reclaimer's warning or what it did (under a Hub running it)."""
+        import os
+
+        from jupyter_vgpu.reclaimer.client import ReclaimClient, reclaim_text
+
+        client = ReclaimClient.from_environ(os.environ)
+        return None if client is None else reclaim_text(client.state())
 
     def _cmd_topo(self, args: argparse.Namespace) -> Any:
         from jupyter_vgpu.widgets.views import TopologyView

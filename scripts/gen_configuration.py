@@ -41,6 +41,10 @@ TRAITLETS = [
     ("jupyter_vgpu.server.app:VGPUExtension", "Server extension, in `jupyter_server_config.py` (or `--VGPUExtension.<name>=...`)."),
     ("jupyter_vgpu.magic:VGPUMagics", "Kernel side (`%vgpu`, widgets), in `ipython_config.py` / `ipython_kernel_config.py`."),
     ("jupyter_vgpu.hub:VGPUHub", "JupyterHub, in `jupyterhub_config.py` (see docs/admin.md for the KubeSpawner wiring)."),
+    ("jupyter_vgpu.reclaimer.service:VGPUReclaimer",
+     "The GPU reclaimer service (`jupyter-vgpu reclaimer`, started by the Hub through "
+     "`jupyter_vgpu.reclaimer.hubconfig.configure_reclaimer(c, args=[...])`): `--VGPUReclaimer.<name>=...` "
+     "or a `--VGPUReclaimer.config_file`."),
 ]
 
 

@@ -44,9 +44,10 @@ class VGPUExtension(SettingsAliases, ExtensionApp):
                       getattr(self.tracker.requester, "name", "nothing"))
 
     def initialize_handlers(self) -> None:
+        from jupyter_vgpu.server import reclaim
         from jupyter_vgpu.server.handlers import routes
 
-        self.handlers.extend(routes())
+        self.handlers.extend(routes() + reclaim.routes())
 
     async def call(self, method: str, *args: Any) -> dict[str, Any]:
         """Run a FactSource method off the event loop."""

@@ -10,6 +10,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { VgpuClient } from './api';
+import { ReclaimBanner } from './reclaim';
 import { DEFAULT_SETTINGS, VgpuModel, VgpuSettings } from './model';
 import { VgpuPanel } from './panel';
 import { VgpuStatus } from './statusbar';
@@ -51,6 +52,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const shell = app.shell;
     const model = new VgpuModel(new VgpuClient(app.serviceManager.serverSettings));
     const panel = new VgpuPanel(model);
+    const banner = new ReclaimBanner(app.serviceManager.serverSettings);
+    panel.node.prepend(banner.node);
+    banner.start();
     panel.title.icon = vgpuIcon;
     shell.add(panel, 'right', { rank: 600 });
     if (restorer) {

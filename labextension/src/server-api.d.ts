@@ -113,6 +113,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/reclaim": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * This server's GPU reclaim state (idle-share warning, countdown, what happened)
+         * @description Asked of the GPU reclaimer service (`jupyter-vgpu reclaimer`) with this server's Hub token. `state` is `off` without a reclaimer (not under JupyterHub, or `VGPU_RECLAIMER_URL` unset), `unreachable` when it does not answer, else `watched` with `reclaim`: the share's phase (`warned` carries the deadline and `secondsLeft`), and `lastReclaim` when this server was restarted by a reclaim.
+         */
+        get: operations["getReclaim"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/reclaim/keep": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Keep my GPU (postpone a warned reclaim)
+         * @description The deadline moves by the hub's postpone time, a limited number of times.
+         */
+        post: operations["keepGpu"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -304,6 +344,61 @@ export interface components {
             cores: number;
             /** @description '4GiB', '4096MiB', or a number of 256 MiB units; needed for a share of a card, left out for a release. */
             memory?: string | number | null;
+        };
+        ReclaimReply: {
+            /** @enum {string} */
+            state: "watched" | "off" | "unreachable";
+            /** @description Why off or unreachable; null when watched. */
+            message: string | null;
+            reclaim: components["schemas"]["ReclaimView"] | null;
+        };
+        ReclaimView: {
+            user: string;
+            /** @description The server name ("" for the default server). */
+            server: string;
+            /** @description The reclaimer only logs: show no warning. */
+            dryRun: boolean;
+            /** @description The reclaimer's clock (Unix seconds): count down from it. */
+            now: number;
+            /**
+             * @description none: no GPU share watched (e.g. after a reclaim); warned: a reclaim is due at deadline.
+             * @enum {string}
+             */
+            phase: "none" | "active" | "idle" | "hoarding" | "unknown" | "exempt" | "warned" | "reclaimed";
+            /** @enum {string|null} */
+            reason: "idle" | "hoarding" | null;
+            /** @description Seconds the share has not computed. */
+            quietSeconds: number | null;
+            /** @description Unix seconds of the reclaim (warned only). */
+            deadline: number | null;
+            secondsLeft: number | null;
+            postponesLeft: number | null;
+            /** @description What one "keep my GPU" adds. */
+            postponeSeconds: number | null;
+            /**
+             * @description What the reclaim does.
+             * @enum {string}
+             */
+            action: "cpu" | "shrink" | "stop";
+            cores?: number;
+            memoryMib?: number;
+            lastReclaim: components["schemas"]["LastReclaim"] | null;
+        };
+        LastReclaim: {
+            at: number;
+            /** @enum {string} */
+            reason: "idle" | "hoarding";
+            /** @enum {string} */
+            action: "cpu" | "shrink" | "stop";
+            /** @description What happened */
+            message: string;
+            /** @enum {string} */
+            outcome: "pending" | "done" | "failed";
+            cores?: number;
+            memoryMib?: number;
+            quietSeconds?: number;
+            postpones?: number;
+            policyAction?: string;
         };
     };
     responses: {
@@ -507,6 +602,66 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             /** @description No request with this id. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getReclaim: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The reclaim state. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReclaimReply"];
+                };
+            };
+            403: components["responses"]["Forbidden"];
+        };
+    };
+    keepGpu: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Postponed; the new state. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReclaimReply"];
+                };
+            };
+            403: components["responses"]["Forbidden"];
+            /** @description Nothing to postpone (no warning, no reclaimer), or the postpones are used up; the message says which. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The reclaimer does not answer. */
+            502: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -68,6 +68,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler-container", default=_env("SCHEDULER_CONTAINER", "kube-scheduler"),
                    help="the kube-scheduler container's name in that pod (default kube-scheduler; "
                         f"env {ENV_PREFIX}SCHEDULER_CONTAINER)")
+    p.add_argument("--queue-notices", type=float, default=_env("QUEUE_NOTICES", "5"),
+                   help="seconds between Events telling each waiting vGPU pod its position, why it waits and "
+                        f"what fits now (0: off; env {ENV_PREFIX}QUEUE_NOTICES)")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"),
                    help=f"logging level (env {ENV_PREFIX}LOG_LEVEL)")
     return p
@@ -84,6 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         names = contract.Names(domain=args.domain)
     except ValueError as error:
         print(f"jupyter-vgpu extender: --domain: {error}", file=sys.stderr)
+        return 2
+    if args.queue_notices < 0:
+        print("jupyter-vgpu extender: --queue-notices must be 0 (off) or a number of seconds", file=sys.stderr)
         return 2
     schedulers = tuple(name.strip() for name in args.scheduler_names.split(",") if name.strip())
     if not schedulers:
@@ -105,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     extender = Extender(port=args.port, address=args.address, prefix=args.prefix, policy=args.policy,
                         names=names, api_client=api_client, metrics_port=args.metrics_port,
                         tls_cert=args.tls_cert, tls_key=args.tls_key, client_ca=args.client_ca,
-                        scheduler_names=schedulers)
+                        scheduler_names=schedulers, queue_notice_interval=args.queue_notices or None)
     try:
         extender.start()
     except OSError as error:

@@ -36,6 +36,8 @@ from jupyter_vgpu.core.contract import CORES_PER_CARD, MEMORY_UNIT_MIB, Names
 from .decisions import Decisions, PodAPI, PodProblem
 from .headroom import HostHeadroom
 from .ledger import Ledger
+from .notices import QueueNotifier
+from .waiting import queue_report
 from .wire import (
     WireError,
     binding_result,
@@ -207,6 +209,13 @@ class InspectHandler(_Handler):
         self.write_json(report)
 
 
+class QueueHandler(_Handler):
+    """``GET /queue``: pending vGPU pods in order, why each waits, what fits now (waiting.py)."""
+
+    def get(self) -> None:
+        self.write_json(self.extender.queue_report())
+
+
 def inspect(ledger: Ledger, policy: str, synced: bool, only: str | None = None) -> dict[str, Any]:
     """Per node and card: capacity, held shares by pod, free capacity."""
     nodes = []
@@ -293,7 +302,8 @@ class Extender:
                  metrics_port: int | None = None, metrics_address: str = "",
                  tls_cert: str | None = None, tls_key: str | None = None,
                  client_ca: str | None = None,
-                 scheduler_names: Collection[str] = (contract.SCHEDULER_NAME,)) -> None:
+                 scheduler_names: Collection[str] = (contract.SCHEDULER_NAME,),
+                 queue_notice_interval: float | None = 5.0) -> None:
         self.ssl_context = server_tls(tls_cert, tls_key, client_ca)
         self.port = port
         self.address = address
@@ -311,12 +321,23 @@ class Extender:
                                     schedulers=scheduler_names, hosts=hosts)
             api = api or KubePodAPI(api_client)
         self.decisions = Decisions(self.ledger, api, names, policy, scheduler_names, hosts=hosts)
+        self.notifier: QueueNotifier | None = None
+        if api_client is not None and queue_notice_interval:
+            self.notifier = QueueNotifier(self.queue_report, api_client, queue_notice_interval)
         self.metrics = ExtenderMetrics(self.ledger)
         self.executor: ThreadPoolExecutor | None = None
         self._bind_workers = bind_workers
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._servers: list[tornado.httpserver.HTTPServer] = []
+
+    def queue_report(self) -> dict[str, Any]:
+        """``GET /queue``: the pending vGPU pods in order, why they wait, what fits now (waiting.py)."""
+        pods = self.view.pods.items() if self.view is not None else []
+        with self.ledger.lock:
+            free = {name: entry.free for name, entry in self.ledger.nodes.items() if entry.known}
+        schedulers = self.decisions.schedulers or frozenset((contract.SCHEDULER_NAME,))
+        return queue_report(pods, free, self.names, schedulers)
 
     @property
     def url(self) -> str:
@@ -339,6 +360,7 @@ class Extender:
             ("/healthz", HealthHandler, kwargs),
             ("/metrics", MetricsHandler, kwargs),
             ("/inspect", InspectHandler, kwargs),
+            ("/queue", QueueHandler, kwargs),
         ], log_function=_log_request)
 
     def metrics_application(self) -> tornado.web.Application:
@@ -364,6 +386,8 @@ class Extender:
         self.executor = ThreadPoolExecutor(self._bind_workers, thread_name_prefix="extender-bind")
         if self.view is not None:
             self.view.start()
+            if self.notifier is not None:
+                self.notifier.start()
         else:
             gc.freeze()  # a ledger given whole: keep it out of the cyclic GC's full collections
         ready = threading.Event()
@@ -416,6 +440,8 @@ class Extender:
         if self.executor is not None:
             self.executor.shutdown(wait=True, cancel_futures=True)
             self.executor = None
+        if self.notifier is not None:
+            self.notifier.stop()
         if self.view is not None:
             self.view.stop()
 

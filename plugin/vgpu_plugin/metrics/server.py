@@ -48,6 +48,7 @@ from .api import (
 )
 from .collectors import GpuManagerCollector, NodeCollector
 from .flags import DEFAULT_SCRAPE_PORT
+from .podusage import PodUsageHandler
 from .sampler import PodSource, Sampler
 from .scrape import PrometheusHandler, ScrapeAuth
 
@@ -131,10 +132,12 @@ class MetricsServer:
         ])
 
     def make_scrape_app(self) -> tornado.web.Application:
-        """The scrape port: every tenant's series, for the holder of the scrape token."""
+        """The scrape port: every tenant's series and usage history, for the holder of the scrape token."""
         return tornado.web.Application([
             (r"/metrics", PrometheusHandler, {"registry": self.metrics_registry, "auth": self.scrape_auth}),
             (r"/metric", PrometheusHandler, {"registry": self.gpu_manager_registry, "auth": self.scrape_auth}),
+            (r"/api/v1/pods", PodUsageHandler, {"sampler": self.sampler, "auth": self.scrape_auth,
+                                                "clock": self.context.clock}),
         ])
 
     @property
