@@ -67,8 +67,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
       icon: vgpuIcon,
       execute: () => {
         shell.activateById(panel.id);
-        // put the keyboard where the person can act
-        const target = panel.node.querySelector<HTMLElement>('input, button');
+        // put the keyboard where the person can act: the reclaim banner's button when it
+        // warns, else the panel's first control (the banner's is hidden without a warning)
+        const target =
+          banner.node.querySelector<HTMLElement>('.jp-vgpu-mod-warned button') ??
+          Array.from(panel.node.querySelectorAll<HTMLElement>('input, button')).find(
+            element => !banner.node.contains(element)
+          );
         target?.focus({ preventScroll: true });
       }
     });

@@ -10,7 +10,6 @@ tests/artifacts/.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -55,6 +54,8 @@ def test_panel_shows_allocation_topology_live_usage_and_request(browser: Any, la
     page = open_lab(browser, lab)
     posts: list[str] = []
     page.on("request", lambda r: posts.append(r.url) if r.method == "POST" and "/vgpu/api/" in r.url else None)
+    streams: list[Any] = []  # the panel's usage websockets
+    page.on("websocket", lambda ws: streams.append(ws) if "/vgpu/api/" in ws.url else None)
 
     # the status bar knows the share before the panel is ever opened
     status = page.locator(".jp-vgpu-status")
@@ -117,9 +118,8 @@ def test_panel_shows_allocation_topology_live_usage_and_request(browser: Any, la
     page.locator(".jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id='jp-vgpu-panel']").click()
     page.wait_for_selector(PANEL, state="hidden")
     page.wait_for_selector(f"{PANEL}[data-vgpu-transport='poll']", state="attached")
-    points_hidden = int(line.get_attribute("data-points") or 0)
-    time.sleep(3)  # a visible panel would take ~6 samples in this time
-    assert int(line.get_attribute("data-points") or 0) <= points_hidden + 1
+    assert streams, "the visible panel streamed its usage"
+    wait_for(lambda: all(ws.is_closed() for ws in streams), timeout=30, what="the hidden panel's stream to close")
     page.keyboard.press("Alt+Shift+G")
     page.wait_for_selector(f"{PANEL}[data-vgpu-transport='stream']")
 
