@@ -6,7 +6,7 @@ kubernetes_asyncio, which KubeSpawner imports).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jupyter_vgpu.core import contract
@@ -87,3 +87,21 @@ def set_env(container: Any, values: Mapping[str, str]) -> None:
 
 def _env_name(entry: Any) -> str | None:
     return entry.get("name") if isinstance(entry, Mapping) else getattr(entry, "name", None)
+
+
+TOLERATION_FIELDS = ("key", "operator", "value", "effect")
+
+
+def add_tolerations(pod: Any, tolerations: Sequence[Mapping[str, str]]) -> None:
+    """Add each toleration (``{"key", "operator", "value", "effect"}``) the pod does not have yet."""
+    from kubernetes_asyncio.client.models import V1Toleration
+
+    present = list(pod.spec.tolerations or [])
+    seen = {tuple(getattr(t, field, None) if not isinstance(t, Mapping) else t.get(field)
+                  for field in TOLERATION_FIELDS) for t in present}
+    for spec in tolerations:
+        fields = tuple(spec.get(field) for field in TOLERATION_FIELDS)
+        if fields not in seen:
+            present.append(V1Toleration(**dict(zip(TOLERATION_FIELDS, fields, strict=True))))
+            seen.add(fields)
+    pod.spec.tolerations = present

@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from traitlets import Bool, Dict, Enum, List, Unicode, default
+from traitlets import Bool, Dict, Enum, List, Unicode, default, validate
 from traitlets.config import Config, Configurable
 
 from jupyter_vgpu.core import contract
@@ -25,6 +25,22 @@ class VGPUHub(Configurable):
     resource_domain = Unicode(contract.DEFAULT_RESOURCE_DOMAIN, help="Domain of the vcuda-core/vcuda-memory resources.").tag(config=True)
 
     scheduler_name = Unicode(contract.SCHEDULER_NAME, help="schedulerName set on pods that ask for a vGPU (only on those).").tag(config=True)
+
+    gpu_node_tolerations = List(
+        Dict(),
+        default_value=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        help="Tolerations added to pods that ask for a vGPU (only to those), so GPU nodes can be tainted "
+        "to keep CPU-only pods from stranding their GPUs (docs/admin.md, 'Keep GPUs from being stranded'). "
+        "Each is {'key', 'operator', 'value', 'effect'}; [] adds none.",
+    ).tag(config=True)
+
+    @validate("gpu_node_tolerations")
+    def _valid_tolerations(self, proposal: Any) -> list[dict[str, str]]:
+        for toleration in proposal["value"]:
+            unknown = set(toleration) - set(vgpu_pod.TOLERATION_FIELDS)
+            if unknown or not all(isinstance(v, str) for v in toleration.values()):
+                raise ValueError(f"toleration {toleration!r}: string values for {', '.join(vgpu_pod.TOLERATION_FIELDS)} only")
+        return list(proposal["value"])
 
     runtime_class_name = Unicode(
         "",
@@ -172,6 +188,7 @@ class VGPUHub(Configurable):
         pod.spec.scheduler_name = self.scheduler_name
         if self.runtime_class_name:
             pod.spec.runtime_class_name = self.runtime_class_name
+        vgpu_pod.add_tolerations(pod, self.gpu_node_tolerations)
         notebook_request = requests.get(0)
         if notebook_request is not None:
             vgpu_pod.set_env(notebook, vgpu_pod.hint_env(notebook_request, limit))

@@ -266,6 +266,19 @@ def test_share_text(text, cores, units):
     assert parse_share_text(text) == contract.Request(cores, units)
 
 
+async def test_vgpu_pods_tolerate_the_gpu_node_taint_and_cpu_pods_do_not():
+    """GPU nodes tainted nvidia.com/gpu keep CPU-only pods off (docs/admin.md): vGPU pods tolerate it."""
+    pod = await spawn_pod(make_spawner(hub_config()), formdata={"profile": ["vgpu-quarter"]})
+    assert [(t.key, t.operator, t.effect) for t in pod.spec.tolerations or []
+            if t.key == "nvidia.com/gpu"] == [("nvidia.com/gpu", "Exists", "NoSchedule")]
+    pod = await spawn_pod(make_spawner(hub_config()), formdata={"profile": ["cpu"]})
+    assert not [t for t in pod.spec.tolerations or [] if getattr(t, "key", None) == "nvidia.com/gpu"]
+    pod = await spawn_pod(make_spawner(hub_config(gpu_node_tolerations=[])), formdata={"profile": ["vgpu-quarter"]})
+    assert not [t for t in pod.spec.tolerations or [] if getattr(t, "key", None) == "nvidia.com/gpu"]
+    with pytest.raises(Exception, match="string values"):
+        hub_config(gpu_node_tolerations=[{"key": "x", "tolerationSeconds": 5}])
+
+
 async def test_runtime_class_goes_on_vgpu_pods_only():
     """Where nvidia is not containerd's default runtime, vGPU pods need its RuntimeClass;
     CPU pods keep whatever the admin set (none here)."""
