@@ -260,3 +260,12 @@ def confirmed_record(core_v1: Any, name: str, timeout: float = 20.0, namespace: 
         return allocation if all(ctr.allocation_id for ctr in allocation.containers) else None
 
     return wait_for(confirmed, timeout=timeout, what=f"{name} assigned and confirmed")
+
+
+def serve_pod(core_v1: Any, gpus: SimulatedGPUs, peer: KubeletPeer, name: str = "a") -> None:
+    """Pod ``name`` (70 cores, 20 units on card 0) placed, admitted by kubelet and marked served."""
+    place_pod(core_v1, gpus, name, [(Request(70, 20), (0,))])
+    peer.admit(CORE, 70, all_ids("core"))
+    peer.admit(MEMORY, 20, all_ids("memory"))
+    wait_for(lambda: annotations(core_v1, name).get(NAMES.gpu_assigned) == "true", timeout=20,
+             what=f"{name} served")

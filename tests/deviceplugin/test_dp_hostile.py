@@ -25,6 +25,7 @@ from deviceplugin_support import (
     make_node,
     place_pod,
     read_pod,
+    serve_pod,
     wait_registered,
 )
 from simkube.waiting import wait_for
@@ -174,10 +175,7 @@ def test_a_garbled_checkpoint_never_keeps_the_daemon_from_registering(daemons, p
     make_node(core_v1)
     first = daemons(gpus)
     wait_registered(peer)
-    place_pod(core_v1, gpus, "a", [(Request(70, 20), (0,))])
-    peer.admit(CORE, 70, all_ids("core"))
-    peer.admit(MEMORY, 20, all_ids("memory"))
-    wait_for(lambda: annotations(core_v1, "a").get(NAMES.gpu_assigned) == "true", timeout=20)
+    serve_pod(core_v1, gpus, peer)
     first.stop()
     garbled_checkpoint(first.checkpoint_path, read_pod(core_v1, "a")["metadata"]["uid"], how)
 

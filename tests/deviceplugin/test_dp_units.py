@@ -132,15 +132,12 @@ def test_the_command_runs_registers_and_stops_on_sigterm(kube, plugin_dir, tmp_p
 
 
 def test_restart_rebuilds_from_annotations_without_a_checkpoint(daemons, peer, gpus, core_v1):
-    from deviceplugin_support import all_ids, wait_registered
+    from deviceplugin_support import all_ids, serve_pod, wait_registered
 
     make_node(core_v1)
     first = daemons(gpus)
     wait_registered(peer)
-    place_pod(core_v1, gpus, "a", [(Request(70, 20), (0,))])
-    peer.admit(CORE, 70, all_ids("core"))
-    peer.admit(MEMORY, 20, all_ids("memory"))
-    wait_for(lambda: annotations(core_v1, "a").get(NAMES.gpu_assigned) == "true", timeout=20)
+    serve_pod(core_v1, gpus, peer)
     first.stop()
     second = daemons(gpus)  # this kubelet keeps no checkpoint: the annotations are the record
     wait_registered(peer, 4)
