@@ -122,7 +122,7 @@ def test_refusals_say_what_is_free() -> None:
     refused = place_slices(slices, frozenset(), {0: Request(50, 40)})
     assert isinstance(refused, SliceRefusal)
     assert "largest free one is MIG 2g.10gb on GPU 0" in refused.reason
-    assert "no MIG slices" in place_slices((), frozenset(), {0: Request(5, 4)}).reason  # type: ignore[union-attr]
+    assert "no MIG slices" in place_slices((), frozenset(), {0: Request(5, 4)}).reason
     whole = place_slices(slices, frozenset(), {0: Request(100)})
     assert isinstance(whole, SliceRefusal) and "whole cards" in whole.reason
 

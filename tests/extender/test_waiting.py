@@ -43,7 +43,7 @@ def test_why_and_what_fits_now() -> None:
     assert alternative(Request(50, GIB), {"a": ()}) is None
 
 
-def pending(name: str, priority: int, second: int, **kwargs) -> dict:  # type: ignore[no-untyped-def]
+def pending(name: str, priority: int, second: int, **kwargs) -> dict:
     obj = pod(name, **kwargs)
     obj["metadata"]["uid"] = f"uid-{name}"
     obj["metadata"]["creationTimestamp"] = f"2026-11-25T09:{second // 60:02d}:{second % 60:02d}Z"
@@ -70,7 +70,7 @@ def test_a_burst_of_50_has_one_consistent_order(specs: list[tuple[int, int]], sh
     assert [e["pod"] for e in report["pending"]] == order
 
 
-def test_get_queue_from_the_extender(cluster) -> None:  # type: ignore[no-untyped-def]
+def test_get_queue_from_the_extender(cluster) -> None:
     for name in ("gpu-a", "gpu-b", "gpu-c"):
         cluster.add_node(node(name, count=2, memory_gib=8))
     cluster.start_extender()
@@ -78,7 +78,7 @@ def test_get_queue_from_the_extender(cluster) -> None:  # type: ignore[no-untype
     burst = [cluster.add_pod(pending(f"b{i:02d}", i % 3, i, cores=10, memory_units=GIB)) for i in range(50)]
     url = cluster.extender.base_url + "/queue"
 
-    def listed():  # type: ignore[no-untyped-def]
+    def listed():
         status, body = get(url)
         report = json.loads(body)
         return report if status == 200 and len(report["pending"]) == 51 else None
@@ -98,7 +98,7 @@ def test_get_queue_from_the_extender(cluster) -> None:  # type: ignore[no-untype
     assert len(burst) == 50 and big["metadata"]["name"] == "big"
 
 
-def test_each_waiting_pod_is_told_where_it_stands(cluster) -> None:  # type: ignore[no-untyped-def]
+def test_each_waiting_pod_is_told_where_it_stands(cluster) -> None:
     """A burst of 50 pods that fit nowhere: each gets one VGPUWaiting Event (what KubeSpawner
     shows on the spawn page) whose position is the one GET /queue gives."""
     for name in ("gpu-a", "gpu-b", "gpu-c"):
@@ -107,11 +107,11 @@ def test_each_waiting_pod_is_told_where_it_stands(cluster) -> None:  # type: ign
     for i in range(50):
         cluster.add_pod(pending(f"w{i:02d}", i % 4, i, cores=50, memory_units=20 * GIB))
 
-    def told():  # type: ignore[no-untyped-def]
+    def told():
         events = [e for e in cluster.core.list_namespaced_event("default").items if e.reason == "VGPUWaiting"]
         return events if len({e.involved_object.name for e in events}) == 50 else None
 
-    def queued():  # type: ignore[no-untyped-def]
+    def queued():
         status, body = get(extender.base_url + "/queue")
         pending = json.loads(body)["pending"] if status == 200 else []
         return {e["pod"]: e["position"] for e in pending} if len(pending) == 50 else None
@@ -123,7 +123,7 @@ def test_each_waiting_pod_is_told_where_it_stands(cluster) -> None:  # type: ign
         return (f"position {positions[pod]} of 50 waiting for a vGPU: no card on any node has 50 % and 20 GiB "
                 "free; a 50 % share with 8 GiB fits on 3 nodes now")
 
-    def all_current():  # type: ignore[no-untyped-def]
+    def all_current():
         # while the burst arrived, earlier lines may have named other positions; the latest is current
         events = told() or []
         said = {(e.involved_object.name, e.message) for e in events}

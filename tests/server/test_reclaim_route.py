@@ -12,11 +12,11 @@ import pytest
 from jupyter_vgpu.reclaimer.client import ENV_RECLAIMER_URL
 
 
-def fetch(run, jp_fetch, *parts, **kwargs):  # type: ignore[no-untyped-def]
+def fetch(run, jp_fetch, *parts, **kwargs):
     return run(jp_fetch("vgpu", "api", *parts, raise_error=False, **kwargs))
 
 
-def test_off_without_a_reclaimer(run, jp_fetch, monkeypatch):  # type: ignore[no-untyped-def]
+def test_off_without_a_reclaimer(run, jp_fetch, monkeypatch):
     monkeypatch.delenv(ENV_RECLAIMER_URL, raising=False)
     answer = fetch(run, jp_fetch, "reclaim")
     assert answer.code == 200
@@ -33,7 +33,7 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-def test_unreachable_is_a_state_and_keep_a_502(run, jp_fetch, monkeypatch, closed_port):  # type: ignore[no-untyped-def]
+def test_unreachable_is_a_state_and_keep_a_502(run, jp_fetch, monkeypatch, closed_port):
     monkeypatch.setenv(ENV_RECLAIMER_URL, f"http://127.0.0.1:{closed_port}/services/vgpu-reclaimer/api/v1/")
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "server-token")
     monkeypatch.setenv("JUPYTERHUB_USER", "alice")

@@ -508,7 +508,7 @@ def test_kubectl_prints_the_columns_of_a_real_cluster(kube, core_v1, kubectl):
     assert rows[0][1:] == ["Normal", "Scheduled", "pod/nb", "Successfully assigned default/nb to gpu-1"]
 
     # the same Table to a raw client; a bad includeObject is a 400, not a crash
-    def table(include: str):  # type: ignore[no-untyped-def]
+    def table(include: str):
         request = urllib.request.Request(f"{kube.url}/api/v1/namespaces/default/pods?includeObject={include}",
                                          headers={**kube.auth_headers(),
                                                   "Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})

@@ -16,7 +16,7 @@ CASES = json.loads((Path(__file__).resolve().parents[2] / "labextension" / "test
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["words"] for c in CASES])
-def test_the_widgets_word_a_card_as_the_panel_does(case):  # type: ignore[no-untyped-def]
+def test_the_widgets_word_a_card_as_the_panel_does(case):
     gpu = case["gpu"]
     assert glossary.occupancy(gpu) == case["words"]
     topology = {"node": "n", "gpus": [gpu]}
@@ -26,7 +26,7 @@ def test_the_widgets_word_a_card_as_the_panel_does(case):  # type: ignore[no-unt
     assert case["words"] in render.topology_text({"state": "available", "topology": topology})
 
 
-def test_the_glossary_is_the_panels_file():  # type: ignore[no-untyped-def]
+def test_the_glossary_is_the_panels_file():
     source = Path(__file__).resolve().parents[2] / "labextension" / "src" / "glossary.json"
     assert glossary.glossary() == json.loads(source.read_text(encoding="utf-8"))
     assert glossary.colour("compute") == "var(--jp-brand-color1, #1976d2)"

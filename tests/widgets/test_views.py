@@ -186,7 +186,7 @@ SLICE = {
 }
 
 
-def test_a_mig_slice_is_shown_as_isolated(comms):  # type: ignore[no-untyped-def]
+def test_a_mig_slice_is_shown_as_isolated(comms):
     card = AllocationCard(source=None, answer=SLICE)
     title = comms.last(card.children[1].model_id, "value")
     assert "MIG 2g.10gb on GPU 0 (isolated)" in title and "MIG-0a1b2c3d" in title
@@ -196,7 +196,7 @@ def test_a_mig_slice_is_shown_as_isolated(comms):  # type: ignore[no-untyped-def
     assert "MIG 2g.10gb on GPU 0 (isolated)" in text and "10 GiB of 10 GiB" in text
 
 
-def test_the_environment_of_a_slice_container_names_its_profile():  # type: ignore[no-untyped-def]
+def test_the_environment_of_a_slice_container_names_its_profile():
     from jupyter_vgpu.core import contract
     from jupyter_vgpu.sources.base import env_allocation
 
