@@ -17,6 +17,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -149,20 +150,70 @@ def _files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
+@dataclass
+class DemoRun:
+    """`jupyter-vgpu demo ...` started as a user would, with a home, a temp dir and a working dir of
+    its own: what the demo leaves in them is checked after Ctrl-C."""
+
+    process: subprocess.Popen[str]
+    output: Output
+    port: int
+    home: Path
+    tmp: Path
+    cwd: Path
+
+
+def _start_demo(tmp_path: Path, *flags: str) -> DemoRun:
     port = _free_port()
-    # a home, a temp dir and a working dir of its own: what the demo leaves in them is checked at the end
     home, tmp, cwd = tmp_path / "home", tmp_path / "tmp", tmp_path / "cwd"
     for path in (home, tmp, cwd):
         path.mkdir()
     environ = {key: value for key, value in os.environ.items()
                if not key.startswith(("JUPYTER", "IPYTHON", "XDG_", "MPLCONFIG"))}
-    process = subprocess.Popen([str(BIN / "jupyter-vgpu"), "demo", "--no-browser", "--port", str(port)],
+    process = subprocess.Popen([str(BIN / "jupyter-vgpu"), "demo", *flags, "--no-browser", "--port", str(port)],
                                cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env={**environ, "HOME": str(home), "TMPDIR": str(tmp),
                                     "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
     output = Output(process.stdout)
     output.start()
+    return DemoRun(process, output, port, home, tmp, cwd)
+
+
+def _ctrl_c(run: DemoRun) -> int:
+    """Ctrl-C the demo (if it still runs) and wait for it to finish stopping."""
+    if run.process.poll() is None:
+        run.process.send_signal(signal.SIGINT)
+    try:
+        code = run.process.wait(90)
+    except subprocess.TimeoutExpired:
+        run.process.kill()
+        raise
+    run.output.join(10)
+    return code
+
+
+def _assert_nothing_left(run: DemoRun, code: int, processes: set[int], token: str, workdir: str,
+                         kept: tuple[Path, ...] = ()) -> None:
+    """A clean stop: exit 0, its processes gone, the work dir gone, the port free again, and
+    nothing written to the home (but the notebooks in ``kept``), the temp dir or the working dir."""
+    assert code == 0, run.output.text()[-3000:]
+    assert "jupyter-vgpu demo: stopping" in run.output.lines
+    wait_for(lambda: not [p for p in processes if _alive(p)], timeout=20, interval=0.2,
+             what="the demo's processes to exit with it")
+    assert not _processes_mentioning(token, workdir)
+    assert not os.path.exists(workdir), "the work dir (kubeconfig, sockets, logs) was left behind"
+    for path in kept:
+        assert path.is_file()
+    assert [name for name in _files(run.home) if not name.startswith("jupyter-vgpu-demo")] == [], _files(run.home)
+    assert _files(run.tmp) == [] and _files(run.cwd) == []
+    with socket.socket() as sock:  # the lab's port is free again (as a server binds it)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", run.port))
+
+
+def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
+    run = _start_demo(tmp_path)
+    process, output, port, home = run.process, run.output, run.port, run.home
     try:
         match = output.wait_for(rf"http://127\.0\.0\.1:{port}/lab\?token=([0-9a-f]{{32,}})", process, 180)
         token = match.group(1)
@@ -277,28 +328,65 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
         processes = _descendants(process.pid)
         assert processes, "the demo runs the lab as a child process"
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-        try:
-            code = process.wait(90)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
-        output.join(10)
+        code = _ctrl_c(run)
+    # the notebooks stay
+    _assert_nothing_left(run, code, processes, token, workdir, kept=(notebooks / created["path"],))
 
-    assert code == 0, output.text()[-3000:]
-    assert "jupyter-vgpu demo: stopping" in output.lines
-    wait_for(lambda: not [p for p in processes if _alive(p)], timeout=20, interval=0.2,
-             what="the demo's processes to exit with it")
-    assert not _processes_mentioning(token, workdir)
-    assert not os.path.exists(workdir), "the work dir (kubeconfig, sockets, logs) was left behind"
-    # the notebooks stay; nothing else was written to the home, the temp dir or where it was started
-    assert (notebooks / created["path"]).is_file()
-    assert [name for name in _files(home) if not name.startswith("jupyter-vgpu-demo")] == [], _files(home)
-    assert _files(tmp) == [] and _files(cwd) == []
-    with socket.socket() as sock:  # the lab's port is free again (as a server binds it)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
+
+def test_demo_isolated_puts_the_notebook_on_a_mig_slice_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
+    """`jupyter-vgpu demo --isolated`: the notebook asks for 25 % and 4 GiB with isolation, lands on the
+    smallest MIG slice that holds that (a 2g.10gb: the 1g.5gb has 1/7 of the compute), and the lab
+    reports the whole slice, as the guide says."""
+    run = _start_demo(tmp_path, "--isolated", "--no-neighbours")
+    processes: set[int] = set()
+    token = workdir = ""
+    try:
+        token = run.output.wait_for(rf"http://127\.0\.0\.1:{run.port}/lab\?token=([0-9a-f]{{32,}})", run.process,
+                                    180).group(1)
+        kubeconfig = run.output.wait_for(r"\s*kubectl --kubeconfig (\S+) get pods -A -o wide", run.process, 10).group(1)
+        workdir = os.path.dirname(kubeconfig)
+        # the guide says where the notebook is, in the panel's words, with the slice's real size
+        guide = run.output.text()
+        said = re.search(r"your notebook: pod default/notebook on node a100-mig: MIG 2g\.10gb on GPU 0 \(isolated\): "
+                         r"the whole slice, 28 % of the card's compute and 10 GiB \(asked 25 % and 4 GiB\); "
+                         r"device (MIG-\S+)", guide)
+        assert said, guide
+        assert "on a MIG slice the hardware isolates your compute and memory" in guide
+        device = said.group(1)
+
+        # the pod holds that slice (the bind's annotation), of the node's inventory, and nothing smaller fits
+        from kubernetes import client, config
+
+        from jupyter_vgpu.core import contract as c
+        from jupyter_vgpu.core.inventory import NodeInventory
+
+        core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
+        pod = core.read_namespaced_pod("notebook", "default")
+        assert pod.metadata.annotations[c.DEFAULT_NAMES.isolation] == "mig"
+        assert pod.metadata.annotations[c.DEFAULT_NAMES.mig_slice(0)] == device
+        inventory = NodeInventory.from_json(core.read_node("a100-mig").metadata.annotations[
+            c.DEFAULT_NAMES.node_inventory])
+        slices = {s.uuid: s for s in inventory.card(0).slices}
+        assert slices[device].profile == "2g.10gb"
+        assert sorted(s.profile for s in slices.values()) == ["1g.5gb", "2g.10gb", "2g.10gb", "2g.10gb"]
+
+        # the lab's vgpu/api reports the slice: its profile, the GPU, isolation, the whole slice's size
+        base = f"http://127.0.0.1:{run.port}/"
+        allocation = _api(base, token, "vgpu/api/allocation")
+        assert allocation["state"] == "allocated" and allocation["source"] == "node-api", allocation
+        held = allocation["allocation"]
+        assert (held["node"], held["pod"], held["enforcement"]) == ("a100-mig", "notebook", c.ENFORCEMENT_MIG)
+        assert (held["cores"], held["memoryMib"]) == (28, 10240)
+        (card,) = held["cards"]
+        assert card == {"index": 0, "uuid": device, "model": "NVIDIA A100-SXM4-40GB", "cores": 28,
+                        "memoryMib": 10240, "memoryTotalMib": 10240, "migProfile": "2g.10gb"}
+        usage = _api(base, token, "vgpu/api/usage")
+        assert usage["state"] == "live" and usage["limits"] == {"cores": 28, "memoryMib": 10240}, usage
+        processes = _descendants(run.process.pid)
+        assert processes, "the demo runs the lab as a child process"
+    finally:
+        code = _ctrl_c(run)
+    _assert_nothing_left(run, code, processes, token, workdir)
 
 
 def test_sim_runs_the_cluster_alone_for_kubectl_and_stops_clean(tmp_path: Path) -> None:

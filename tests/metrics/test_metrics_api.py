@@ -344,8 +344,11 @@ def test_a_container_on_a_mig_slice_sees_the_slice(fake_node: FakeNode, minter: 
     try:
         wait_for_samples(server.sampler, 2)
         status, _, body = get(server, "/api/v1/allocation", token_of(minter, carol, 0))
+        usage_status, _, usage = get(server, "/api/v1/usage", token_of(minter, carol, 0))
     finally:
         server.stop()
+    # the usage's limits (the panel's "your share" line) are the whole slice, not the 20 % asked
+    assert usage_status == 200 and json.loads(usage)["limits"] == {"cores": 28, "memoryMib": 10240}
     assert status == 200
     data = json.loads(body)
     assert data["enforcement"] == c.ENFORCEMENT_MIG and (data["cores"], data["memoryMib"]) == (28, 10240)

@@ -27,6 +27,7 @@ from typing import Any
 
 from jupyter_vgpu.core import claims
 from jupyter_vgpu.core import contract as c
+from jupyter_vgpu.core.mig import MigSlice
 
 from .cluster import ClusterError, NodeSpec, SimCluster
 from .kubelet import MEASURED, SIM_PATTERN_ANNOTATION
@@ -323,10 +324,24 @@ class Demo:
             why = f": {claim.problem}" if claim is not None and claim.problem else ""
             return f"pod {meta.get('namespace')}/{meta.get('name')} (no vGPU{why})"
         shares = [share for container in allocation.containers for share in container.cards]
-        cards = ", ".join(f"MIG slice {s.mig_device} of card {s.index} (isolated; asked {s.cores} % and "
-                          f"{s.memory_mib} MiB)" if s.mig_device else
+        cards = ", ".join(self._describe_slice(allocation.node, s) if s.mig_device else
                           f"card {s.index} ({s.cores} % of its compute, {s.memory_mib} MiB)" for s in shares)
         return f"pod {meta.get('namespace')}/{meta.get('name')} on node {allocation.node}: {cards}"
+
+    def _describe_slice(self, node: str, share: c.CardShare) -> str:
+        """'MIG 2g.10gb on GPU 0 (isolated)' as the panel says it, with the slice's real size: the
+        holder gets the whole slice, whatever it asked for."""
+        asked = f"asked {share.cores} % and {c.format_mib(share.memory_mib)}"
+        held = self._slice(node, share.index, share.mig_device)
+        if held is None:  # the node's inventory does not (yet) list it
+            return f"MIG slice {share.mig_device} on GPU {share.index} (isolated; {asked})"
+        return (f"MIG {held.profile} on GPU {share.index} (isolated): the whole slice, {held.cores} % of the card's "
+                f"compute and {c.format_mib(held.memory_mib)} ({asked}); device {held.uuid}")
+
+    def _slice(self, node: str, index: int, uuid: str) -> MigSlice | None:
+        running = self.cluster.nodes.get(node) if self.cluster is not None else None
+        card = next((card for card in running.gpus.inventory() if card.index == index), None) if running else None
+        return next((s for s in card.slices if s.uuid == uuid), None) if card is not None else None
 
     def guide(self) -> list[str]:
         assert self.cluster is not None
@@ -345,6 +360,9 @@ class Demo:
             "JupyterLab (open the vGPU panel with Alt+Shift+G; in a notebook: %load_ext jupyter_vgpu, then %vgpu):",
             "  your card's usage follows what your notebook does: a busy cell (e.g. `while True: pass`) raises its",
             "  utilisation (one busy CPU core = your whole compute share); memory your kernels hold counts as GPU memory",
+            *(["  on a MIG slice the hardware isolates your compute and memory: the panel and %vgpu show the whole",
+               "  slice (its real size), not the share you asked for; the other slices of the card are other people's"]
+              if self.options.isolated else []),
             "",
             self.url,
             "",

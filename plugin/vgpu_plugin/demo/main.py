@@ -7,12 +7,13 @@ processes, the daemons, the sockets and the work directory.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from jupyter_vgpu.core import contract as c
@@ -31,6 +32,21 @@ def _interrupt_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, handler)
         # started from a script with `&`, SIGINT arrives ignored; Ctrl-C must still stop us
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@contextlib.contextmanager
+def _uninterrupted() -> Iterator[None]:
+    """A second Ctrl-C or SIGTERM during the stop must not leave half of it running (`timeout`
+    and process managers send SIGTERM to the process and again to its group)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _logging(level: str) -> None:
@@ -97,7 +113,8 @@ def sim_main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         if cluster is not None:
-            cluster.stop()
+            with _uninterrupted():
+                cluster.stop()
     return 0
 
 
@@ -171,11 +188,6 @@ def demo_main(argv: Sequence[str] | None = None) -> int:
     finally:
         if watcher is not None:
             watcher.stop()
-        # a second Ctrl-C during the stop must not leave half of it running
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if threading.current_thread() is threading.main_thread() else None
-        try:
+        with _uninterrupted():
             demo.stop()
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
     return 0

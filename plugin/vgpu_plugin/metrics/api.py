@@ -21,7 +21,9 @@ from typing import Any
 
 import tornado.web
 
-from jupyter_vgpu.core.contract import CORES_PER_CARD, ENFORCEMENT_MIG
+from jupyter_vgpu.core.contract import CORES_PER_CARD, ENFORCEMENT_MIG, CardShare
+from jupyter_vgpu.core.inventory import Card
+from jupyter_vgpu.core.mig import MigSlice
 
 from .podmap import PodEntry, held_memory_mib
 from .sampler import ContainerKey, Sampler, Snapshot
@@ -117,7 +119,7 @@ def allocation_view(snapshot: Snapshot, caller: Caller, enforcement: str) -> dic
     for share in container.cards:
         view = snapshot.card(share.index)
         card = view.card if view else None
-        held = next((s for s in card.slices if s.uuid == share.mig_device), None) if card and share.mig_device else None
+        held = _held_slice(share, card)
         if held is not None:  # the whole slice is the container's: its real size
             enforcement = ENFORCEMENT_MIG
             cards.append({"index": share.index, "uuid": held.uuid, "model": card.model if card else None,
@@ -147,15 +149,26 @@ def allocation_view(snapshot: Snapshot, caller: Caller, enforcement: str) -> dic
     }
 
 
+def _held_slice(share: CardShare, card: Card | None) -> MigSlice | None:
+    """The MIG slice a share holds, when it is on one this node's card has."""
+    if card is None or not share.mig_device:
+        return None
+    return next((s for s in card.slices if s.uuid == share.mig_device), None)
+
+
 def limits_of(snapshot: Snapshot, caller: Caller) -> dict[str, int]:
+    """What the container may use: its share, or on a MIG slice the whole slice (the hardware's limit)."""
     assert caller.pod.allocation is not None
     container = caller.pod.allocation.container(caller.container_index)
     assert container is not None
-    memory = 0
+    cores = memory = 0
     for share in container.cards:
         view = snapshot.card(share.index)
-        memory += held_memory_mib(share, view.card if view else None)
-    return {"cores": container.cores, "memoryMib": memory}
+        card = view.card if view else None
+        held = _held_slice(share, card)
+        cores += held.cores if held is not None else share.cores
+        memory += held.memory_mib if held is not None else held_memory_mib(share, card)
+    return {"cores": cores, "memoryMib": memory}
 
 
 def usage_view(sampler: Sampler, snapshot: Snapshot, caller: Caller, history_seconds: float,
