@@ -17,6 +17,7 @@ from pathlib import Path
 from simkube.waiting import wait_for
 
 HUBFILES = Path(__file__).parent / "hubfiles"
+JUPYTER_CONFIG = Path(__file__).resolve().parents[2] / "jupyter-config"
 ADMIN_TOKEN = "vgpu-test-admin-" + "0" * 32
 
 
@@ -66,6 +67,34 @@ class Hub:
         self.wait(lambda: (self.server(user) or {}).get("ready"), f"{user}'s server")
         return self.token_of(user)
 
+
+
+def sim_cluster_config(body: str, *, port: int | None = None, events: bool = False) -> str:
+    """A Hub config spawning with KubeSpawner on the simulated cluster, then ``body`` (which must
+    call VGPUHub.configure). The kubelet stand-in runs each server's command as a local process:
+    with ``port`` every server listens there, without it each gets a free port of its own (for
+    several users' servers at once); ``events`` shows the pod's Events on the spawn page."""
+    own_port = f"c.KubeSpawner.port = {port}" if port is not None else textwrap.dedent("""
+        def own_port(spawner):  # the stand-in kubelet runs every server on this host: one port each
+            import socket
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                spawner.port = s.getsockname()[1]
+        c.KubeSpawner.pre_spawn_hook = own_port""")
+    spawner = textwrap.dedent(f"""
+        c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
+        c.KubeSpawner.namespace = "default"
+        c.KubeSpawner.image = "jupyter-vgpu/singleuser:test"  # the kubelet stand-in runs cmd locally
+        c.KubeSpawner.cmd = [{sys.executable!r}, "-m", "jupyterhub.singleuser"]
+        c.KubeSpawner.args = ["--allow-root"]  # this machine runs the tests as root
+        c.KubeSpawner.events_enabled = {events!r}
+        c.KubeSpawner.start_timeout = 180
+        c.KubeSpawner.http_timeout = 120
+        # what the wheel installs into etc/jupyter: enable the server extension
+        c.KubeSpawner.environment = {{"JUPYTER_CONFIG_PATH": {str(JUPYTER_CONFIG)!r}}}
+        c.KubeSpawner.profile_list = [{{"display_name": "CPU only", "slug": "cpu", "default": True}}]
+    """)
+    return spawner + own_port + "\n" + textwrap.dedent(body)
 
 
 COMMON_CONFIG = """
@@ -121,3 +150,43 @@ def running_hub(root: Path, config: str, env: Mapping[str, str] | None = None,
             process.kill()
             process.wait(10)
         log.close()
+
+
+# --- single-user servers on the simulated cluster --------------------------------------------
+
+
+def notebook_logs(cluster) -> str:
+    """What the single-user server processes printed (the kubelet stand-in keeps their output)."""
+    logs = sorted(Path(cluster.workdir).glob("**/logs/*.log"))
+    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}" for p in logs) or "(no process logs)"
+
+
+def server_get(cluster, hub: Hub, path: str, body: dict | None = None, user: str = "alice") -> dict:
+    """GET (or POST ``body``) on ``user``'s single-user server, with a token the Hub vouches for."""
+    pod = cluster.read_pod("default", f"jupyter-{user}")
+    url = (f"http://{pod['status']['podIP']}:{pod['spec']['containers'][0]['ports'][0]['containerPort']}"
+           f"/user/{user}/{path}")
+    request = urllib.request.Request(url, headers={"Authorization": f"token {ADMIN_TOKEN}"},
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     method="GET" if body is None else "POST")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+def allocated(cluster, hub: Hub, user: str = "alice") -> dict | None:
+    """The server's vgpu/api/allocation answer once it says "allocated", else None."""
+    try:
+        answer = server_get(cluster, hub, "vgpu/api/allocation", user=user)
+    except (OSError, KeyError, TypeError):  # the server is restarting (no pod, no pod IP yet, refused)
+        return None
+    return answer if answer["state"] == "allocated" else None
+
+
+def start_and_wait(cluster, hub: Hub, options: dict, user: str = "alice") -> None:
+    """Start ``user``'s server with the spawn form's ``options`` and wait until the Hub says it is ready."""
+    status, body = hub.call("POST", f"/users/{user}/server", body=options)
+    assert status in (201, 202), body
+    try:
+        hub.wait(lambda: (hub.server(user) or {}).get("ready"), f"{user}'s server", timeout=240)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{notebook_logs(cluster)}") from None

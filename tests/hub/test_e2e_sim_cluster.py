@@ -10,20 +10,20 @@ asks the Hub, with its own token, for half a card, and comes back with it.
 
 from __future__ import annotations
 
-import json
 import shutil
-import sys
 import tempfile
-import urllib.error
-import urllib.request
-from pathlib import Path
 
 import pytest
-from hub_support import ADMIN_TOKEN, free_port, running_hub
+from hub_support import (
+    allocated,
+    free_port,
+    running_hub,
+    server_get,
+    sim_cluster_config,
+    start_and_wait,
+)
 
 from jupyter_vgpu.core import contract
-
-REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
@@ -44,62 +44,16 @@ def cluster(topology_fixtures):
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def notebook_logs(cluster) -> str:
-    """What the single-user server processes printed (the kubelet stand-in keeps their output)."""
-    logs = sorted(Path(cluster.workdir).glob("**/logs/*.log"))
-    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}" for p in logs) or "(no process logs)"
-
-
 @pytest.fixture
 def hub(tmp_path, cluster):
-    config = f"""
+    config = sim_cluster_config("""
         from jupyter_vgpu.hub import VGPUHub
 
-        c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
-        c.KubeSpawner.namespace = "default"
-        c.KubeSpawner.image = "jupyter-vgpu/singleuser:test"  # the kubelet stand-in runs cmd locally
-        c.KubeSpawner.cmd = [{sys.executable!r}, "-m", "jupyterhub.singleuser"]
-        c.KubeSpawner.port = {free_port()}
-        c.KubeSpawner.args = ["--allow-root"]  # this machine runs the tests as root
-        c.KubeSpawner.events_enabled = False
-        c.KubeSpawner.start_timeout = 180
-        c.KubeSpawner.http_timeout = 120
-        # what the wheel installs into etc/jupyter: enable the server extension
-        c.KubeSpawner.environment = {{"JUPYTER_CONFIG_PATH": {str(REPO / "jupyter-config")!r}}}
-        c.KubeSpawner.profile_list = [{{"display_name": "CPU only", "slug": "cpu", "default": True}}]
-        c.VGPUHub.default_limit = {{"cores": 50, "memory": "40GiB"}}
+        c.VGPUHub.default_limit = {"cores": 50, "memory": "40GiB"}
         VGPUHub(config=c).configure(c)
-    """
+    """, port=free_port())
     with running_hub(tmp_path, config, env={"KUBECONFIG": cluster.kubeconfig}, users=("alice",)) as running:
         yield running
-
-
-def server_get(cluster, hub, path: str, body: dict | None = None) -> dict:
-    """GET (or POST ``body``) on alice's single-user server, with a token the Hub vouches for."""
-    pod = cluster.read_pod("default", "jupyter-alice")
-    url = f"http://{pod['status']['podIP']}:{pod['spec']['containers'][0]['ports'][0]['containerPort']}/user/alice/{path}"
-    request = urllib.request.Request(url, headers={"Authorization": f"token {ADMIN_TOKEN}"},
-                                     data=None if body is None else json.dumps(body).encode(),
-                                     method="GET" if body is None else "POST")
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.load(response)
-
-
-def allocated(cluster, hub) -> dict | None:
-    try:
-        answer = server_get(cluster, hub, "vgpu/api/allocation")
-    except (OSError, KeyError, TypeError):  # the server is restarting (no pod, no pod IP yet, refused)
-        return None
-    return answer if answer["state"] == "allocated" else None
-
-
-def start_and_wait(cluster, hub, options: dict) -> None:
-    status, body = hub.call("POST", "/users/alice/server", body=options)
-    assert status in (201, 202), body
-    try:
-        hub.wait(lambda: (hub.server("alice") or {}).get("ready"), "alice's server", timeout=240)
-    except AssertionError as error:
-        raise AssertionError(f"{error}\n{notebook_logs(cluster)}") from None
 
 
 def test_a_vgpu_profile_runs_a_server_that_reports_its_share(cluster, hub):
@@ -174,7 +128,9 @@ def test_the_spawn_form_offers_the_shares_and_explains_a_refusal(cluster, hub):
     """A browser's path: log in, see the profiles, type a custom share above the limit."""
     import http.cookiejar
     import re
+    import urllib.error
     import urllib.parse
+    import urllib.request
 
     base = hub.api.removesuffix("/api")
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
