@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jupyter_vgpu.core.contract import format_mib
-from jupyter_vgpu.widgets.glossary import chart_label, colour, occupancy
+from jupyter_vgpu.widgets.glossary import chart_label, colour, fill, glossary, occupancy
 
 FONT = "font-family:var(--jp-ui-font-family, sans-serif)"
 
@@ -40,7 +40,8 @@ def card_title(card: Mapping[str, Any]) -> str:
     index = card.get("index")
     name = f"GPU {index}" if index is not None else "GPU"
     if card.get("migProfile"):
-        return f"MIG {card['migProfile']} on {name} (isolated) · {card.get('model') or 'unknown model'}"
+        title = fill(glossary()["isolation"]["title"], profile=card["migProfile"], gpu=name)
+        return f"{title} · {card.get('model') or 'unknown model'}"
     return f"{name} · {card.get('model') or 'unknown model'}"
 
 

@@ -2,6 +2,7 @@
  * Words and numbers for the panel and the status bar. Pure: no DOM, no network.
  */
 
+import { fill, GLOSSARY } from './glossary';
 import { CORES_PER_CARD, formatMib } from './request';
 import { Allocation, AllocationReply, Limits, UsageCurrent, UsageReply } from './types';
 
@@ -57,15 +58,28 @@ export function describeModels(allocation: Allocation): string {
 }
 
 /**
- * "MIG 2g.10gb on GPU 0 (isolated)" when the allocation is a hardware-isolated MIG slice, else null.
+ * "MIG 2g.10gb on GPU 0 (isolated)" when the allocation is a hardware-isolated MIG slice, else null
+ * (the glossary's words, as the widgets say it).
  */
 export function describeIsolation(allocation: Allocation): string | null {
   const slice = allocation.cards.find(c => c.migProfile);
   if (!slice) {
     return null;
   }
-  const where = slice.index === null ? 'a GPU' : `GPU ${slice.index}`;
-  return `MIG ${slice.migProfile} on ${where} (isolated)`;
+  const gpu = slice.index === null ? 'a GPU' : `GPU ${slice.index}`;
+  return fill(GLOSSARY.isolation.title, { profile: slice.migProfile ?? '', gpu });
+}
+
+/**
+ * "the whole slice: 28 % of the card's compute, 10 GiB" — a MIG slice's real size (the holder
+ * gets all of it, whatever share it asked for), else null.
+ */
+export function describeSliceSize(allocation: Allocation): string | null {
+  const slice = allocation.cards.find(c => c.migProfile);
+  if (!slice) {
+    return null;
+  }
+  return fill(GLOSSARY.isolation.size, { cores: slice.cores, memory: formatMib(slice.memoryMib) });
 }
 
 /**

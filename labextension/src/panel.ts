@@ -12,6 +12,7 @@ import {
   allocationFractions,
   describeCards,
   describeIsolation,
+  describeSliceSize,
   describeModels,
   describeShare,
   formatMib,
@@ -523,8 +524,14 @@ function present(...children: (Node | string | null)[]): (Node | string)[] {
   return children.filter((c): c is Node | string => c !== null);
 }
 
-/** The "MIG 2g.10gb on GPU 0 (isolated)" line of the allocation card, when the share is a MIG slice. */
+/**
+ * The "MIG 2g.10gb on GPU 0 (isolated)" line of the allocation card, with the slice's real size,
+ * when the share is a MIG slice.
+ */
 function isolation(allocation: Allocation): HTMLElement[] {
   const text = describeIsolation(allocation);
-  return text ? [h('div', { class: 'jp-vgpu-card-mig' }, text)] : [];
+  const size = describeSliceSize(allocation);
+  return text
+    ? [h('div', { class: 'jp-vgpu-card-mig' }, text, size ? h('span', { class: 'jp-vgpu-card-mig-size' }, ` · ${size}`) : null)]
+    : [];
 }

@@ -2,6 +2,7 @@ import {
   allocationFractions,
   describeCards,
   describeIsolation,
+  describeSliceSize,
   describeShare,
   formatUsedOf,
   statusSummary,
@@ -111,5 +112,8 @@ describe('MIG slices', () => {
     };
     expect(describeIsolation(slice)).toBe('MIG 2g.10gb on GPU 0 (isolated)');
     expect(describeIsolation(allocated.allocation!)).toBeNull();
+    // the slice's real size, not the share asked for
+    expect(describeSliceSize(slice)).toBe("the whole slice: 28 % of the card's compute, 10 GiB");
+    expect(describeSliceSize(allocated.allocation!)).toBeNull();
   });
 });

@@ -29,6 +29,7 @@ LABEXTENSION_OUT = REPO / "jupyter_vgpu" / "labextension"
 ARTIFACTS = REPO / "tests" / "artifacts"
 BASE_URL = "/user/ada/"
 NODE = "gpu-node-a"
+PANEL = "#jp-vgpu-panel"
 
 
 # --- the simulated cluster -------------------------------------------------------------------
@@ -171,3 +172,15 @@ def stop_lab(lab: Lab) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(lab.process.pid, signal.SIGKILL)
             lab.process.wait(timeout=10)
+
+
+def open_lab(browser: Any, lab: Lab) -> Any:
+    """A new browser page on the lab, once JupyterLab has started and restored its layout."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    page.goto(f"{lab.url}lab?token={lab.token}")
+    page.wait_for_selector("#jp-main-dock-panel", state="attached", timeout=120_000)
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.started !== undefined")
+    page.evaluate("() => window.jupyterapp.restored")
+    return page

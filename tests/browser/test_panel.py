@@ -16,10 +16,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-from browser_support import Cluster, Lab, start_lab, stop_lab
+from browser_support import PANEL, Cluster, Lab, open_lab, start_lab, stop_lab
 from simkube.waiting import wait_for
-
-PANEL = "#jp-vgpu-panel"
 
 
 @pytest.fixture
@@ -33,17 +31,6 @@ def lab(labextension_built: Path, cluster: Cluster, tmp_path: Path) -> Iterator[
         yield lab
     finally:
         stop_lab(lab)
-
-
-def open_lab(browser: Any, lab: Lab) -> Any:
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    page.goto(f"{lab.url}lab?token={lab.token}")
-    page.wait_for_selector("#jp-main-dock-panel", state="attached", timeout=120_000)
-    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.started !== undefined")
-    page.evaluate("() => window.jupyterapp.restored")
-    return page
 
 
 def test_panel_shows_allocation_topology_live_usage_and_request(browser: Any, lab: Lab, cluster: Cluster,
