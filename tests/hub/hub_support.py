@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import urllib.error
 import urllib.request
@@ -99,6 +101,7 @@ def sim_cluster_config(body: str, *, port: int | None = None, events: bool = Fal
 
 COMMON_CONFIG = """
 import sys
+import tempfile
 sys.path.insert(0, {hubfiles!r})
 c.JupyterHub.proxy_class = "null_proxy.MemoryProxy"
 c.JupyterHub.hub_ip = "127.0.0.1"
@@ -153,6 +156,22 @@ def running_hub(root: Path, config: str, env: Mapping[str, str] | None = None,
 
 
 # --- single-user servers on the simulated cluster --------------------------------------------
+
+
+@contextlib.contextmanager
+def hub_cluster(nodes: list, fixtures_dir: Path, prefix: str, metrics_period: float = 0.5) -> Iterator:
+    """A SimCluster whose kubelet stand-in runs the single-user servers as local processes (with
+    no GPU enforcement), in a short work dir of its own under /tmp (unix socket paths live there)."""
+    from vgpu_plugin.demo.cluster import SimCluster
+
+    workdir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    try:
+        with SimCluster(nodes, workdir=workdir, fixtures_dir=fixtures_dir, run_processes=True,
+                        enforcement="none", metrics_period=metrics_period) as running:
+            yield running
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
 
 
 def notebook_logs(cluster) -> str:

@@ -11,14 +11,12 @@ slice. Bob picks the time-shared "¼ GPU · 20 GiB" and never lands on the MIG c
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hub_support import Hub, allocated, running_hub, sim_cluster_config, start_and_wait
+from hub_support import Hub, allocated, hub_cluster, running_hub, sim_cluster_config, start_and_wait
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.core.claims import pod_claim
@@ -33,17 +31,12 @@ NAMES = contract.DEFAULT_NAMES
 
 @pytest.fixture
 def cluster(topology_fixtures: Path) -> Iterator[Any]:
-    from vgpu_plugin.demo.cluster import NodeSpec, SimCluster
+    from vgpu_plugin.demo.cluster import NodeSpec
 
     node = NodeSpec(NODE, "a100-sxm-4gpu-nv4.txt", model="NVIDIA A100-SXM4-80GB", memory_mib=81920, seed=9,
                     mig={0: LAYOUT})
-    workdir = tempfile.mkdtemp(prefix="vgmig-", dir="/tmp")  # short: unix socket paths live here
-    try:
-        with SimCluster([node], workdir=workdir, fixtures_dir=topology_fixtures, run_processes=True,
-                        enforcement="none", metrics_period=0.5) as running:
-            yield running
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    with hub_cluster([node], topology_fixtures, "vgmig-") as running:
+        yield running
 
 
 @pytest.fixture

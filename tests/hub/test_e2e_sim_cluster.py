@@ -10,13 +10,11 @@ asks the Hub, with its own token, for half a card, and comes back with it.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-
 import pytest
 from hub_support import (
     allocated,
     free_port,
+    hub_cluster,
     running_hub,
     server_get,
     sim_cluster_config,
@@ -31,17 +29,12 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def cluster(topology_fixtures):
     try:
-        from vgpu_plugin.demo.cluster import NodeSpec, SimCluster
+        from vgpu_plugin.demo.cluster import NodeSpec
     except ImportError as error:
         pytest.fail(f"the simulated cluster (vgpu_plugin.demo.cluster) is not there: {error}")
     node = NodeSpec("gpu-a", "a100-sxm-4gpu-nv4.txt", model="NVIDIA A100-SXM4-80GB", memory_mib=81920)
-    workdir = tempfile.mkdtemp(prefix="vghub-", dir="/tmp")  # short: unix socket paths live here
-    try:
-        with SimCluster([node], workdir=workdir, fixtures_dir=topology_fixtures, run_processes=True,
-                        enforcement="none", metrics_period=0.2) as running:
-            yield running
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    with hub_cluster([node], topology_fixtures, "vghub-", metrics_period=0.2) as running:
+        yield running
 
 
 @pytest.fixture
