@@ -382,6 +382,32 @@ def test_demo_isolated_puts_the_notebook_on_a_mig_slice_and_ctrl_c_leaves_nothin
                         "memoryMib": 10240, "memoryTotalMib": 10240, "migProfile": "2g.10gb"}
         usage = _api(base, token, "vgpu/api/usage")
         assert usage["state"] == "live" and usage["limits"] == {"cores": 28, "memoryMib": 10240}, usage
+
+        # a smaller share from the lab (the panel's form): the re-created pod keeps asking for isolation
+        # and lands on the 1g.5gb slice, the smallest that holds it; nothing of the old slice is carried over
+        request = _api(base, token, "vgpu/api/requests", "POST", {"cores": 10, "memory": "4GiB"})
+        assert request["state"] == "pending", request
+
+        def on_new_share() -> dict[str, Any] | None:
+            try:
+                moved = _api(base, token, "vgpu/api/allocation")
+            except (urllib.error.URLError, OSError):
+                return None  # the old pod's lab is gone, the new one is starting
+            return moved if (moved.get("allocation") or {}).get("pod") == "notebook-v2" else None
+
+        try:
+            moved = wait_for(on_new_share, timeout=90, interval=0.5, what="the lab on the new slice")
+        except TimeoutError:
+            raise AssertionError(f"the lab did not come back on a new slice:\n{run.output.text()[-3000:]}") from None
+        (small,) = moved["allocation"]["cards"]
+        assert (small["migProfile"], small["cores"], small["memoryMib"]) == ("1g.5gb", 14, 5120), moved
+        pod = core.read_namespaced_pod("notebook-v2", "default")
+        assert pod.metadata.annotations[c.DEFAULT_NAMES.isolation] == "mig"
+        assert pod.metadata.annotations[c.DEFAULT_NAMES.mig_slice(0)] == small["uuid"] != device
+        assert slices[small["uuid"]].profile == "1g.5gb"
+        run.output.wait_for(r"demo: your notebook moved to pod default/notebook-v2 on node a100-mig: MIG 1g\.5gb on "
+                            r"GPU 0 \(isolated\): the whole slice, 14 % of the card's compute and 5 GiB "
+                            r"\(asked 10 % and 4 GiB\).*", run.process, 30)
         processes = _descendants(run.process.pid)
         assert processes, "the demo runs the lab as a child process"
     finally:

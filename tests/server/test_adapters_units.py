@@ -110,7 +110,8 @@ def test_recreated_pod_spec():
         "metadata": {"name": "nb", "namespace": "jupyter", "uid": "u", "resourceVersion": "9",
                      "labels": {"app": "jupyter"},
                      "annotations": {NAMES.allocation: "{}", NAMES.predicate_gpu_idx(0): "1", NAMES.gpu_assigned: "true",
-                                     NAMES.predicate_node: "n", NAMES.predicate_time: "1", "keep": "me"}},
+                                     NAMES.predicate_node: "n", NAMES.predicate_time: "1", "keep": "me",
+                                     NAMES.mig_slice(0): "MIG-old", NAMES.isolation: "mig"}},
         "spec": {"nodeName": "n", "schedulerName": contract.SCHEDULER_NAME, "containers": [
             {"name": "sidecar"},
             {"name": "notebook", "resources": {"limits": {"cpu": "1", NAMES.core_resource: "25", NAMES.memory_resource: "16"},
@@ -122,7 +123,7 @@ def test_recreated_pod_spec():
     asked = json.loads(new["metadata"]["annotations"].pop(NAMES.share_request))
     assert (asked["from"], asked["cores"], asked["memoryUnits"]) == ("nb", 50, 32)
     assert new["metadata"] == {"name": "nb-v2", "namespace": "jupyter", "labels": {"app": "jupyter"},
-                               "annotations": {"keep": "me"}}
+                               "annotations": {"keep": "me", NAMES.isolation: "mig"}}  # asks for a slice again
     assert "nodeName" not in new["spec"] and "status" not in new
     limits = new["spec"]["containers"][1]["resources"]["limits"]
     assert limits == {"cpu": "1", NAMES.core_resource: "50", NAMES.memory_resource: "32"}

@@ -83,12 +83,13 @@ class KubeRecreateRequester(Requester):
         return client.CoreV1Api(api_client)
 
     def new_pod(self, old: dict[str, Any], cores: int, memory_units: int) -> dict[str, Any]:
-        """The old pod's spec with the new limits, without anything the old placement wrote."""
+        """The old pod's spec with the new limits, without anything the old placement wrote (the
+        cards, the MIG slice, the record); what the user asked for, isolation too, is kept."""
         names = self.names
         metadata = old.get("metadata") or {}
         annotations = {
             k: v for k, v in (metadata.get("annotations") or {}).items()
-            if not (k.startswith(names.predicate_gpu_idx_prefix)
+            if not (k.startswith((names.predicate_gpu_idx_prefix, names.mig_slice_prefix))
                     or k in (names.predicate_node, names.predicate_time, names.gpu_assigned, names.allocation,
                              names.share_request))
         }
