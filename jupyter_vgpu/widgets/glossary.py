@@ -1,5 +1,5 @@
-"""The shared glossary (labextension/src/glossary.json): the words and colours the lab panel
-uses, read here so the widgets say and draw the same. The wheel ships the file next to this
+"""The shared glossary (labextension/src/glossary.json): the words the lab panel and the
+widgets' front end use, read here so the widgets' plain text says the same. The wheel ships the file next to this
 module; a source checkout reads it where the panel's source keeps it."""
 
 from __future__ import annotations
@@ -31,16 +31,6 @@ def fill(template: str, **values: object) -> str:
 def count(noun: str, n: int) -> str:
     one, many = glossary()["counts"][noun]
     return fill(one if n == 1 else many, n=n)
-
-
-def colour(name: str) -> str:
-    """The colour as CSS: the JupyterLab theme variable, with the fallback other frontends use."""
-    variable, fallback = glossary()["colours"][name]
-    return f"var({variable}, {fallback})"
-
-
-def chart_label(name: str, **values: object) -> str:
-    return fill(glossary()["charts"][name], **values)
 
 
 def occupancy(gpu: Mapping[str, Any]) -> str:

@@ -1,25 +1,16 @@
-"""Pure renderers: the REST-shaped fact dicts to plain text, HTML snippets and SVG.
+"""The plain text of the REST-shaped fact dicts: what a terminal (and a frontend without
+widgets) shows. Browsers draw the same facts with the lab panel's renderer (views.py).
 
-No widgets and no I/O here, so the text a terminal shows and the SVG a browser shows
-come from the same numbers and can be tested as strings. Words and colours come from the
-glossary the lab panel uses; colours are JupyterLab theme variables (light and dark alike)
-with fallbacks for other frontends, set through ``style`` (SVG attributes cannot take var()).
+No widgets and no I/O here. Words come from the glossary the lab panel uses.
 """
 
 from __future__ import annotations
 
-import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from jupyter_vgpu.core.contract import format_mib
-from jupyter_vgpu.widgets.glossary import chart_label, colour, fill, glossary, occupancy
-
-FONT = "font-family:var(--jp-ui-font-family, sans-serif)"
-
-
-def esc(value: object) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
+from jupyter_vgpu.widgets.glossary import fill, glossary, occupancy
 
 
 def percent(part: float | None, whole: float | None) -> float:
@@ -103,93 +94,6 @@ def _gpu_line(index: int, gpu: Mapping[str, Any]) -> str:
     return f"GPU {index} {text_bar(allocated, 100, 10)} {occupancy(gpu)}"
 
 
-CARD_W, CARD_H, GAP, LEVEL_H, TOP = 124, 78, 12, 40, 18
-
-
-def topology_svg(topology: Mapping[str, Any]) -> str:
-    """The node's tree, leaves as cards: yours highlighted, everyone's allocation as a bar with
-    its number. Drawn at its natural size (text 11-12 px); a narrow view scrolls sideways."""
-    gpus = {g["index"]: g for g in topology.get("gpus") or []}
-    tree = topology.get("tree") or {"level": "ROOT", "gpus": sorted(gpus),
-                                     "children": [{"level": "GPU", "gpus": [i], "children": []} for i in sorted(gpus)]}
-    leaves = _leaves(tree)
-    depth = _depth(tree)
-    width = max(1, len(leaves)) * (CARD_W + GAP) + GAP
-    height = TOP + depth * LEVEL_H + CARD_H + 8
-    positions: dict[int, float] = {leaf: GAP + i * (CARD_W + GAP) + CARD_W / 2 for i, leaf in enumerate(leaves)}
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="vgpu-topology" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" role="img" aria-label="GPU topology of '
-             f'{esc(topology.get("node") or "this node")}" style="max-width:none;{FONT}">']
-    labels: list[str] = []  # drawn last, over the lines
-
-    def draw(node: Mapping[str, Any], level: int) -> float:
-        x = sum(positions[g] for g in node["gpus"]) / max(1, len(node["gpus"]))
-        y = TOP + level * LEVEL_H
-        if node.get("level") == "GPU":
-            parts.append(_card_svg(node["gpus"][0], gpus.get(node["gpus"][0], {}), x - CARD_W / 2,
-                                   TOP + depth * LEVEL_H))
-            return x
-        for child in node.get("children") or []:
-            cx = draw(child, level + 1)
-            cy = TOP + depth * LEVEL_H if child.get("level") == "GPU" else TOP + (level + 1) * LEVEL_H
-            mid = (y + cy) / 2
-            parts.append(f'<path d="M{x:.1f},{y} V{mid:.1f} H{cx:.1f} V{cy}" style="fill:none;stroke:'
-                         f'{colour("border")}"/>')
-        name = topology.get("node") if node.get("level") == "ROOT" else node.get("level")
-        labels.append(f'<text x="{x + 5:.1f}" y="{y - 4}" font-size="11" style="fill:{colour("text")}">'
-                      f'{esc(name)}</text>')
-        return x
-
-    draw(tree, 0)
-    parts += labels
-    parts.append("</svg>")
-    return f'<div class="vgpu-topology-scroll" style="overflow-x:auto;max-width:100%">{"".join(parts)}</div>'
-
-
-def _card_svg(index: int, gpu: Mapping[str, Any], x: float, y: float) -> str:
-    """One card: the compute all tenants hold (allocated) as a bar with its number, yours on top;
-    the glossary's words on two lines (who, then how much is allocated)."""
-    mine = bool(gpu.get("mine"))
-    allocated = percent(gpu.get("allocatedCores"), 100)
-    own = percent(gpu.get("myCores"), 100) if mine and gpu.get("myCores") is not None else (allocated if mine else 0.0)
-    words = occupancy(gpu)
-    who, _, how_much = words.partition(" · ")
-    health = "" if gpu.get("healthy", True) else " ✕"
-    bar_w = CARD_W - 16
-    text = colour("text")
-    return (
-        f'<g class="vgpu-card{" vgpu-mine" if mine else ""}" data-index="{index}">'
-        f'<title>GPU {index}{" (" + esc(gpu.get("model")) + ")" if gpu.get("model") else ""}: {esc(words)}</title>'
-        f'<rect x="{x:.1f}" y="{y}" width="{CARD_W}" height="{CARD_H}" rx="6" style="fill:{colour("surface")};'
-        f'stroke:{colour("compute") if mine else colour("border")};stroke-width:{2.5 if mine else 1}"/>'
-        f'<text x="{x + 8:.1f}" y="{y + 17}" font-size="12" font-weight="{"bold" if mine else "normal"}" '
-        f'style="fill:{text}">GPU {index}{health}</text>'
-        f'<rect x="{x + 8:.1f}" y="{y + 25}" width="{bar_w}" height="8" rx="3" style="fill:{colour("track")}"/>'
-        f'<rect class="vgpu-occupancy" x="{x + 8:.1f}" y="{y + 25}" width="{bar_w * allocated / 100:.1f}" '
-        f'height="8" rx="3" style="fill:{colour("others")}"/>'
-        + (f'<rect class="vgpu-own" x="{x + 8:.1f}" y="{y + 25}" width="{bar_w * own / 100:.1f}" height="8" rx="3" '
-           f'style="fill:{colour("compute")}"/>' if mine else "")
-        + f'<text class="vgpu-who" x="{x + 8:.1f}" y="{y + 50}" font-size="11" style="fill:{text}">{esc(who)}</text>'
-        + (f'<text class="vgpu-allocated" x="{x + 8:.1f}" y="{y + 66}" font-size="11" style="fill:{text}">'
-           f'{esc(how_much)}</text>' if how_much else "")
-        + "</g>"
-    )
-
-
-def _leaves(node: Mapping[str, Any]) -> list[int]:
-    if node.get("level") == "GPU" or not node.get("children"):
-        return list(node.get("gpus") or [])
-    out: list[int] = []
-    for child in node["children"]:
-        out.extend(_leaves(child))
-    return out
-
-
-def _depth(node: Mapping[str, Any]) -> int:
-    children = [c for c in node.get("children") or [] if c.get("level") != "GPU"]
-    return 1 + max((_depth(c) for c in children), default=0)
-
-
 # --- usage -------------------------------------------------------------------------------
 
 
@@ -210,73 +114,3 @@ def usage_text(answer: Mapping[str, Any]) -> str:
              + (f" of your {format_mib(limit)}" if limit else ""),
              f"  compute used {text_bar(util, 100)} {util:.0f} % of the card" + (f" (your share: {cores} %)" if cores else "")]
     return "\n".join(lines)
-
-
-def _memory_unit(limit_mib: float) -> tuple[str, float]:
-    return ("GiB", 1024.0) if limit_mib >= 1024 else ("MiB", 1.0)
-
-
-def _number(value: float) -> str:
-    return f"{value:.1f}".rstrip("0").rstrip(".") if value % 1 else f"{value:.0f}"
-
-
-def usage_svg(history: Sequence[Mapping[str, Any]], limits: Mapping[str, Any] | None, *, window: float = 120,
-              width: int = 480) -> str:
-    """Two charts, one quantity each: compute used (% of the card, your share dashed) and memory
-    used (in GiB or MiB, your share's memory dashed), over the last ``window`` seconds."""
-    limits = limits or {}
-    memory_limit = limits.get("memoryMib") or max((p.get("memoryUsedMib") or 0 for p in history), default=0) or 1024
-    unit, scale = _memory_unit(memory_limit)
-    end = history[-1]["t"] if history else 0.0
-    cores = limits.get("cores")
-    compute = _chart(history, "utilizationPercent", chart_label("utilization"), top=100.0, end=end, window=window,
-                     width=width, ticks=[(0, "0 %"), (50, "50 %"), (100, "100 %")],
-                     share=(float(cores), chart_label("shareLine", value=f"{cores} %")) if cores and cores < 100 else None,
-                     colour_name="compute", css="vgpu-utilization")
-    memory_ticks = [(0.0, "0"), (memory_limit / 2, _number(memory_limit / 2 / scale)),
-                    (float(memory_limit), _number(memory_limit / scale))]
-    memory = _chart(history, "memoryUsedMib", chart_label("memory", unit=unit), top=float(memory_limit), end=end,
-                    window=window, width=width, ticks=memory_ticks,
-                    share=(float(memory_limit), chart_label("shareLine", value=format_mib(memory_limit)))
-                    if limits.get("memoryMib") else None, colour_name="memory", css="vgpu-memory")
-    return f'<div class="vgpu-usage" style="overflow-x:auto;max-width:100%">{compute}{memory}</div>'
-
-
-def _chart(history: Sequence[Mapping[str, Any]], key: str, title: str, *, top: float, end: float, window: float,
-           width: int, ticks: list[tuple[float, str]], share: tuple[float, str] | None, colour_name: str,
-           css: str) -> str:
-    left, right, head, foot, inner_h = 44, 12, 20, 22, 64
-    inner_w, height = width - left - right, head + inner_h + foot
-    muted, border = colour("muted"), colour("border")
-
-    def y_of(value: float) -> float:
-        return head + inner_h * (1 - max(0.0, min(value, top)) / top)
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="vgpu-chart {css}-chart" width="{width}" '
-             f'height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title)}" '
-             f'style="width:100%;min-width:360px;max-width:{width}px;height:auto;{FONT}">',
-             f'<text class="vgpu-chart-title" x="{left}" y="13" font-size="11" style="fill:{colour("text")}">'
-             f'{esc(title)}</text>',
-             f'<rect x="{left}" y="{head}" width="{inner_w}" height="{inner_h}" style="fill:none;stroke:{border}"/>']
-    for value, label in ticks:
-        parts.append(f'<text class="vgpu-tick" x="{left - 4}" y="{y_of(value) + 4:.1f}" font-size="10" '
-                     f'text-anchor="end" style="fill:{muted}">{esc(label)}</text>')
-    for seconds, anchor in ((window, "start"), (window / 2, "middle"), (0, "end")):
-        x = left + inner_w * (1 - seconds / window)
-        label = "now" if seconds == 0 else f"{_number(seconds)} s ago"
-        parts.append(f'<text class="vgpu-tick" x="{x:.1f}" y="{head + inner_h + 15}" font-size="10" '
-                     f'text-anchor="{anchor}" style="fill:{muted}">{label}</text>')
-    if share is not None:
-        y = y_of(share[0])
-        parts.append(f'<line class="vgpu-share-line" x1="{left}" x2="{left + inner_w}" y1="{y:.1f}" y2="{y:.1f}" '
-                     f'style="stroke:{colour("limit")};stroke-dasharray:4 3"/>')
-        parts.append(f'<text class="vgpu-share-label" x="{left + inner_w}" y="13" font-size="10" text-anchor="end" '
-                     f'style="fill:{muted}">- - {esc(share[1])}</text>')
-    shown = [p for p in history if end - p["t"] <= window]
-    if shown:
-        points = " ".join(f"{left + inner_w * (1 - (end - p['t']) / window):.1f},{y_of(p.get(key) or 0):.1f}"
-                          for p in shown)
-        parts.append(f'<polyline class="{css}" points="{points}" style="fill:none;stroke:{colour(colour_name)};'
-                     f'stroke-width:2"/>')
-    parts.append("</svg>")
-    return "".join(parts)

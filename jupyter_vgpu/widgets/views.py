@@ -1,172 +1,87 @@
-"""ipywidgets views over a FactSource, built only from core widgets (no custom JS, no CDN).
+"""The notebook widgets: anywidget models whose front end is the lab panel's own renderer.
 
-Each view's ``repr`` is the plain text a frontend without widgets shows. The live
-usage chart polls its source in a daemon thread (cell execution is never blocked) and
-stops when it is closed — from Python or by the frontend closing its comm.
+The front end (``static/widget.js``, bundled from labextension/src by ``npm run build``
+and shipped in the wheel) draws these traits with the panel's FactsView, so the widgets
+and the panel say and draw the same. The traits are the REST-shaped answers the panel
+gets from the server (docs/server-api.yaml): ``allocation``, ``topology``, ``usage``
+(with its ``history``). anywidget runs on the standard ipywidgets manager (JupyterLab,
+Notebook 7, VS Code, Voilà).
+
+Each widget's ``repr`` is the plain text a frontend without widgets shows. A live view
+polls its source in a daemon thread (cell execution is never blocked), pushes the new
+samples into ``usage``, and stops when it is closed, from Python or by the frontend
+closing its comm.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
-import ipywidgets as w
+import anywidget
+from traitlets import Dict, Float, List, Unicode
 
-from jupyter_vgpu.core.contract import format_mib
 from jupyter_vgpu.widgets import render
-from jupyter_vgpu.widgets.glossary import colour
+
+STATIC = Path(__file__).resolve().parent / "static"
 
 
-class _TextRepr:
-    """Full plain-text repr in the mimebundle (ipywidgets truncates its own to 110 chars)."""
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
-        bundle = super()._repr_mimebundle_(**kwargs) or {}  # type: ignore[misc]
-        bundle["text/plain"] = repr(self)
-        return bundle
-
-
-def _bar(description: str, value: float, maximum: float, colour_name: str) -> w.FloatProgress:
-    """A progress bar in the glossary's colour for the quantity (compute or memory)."""
-    return w.FloatProgress(value=min(value, maximum), min=0, max=max(maximum, 1e-9), description=description,
-                           style={"bar_color": colour(colour_name), "description_width": "initial"},
-                           layout=w.Layout(width="95%"))
+def bundle(name: str) -> Path:
+    """A file of the built front end; a source checkout builds it with ``npm run build``."""
+    path = STATIC / name
+    if not path.is_file():
+        raise FileNotFoundError(f"the widgets' front end {path} is not built: run `npm install && npm run build` "
+                                "in labextension/ (a wheel ships it prebuilt)")
+    return path
 
 
-def _readout(text: str) -> w.HTML:
-    """The number on a bar, in the theme's text colour."""
-    return w.HTML(f'<span class="vgpu-readout" style="color:{colour("text")}">{render.esc(text)}</span>')
+class _FactsWidget(anywidget.AnyWidget):
+    """The facts of one notebook, drawn by the panel's renderer; ``parts`` says which sections."""
 
+    PARTS: ClassVar[tuple[str, ...]] = ("allocation", "topology", "usage")
 
-class AllocationCard(_TextRepr, w.VBox):
-    """Model, UUID and node of each card, with the share of compute and memory as bars."""
+    parts = List(Unicode()).tag(sync=True)
+    allocation = Dict(allow_none=True, default_value=None).tag(sync=True)
+    topology = Dict(allow_none=True, default_value=None).tag(sync=True)
+    usage = Dict(allow_none=True, default_value=None).tag(sync=True)
+    window = Float(120.0).tag(sync=True)  # seconds of usage on the charts
 
-    def __init__(self, source: Any, answer: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    _esm = STATIC / "widget.js"
+    _css = STATIC / "widget.css"
+
+    def __init__(self, source: Any, *, interval: float = 1.0, window: float = 120.0, **kwargs: Any) -> None:
+        for name in ("widget.js", "widget.css"):
+            bundle(name)
+        super().__init__(parts=list(self.PARTS), window=window, **kwargs)
         self.source = source
-        self.answer: dict[str, Any] = {}
-        self.refresh(answer)
-
-    def refresh(self, answer: dict[str, Any] | None = None) -> None:
-        self.answer = answer if answer is not None else self.source.allocation()
-        self.children = self._build()
-
-    def _build(self) -> tuple[w.Widget, ...]:
-        answer = self.answer
-        allocation = answer.get("allocation")
-        children: list[w.Widget] = []
-        if answer.get("state") == "unreachable":
-            children.append(w.HTML(f'<div class="vgpu-stale" style="color:{colour("limit")}">⚠ '
-                                   f'{render.esc(answer.get("message"))}</div>'))
-        if not allocation:
-            children.append(w.HTML(f'<div class="vgpu-empty" style="color:{colour("text")}"><b>No vGPU</b><br>'
-                                   f'{render.esc(answer.get("message"))}</div>'))
-            return tuple(children)
-        pod = allocation.get("pod")
-        children.append(w.HTML(
-            f'<div class="vgpu-header" style="color:{colour("text")}"><b>vGPU</b> on <code>{render.esc(allocation.get("node") or "this machine")}</code>'
-            + (f' · pod <code>{render.esc(allocation.get("namespace"))}/{render.esc(pod)}</code>' if pod else "")
-            + (f' · enforced by {render.esc(allocation.get("enforcement"))}' if allocation.get("enforcement") else "")
-            + "</div>"))
-        for card in allocation.get("cards") or []:
-            total = card.get("memoryTotalMib") or card.get("memoryMib") or 0
-            memory = card.get("memoryMib") or 0
-            children.append(w.HTML(
-                f'<div class="vgpu-card-title" style="color:{colour("text")}">{render.esc(render.card_title(card))}<br>'
-                f'<small><code>{render.esc(card.get("uuid") or "")}</code></small></div>'))
-            compute = _bar("compute", card.get("cores") or 0, 100, "compute")
-            compute.tooltip = f"your share: {card.get('cores')} % of the card's compute"
-            memory_bar = _bar("memory", memory, total, "memory")
-            memory_bar.tooltip = f"your share: {format_mib(memory)} of the card's {format_mib(total)}"
-            children += [compute, _readout(compute.tooltip), memory_bar, _readout(memory_bar.tooltip)]
-        return tuple(children)
-
-    def __repr__(self) -> str:
-        return render.allocation_text(self.answer)
-
-
-class TopologyView(_TextRepr, w.HTML):
-    """The node's GPU tree as SVG; your card highlighted, others' occupancy anonymous."""
-
-    def __init__(self, source: Any, answer: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.source = source
-        self.answer: dict[str, Any] = {}
-        self.refresh(answer)
-
-    def refresh(self, answer: dict[str, Any] | None = None) -> None:
-        self.answer = answer if answer is not None else self.source.topology()
-        topology = self.answer.get("topology")
-        if topology:
-            note = f'<div style="color:{colour("limit")}">⚠ {render.esc(self.answer.get("message"))}</div>' \
-                if self.answer.get("state") == "unreachable" else ""
-            self.value = note + render.topology_svg(topology)
-        else:
-            self.value = (f'<div class="vgpu-empty" style="color:{colour("text")}">'
-                          f'{render.esc(self.answer.get("message") or "No topology")}</div>')
-
-    def __repr__(self) -> str:
-        return render.topology_text(self.answer)
-
-
-class UsageChart(_TextRepr, w.VBox):
-    """Compute and memory used, each on its own chart against your share, with the numbers now
-    on bars; ``live=True`` polls about once a second."""
-
-    def __init__(self, source: Any, *, window: float = 120, interval: float = 1.0, live: bool = True,
-                 **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.source = source
-        self.window = window
         self.interval = interval
-        self.answer: dict[str, Any] = {}
-        self.chart = w.HTML()
-        self.utilization = _bar("compute used", 0, 100, "compute")
-        self.utilization_readout = _readout("")
-        self.memory = _bar("memory used", 0, 1, "memory")
-        self.memory_readout = _readout("")
-        self.status = w.HTML()
-        self.children = (self.status, self.chart, self.utilization, self.utilization_readout, self.memory,
-                         self.memory_readout)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.refresh()
-        if live:
-            self.start()
+        self._samples: dict[float, dict[str, Any]] = {}
 
-    def refresh(self, answer: dict[str, Any] | None = None) -> None:
-        self.answer = answer if answer is not None else self.source.usage(self.window)
-        answer = self.answer
-        limits = answer.get("limits") or {}
-        current = answer.get("current") or {}
-        history = list(answer.get("history") or [])
-        if current and (not history or history[-1].get("t") != current.get("t")):
-            history.append(current)
-        self.chart.value = render.usage_svg(history, limits, window=self.window)
-        memory_limit = limits.get("memoryMib") or max(current.get("memoryUsedMib") or 0, 1)
-        used_mib = current.get("memoryUsedMib") or 0
-        utilization = current.get("utilizationPercent") or 0
-        cores = limits.get("cores")
-        with self.hold_sync():
-            self.memory.max = max(memory_limit, 1e-9)
-            self.memory.value = min(used_mib, self.memory.max)
-            self.memory_readout.value = _readout(
-                f"{format_mib(used_mib)} of your {format_mib(memory_limit)} "
-                f"({render.percent(used_mib, memory_limit):.0f} %)").value
-            self.utilization.value = min(utilization, 100)
-            self.utilization_readout.value = _readout(
-                f"{utilization:.0f} % of the card" + (f" (your share: {cores} %)" if cores else "")).value
-            state = answer.get("state")
-            tone = {"live": "compute", "stale": "limit", "unreachable": "error"}.get(state or "", "muted")
-            message = f" — {render.esc(answer.get('message'))}" if answer.get("message") else ""
-            self.status.value = (f'<span class="vgpu-state" style="color:{colour(tone)}">● {render.esc(state)}</span>'
-                                 f'<span style="color:{colour("text")}">{message}</span>')
+    # --- the facts -----------------------------------------------------------------------
+
+    def refresh_usage(self, answer: dict[str, Any] | None = None) -> None:
+        """Merge the newest samples into ``usage`` (its history trimmed to the window)."""
+        if answer is None:
+            # after the first fetch only the last few seconds are new
+            answer = self.source.usage(self.window if not self._samples else max(5.0, 3 * self.interval))
+        for point in [*(answer.get("history") or []), *([answer["current"]] if answer.get("current") else [])]:
+            self._samples[float(point["t"])] = {k: point[k] for k in ("t", "memoryUsedMib", "utilizationPercent")}
+        if self._samples:
+            newest = max(self._samples)
+            for t in [t for t in self._samples if t < newest - self.window]:
+                del self._samples[t]
+        self.usage = {**answer, "history": [self._samples[t] for t in sorted(self._samples)]}
+
+    # --- live usage ------------------------------------------------------------------------
 
     def start(self) -> None:
         if self._thread is not None and self._thread.is_alive():
             return
         self._stop.clear()
-        self._thread = threading.Thread(target=self._poll, name="vgpu-usage-chart", daemon=True)
+        self._thread = threading.Thread(target=self._poll, name="vgpu-usage", daemon=True)
         self._thread.start()
         if self.comm is not None:
             self.comm.on_close(lambda _msg: self.stop())
@@ -174,9 +89,9 @@ class UsageChart(_TextRepr, w.VBox):
     def _poll(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                self.refresh()
+                self.refresh_usage()
             except Exception as error:  # noqa: BLE001 - keep polling; show what went wrong
-                self.status.value = f'<span style="color:{colour("error")}">● error</span> {render.esc(error)}'
+                self.usage = {**(self.usage or {}), "state": "unreachable", "message": str(error)}
 
     @property
     def running(self) -> bool:
@@ -190,31 +105,81 @@ class UsageChart(_TextRepr, w.VBox):
 
     def close(self) -> None:
         self.stop()
-        for child in (self.chart, self.memory, self.memory_readout, self.utilization, self.utilization_readout,
-                      self.status):
-            child.close()
         super().close()
 
-    def __repr__(self) -> str:
-        return render.usage_text(self.answer)
+    # --- plain text ---------------------------------------------------------------------------
 
-
-class Dashboard(_TextRepr, w.VBox):
-    """Allocation card, topology and live usage together."""
-
-    def __init__(self, source: Any, *, live: bool = True, interval: float = 1.0, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.allocation = AllocationCard(source)
-        self.topology = TopologyView(source)
-        self.usage = UsageChart(source, live=live, interval=interval)
-        heading = f'style="color:{colour("text")}"'
-        self.children = (self.allocation, w.HTML(f"<b {heading}>Topology</b>"), self.topology,
-                         w.HTML(f"<b {heading}>Usage</b>"), self.usage)
-
-    def close(self) -> None:
-        for child in self.children:
-            child.close()
-        super().close()
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        """The full plain-text repr in the bundle (ipywidgets truncates its own to 110 chars)."""
+        bundle = super()._repr_mimebundle_(**kwargs) or {}
+        data, metadata = bundle if isinstance(bundle, tuple) else (bundle, {})
+        data = {**data, "text/plain": repr(self)}
+        return (data, metadata) if isinstance(bundle, tuple) else data
 
     def __repr__(self) -> str:
-        return "\n\n".join(repr(v) for v in (self.allocation, self.topology, self.usage))
+        texts = {"allocation": lambda: render.allocation_text(self.allocation or {}),
+                 "topology": lambda: render.topology_text(self.topology or {}),
+                 "usage": lambda: render.usage_text(self.usage or {})}
+        return "\n\n".join(texts[part]() for part in self.parts)
+
+
+class AllocationCard(_FactsWidget):
+    """Model, node and cards of your share, with its compute and memory as bars."""
+
+    PARTS = ("allocation",)
+
+    def __init__(self, source: Any, answer: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(source, **kwargs)
+        self.refresh(answer)
+
+    def refresh(self, answer: dict[str, Any] | None = None) -> None:
+        self.allocation = answer if answer is not None else self.source.allocation()
+
+
+class TopologyView(_FactsWidget):
+    """The node's GPU tree; your card highlighted, others' allocation anonymous."""
+
+    PARTS = ("topology",)
+
+    def __init__(self, source: Any, answer: dict[str, Any] | None = None, *,
+                 allocation: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(source, **kwargs)
+        self.refresh(answer, allocation)
+
+    def refresh(self, answer: dict[str, Any] | None = None, allocation: dict[str, Any] | None = None) -> None:
+        with self.hold_sync():
+            self.allocation = allocation if allocation is not None else self.source.allocation()
+            self.topology = answer if answer is not None else self.source.topology()
+
+
+class UsageChart(_FactsWidget):
+    """Memory and compute used, each on its own chart against your share; ``live=True`` pushes
+    new samples about once per ``interval``."""
+
+    PARTS = ("usage",)
+
+    def __init__(self, source: Any, *, window: float = 120, interval: float = 1.0, live: bool = True,
+                 allocation: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(source, window=window, interval=interval, **kwargs)
+        with self.hold_sync():
+            self.allocation = allocation if allocation is not None else source.allocation()
+            self.refresh_usage()
+        if live:
+            self.start()
+
+    def refresh(self, answer: dict[str, Any] | None = None) -> None:
+        self.refresh_usage(answer)
+
+
+class Dashboard(_FactsWidget):
+    """Allocation card, topology and live usage together (what ``%vgpu`` shows)."""
+
+    def __init__(self, source: Any, *, live: bool = True, interval: float = 1.0, window: float = 120,
+                 **kwargs: Any) -> None:
+        super().__init__(source, window=window, interval=interval, **kwargs)
+        with self.hold_sync():
+            self.allocation = source.allocation()
+            self.topology = source.topology()
+            self.refresh_usage()
+        if live:
+            self.start()

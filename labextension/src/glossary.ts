@@ -1,5 +1,5 @@
 /**
- * The shared glossary (glossary.json): the words and colours the panel and the notebook
+ * The shared glossary (glossary.json): the words the panel and the notebook
  * widgets both use, so "allocated" and "used" mean the same everywhere. Pure.
  */
 
@@ -16,10 +16,4 @@ export function fill(template: string, values: Record<string, string | number>):
 export function count(noun: keyof typeof glossary.counts, n: number): string {
   const [one, many] = glossary.counts[noun];
   return fill(n === 1 ? one : many, { n });
-}
-
-/** A colour of the glossary as CSS: the theme variable with its fallback. */
-export function colour(name: keyof typeof glossary.colours): string {
-  const [variable, fallback] = glossary.colours[name];
-  return `var(${variable}, ${fallback})`;
 }

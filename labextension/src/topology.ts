@@ -1,5 +1,5 @@
 /**
- * Layout of the node's GPU topology tree for the SVG diagram. Pure: no DOM.
+ * The node's GPU topology tree as the views draw it (nested groups, cards as leaves). Pure: no DOM.
  *
  * The tree comes from core.topology (root level 'ROOT', leaves level 'GPU', each inner
  * node a group of cards linked at that level or better). Chains of groups holding the
@@ -35,33 +35,30 @@ export function describeLevel(level: string): string {
 
 export type LeafGpu = Pick<TopologyGpu, 'index' | 'mine'> & Partial<TopologyGpu>;
 
-export interface LayoutNode {
-  id: string;
-  /** Centre, in slot units: x in 0..width, y is the depth (0 at the root). */
-  x: number;
-  y: number;
-  level: string;
+/**
+ * The tree to draw, nested: groups of cards linked at a level (chains of groups holding the
+ * same cards merged into one, labelled with all their levels), cards as leaves in index order.
+ */
+export interface TopologyGroup {
+  kind: 'group';
+  /** The merged levels ('SYS', 'NV12'); the root's is the node name first. */
   label: string;
+  /** The best (last) level of the merged chain, for the tooltip. */
+  level: string;
   gpus: number[];
-  /** Set on leaves (only index and mine for a card the tree names but the server did not list). */
-  gpu: LeafGpu | null;
   /** This subtree holds one of the user's cards. */
   mine: boolean;
+  children: TopologyItem[];
 }
 
-export interface LayoutEdge {
-  from: string;
-  to: string;
+export interface TopologyCard {
+  kind: 'card';
+  /** The server's facts (only index and mine for a card the tree names but the server did not list). */
+  gpu: LeafGpu;
   mine: boolean;
 }
 
-export interface TopologyLayout {
-  nodes: LayoutNode[];
-  edges: LayoutEdge[];
-  /** Number of leaf slots and of levels. */
-  width: number;
-  depth: number;
-}
+export type TopologyItem = TopologyGroup | TopologyCard;
 
 /** The tree to draw: the server's, or a flat one (node -> cards) when it sent none. */
 function treeOf(topology: Topology): TreeNode {
@@ -95,65 +92,35 @@ function simplify(node: TreeNode): { node: TreeNode; levels: string[] } {
   return { node: current, levels };
 }
 
-export function layoutTopology(topology: Topology): TopologyLayout {
+export function topologyTree(topology: Topology): TopologyGroup {
   const byIndex = new Map(topology.gpus.map(g => [g.index, g]));
   const mineSet = new Set(topology.gpus.filter(g => g.mine).map(g => g.index));
-  const nodes: LayoutNode[] = [];
-  const edges: LayoutEdge[] = [];
-  let nextSlot = 0;
-  let depth = 0;
 
-  const visit = (raw: TreeNode, y: number, path: string): LayoutNode => {
-    depth = Math.max(depth, y + 1);
+  const visit = (raw: TreeNode): TopologyItem => {
     if (raw.level === 'GPU' || raw.children.length === 0) {
       const index = raw.gpus[0];
-      const gpu = byIndex.get(index) ?? { index, mine: false };
-      const leaf: LayoutNode = {
-        id: `gpu-${index}`,
-        x: nextSlot + 0.5,
-        y,
-        level: 'GPU',
-        label: `GPU ${index}`,
-        gpus: [index],
-        gpu,
-        mine: mineSet.has(index)
-      };
-      nextSlot += 1;
-      nodes.push(leaf);
-      return leaf;
+      return { kind: 'card', gpu: byIndex.get(index) ?? { index, mine: false }, mine: mineSet.has(index) };
     }
     const { node, levels } = simplify(raw);
     const shown = levels.filter(l => l !== 'ROOT');
-    const isRoot = levels[0] === 'ROOT';
-    const label = isRoot ? topology.node + (shown.length ? ` · ${shown.join(' / ')}` : '') : shown.join(' / ');
-    const children = [...node.children]
-      .sort((a, b) => Math.min(...a.gpus) - Math.min(...b.gpus))
-      .map((child, i) => visit(child, y + 1, `${path}.${i}`));
-    const inner: LayoutNode = {
-      id: `group${path}`,
-      x: (children[0].x + children[children.length - 1].x) / 2,
-      y,
-      level: node.level,
+    const name = topology.node ?? 'this node';
+    const label = levels[0] === 'ROOT' ? [name, ...shown].join(' · ') : shown.join(' / ');
+    const children = [...node.children].sort((a, b) => Math.min(...a.gpus) - Math.min(...b.gpus)).map(visit);
+    return {
+      kind: 'group',
       label,
+      level: levels[levels.length - 1],
       gpus: [...node.gpus],
-      gpu: null,
-      mine: node.gpus.some(g => mineSet.has(g))
+      mine: node.gpus.some(g => mineSet.has(g)),
+      children
     };
-    nodes.push(inner);
-    for (const child of children) {
-      edges.push({ from: inner.id, to: child.id, mine: child.mine });
-    }
-    return inner;
   };
 
-  visit(treeOf(topology), 0, '');
-  // leaves all sit on the bottom row, whatever their depth in the tree
-  for (const node of nodes) {
-    if (node.gpu) {
-      node.y = depth - 1;
-    }
-  }
-  return { nodes, edges, width: Math.max(nextSlot, 1), depth };
+  const root = visit(treeOf(topology));
+  // a tree that is one card still gets its node around it
+  return root.kind === 'group'
+    ? root
+    : { kind: 'group', label: topology.node ?? 'this node', level: 'ROOT', gpus: [root.gpu.index], mine: root.mine, children: [root] };
 }
 
 /**

@@ -5,7 +5,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 
-import { colour, count, fill } from '../src/glossary';
+import { count, fill } from '../src/glossary';
 import { describeOccupancy, LeafGpu } from '../src/topology';
 
 const cases = JSON.parse(fs.readFileSync(path.join(__dirname, 'occupancy-cases.json'), 'utf8')).cases as {
@@ -24,9 +24,8 @@ describe('the shared glossary', () => {
     }
   });
 
-  it('fills placeholders, counts and colours', () => {
+  it('fills placeholders and counts', () => {
     expect(fill('{a} and {b}', { a: 1 })).toBe('1 and {b}');
     expect([count('tenants', 1), count('tenants', 2), count('others', 1)]).toEqual(['1 tenant', '2 tenants', '1 other']);
-    expect(colour('compute')).toBe('var(--jp-brand-color1, #1976d2)');
   });
 });

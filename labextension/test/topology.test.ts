@@ -1,4 +1,4 @@
-import { describeLevel, describeOccupancy, layoutTopology } from '../src/topology';
+import { describeLevel, describeOccupancy, TopologyGroup, TopologyItem, topologyTree } from '../src/topology';
 import { Topology, TreeNode } from '../src/types';
 
 const leaf = (i: number): TreeNode => ({ level: 'GPU', gpus: [i], children: [] });
@@ -29,41 +29,38 @@ const topology: Topology = {
   ]
 };
 
-describe('layoutTopology', () => {
-  const layout = layoutTopology(topology);
+describe('topologyTree', () => {
+  const tree = topologyTree(topology);
+  const cards = (node: TopologyItem): number[] =>
+    node.kind === 'card' ? [node.gpu.index] : node.children.flatMap(cards);
 
-  it('puts the cards in index order on the bottom row', () => {
-    const leaves = layout.nodes.filter(n => n.gpu);
-    expect(leaves.map(n => [n.label, n.x, n.y])).toEqual([
-      ['GPU 0', 0.5, 2],
-      ['GPU 1', 1.5, 2],
-      ['GPU 2', 2.5, 2],
-      ['GPU 3', 3.5, 2]
+  it('keeps the cards in index order, each group sorted by its first card', () => {
+    expect(cards(tree)).toEqual([0, 1, 2, 3]);
+    expect(tree.children.map(c => (c.kind === 'group' ? c.gpus : []))).toEqual([
+      [0, 1],
+      [2, 3]
     ]);
-    expect(layout.width).toBe(4);
-    expect(layout.depth).toBe(3);
   });
 
   it('merges the root with a level that holds the same cards', () => {
-    const root = layout.nodes.find(n => n.y === 0)!;
-    expect(root.label).toBe('gpu-node-a · SYS');
-    expect(root.x).toBe(2);
-    expect(layout.nodes.filter(n => !n.gpu).map(n => n.label).sort()).toEqual(['NV12', 'NV12', 'gpu-node-a · SYS']);
+    expect(tree.label).toBe('gpu-node-a · SYS');
+    expect(tree.level).toBe('SYS');
+    expect(tree.children.map(c => (c.kind === 'group' ? c.label : ''))).toEqual(['NV12', 'NV12']);
   });
 
   it("marks the path to the user's card", () => {
-    const mine = layout.nodes.filter(n => n.mine).map(n => n.label);
-    expect(mine).toEqual(['GPU 1', 'NV12', 'gpu-node-a · SYS']);
-    const mineEdges = layout.edges.filter(e => e.mine);
-    expect(mineEdges).toHaveLength(2);
-    expect(mineEdges.map(e => e.to)).toContain('gpu-1');
+    const [first, second] = tree.children as TopologyGroup[];
+    expect([tree.mine, first.mine, second.mine]).toEqual([true, true, false]);
+    expect(first.children.map(c => (c.kind === 'card' ? [c.gpu.index, c.mine] : null))).toEqual([
+      [0, false],
+      [1, true]
+    ]);
   });
 
   it('draws a flat tree when the server sent none', () => {
-    const flat = layoutTopology({ ...topology, tree: null });
-    expect(flat.depth).toBe(2);
-    expect(flat.edges).toHaveLength(4);
-    expect(flat.nodes.find(n => n.y === 0)!.label).toBe('gpu-node-a');
+    const flat = topologyTree({ ...topology, tree: null });
+    expect(flat.label).toBe('gpu-node-a');
+    expect(flat.children.map(c => c.kind)).toEqual(['card', 'card', 'card', 'card']);
   });
 });
 

@@ -1,0 +1,97 @@
+/**
+ * The node's GPU topology as nested boxes (a group per link level, a box per card), drawn the
+ * same in the lab panel and the notebook widgets. HTML, not a fixed-size drawing: the cards
+ * wrap onto more rows in a narrow view, so the text keeps its size and nothing scrolls sideways.
+ */
+
+import { h } from './dom';
+import { describeCards } from './format';
+import { describeLevel, describeOccupancy, TopologyCard, TopologyGroup, topologyTree } from './topology';
+import { Topology } from './types';
+
+export function renderTopology(topology: Topology): HTMLElement[] {
+  const mine = topology.gpus.filter(g => g.mine).map(g => g.index);
+  return [
+    h('h3', {}, 'Topology'),
+    h(
+      'div',
+      {
+        class: 'jp-vgpu-topo',
+        role: 'group',
+        'aria-label':
+          `GPU topology of node ${topology.node}: ${topology.gpus.length} cards` +
+          (mine.length ? `; yours: ${describeCards(mine)}` : '')
+      },
+      group(topologyTree(topology))
+    )
+  ];
+}
+
+function group(node: TopologyGroup): HTMLElement {
+  return h(
+    'div',
+    { class: `jp-vgpu-topo-group${node.mine ? ' jp-vgpu-mine' : ''}`, 'data-level': node.level },
+    h(
+      'div',
+      {
+        class: 'jp-vgpu-topo-level',
+        title: `${describeCards(node.gpus)} linked through ${describeLevel(node.level)}`
+      },
+      node.label
+    ),
+    h(
+      'div',
+      { class: 'jp-vgpu-topo-children' },
+      ...node.children.map(child => (child.kind === 'group' ? group(child) : card(child)))
+    )
+  );
+}
+
+/** A card: its name, everyone's allocation as a bar (yours on top) with its words and number. */
+function card(node: TopologyCard): HTMLElement {
+  const gpu = node.gpu;
+  const words = describeOccupancy(gpu);
+  const [who, ...rest] = words.split(' · ');
+  const allocated = percent(gpu.allocatedCores ?? 0);
+  const own = node.mine ? percent(gpu.myCores ?? gpu.allocatedCores ?? 0) : 0;
+  const classes = ['jp-vgpu-topo-gpu'];
+  if (node.mine) {
+    classes.push('jp-vgpu-mine');
+  }
+  if (gpu.healthy === false) {
+    classes.push('jp-vgpu-unhealthy');
+  }
+  const others = h('div', { class: 'jp-vgpu-topo-fill' });
+  others.style.width = `${allocated}%`;
+  const yours = h('div', { class: 'jp-vgpu-topo-fill-mine' });
+  yours.style.width = `${own}%`;
+  return h(
+    'div',
+    {
+      class: classes.join(' '),
+      'data-gpu': gpu.index,
+      title: `GPU ${gpu.index}${gpu.model ? ` (${gpu.model})` : ''}: ${words}`
+    },
+    h('div', { class: 'jp-vgpu-topo-label' }, `GPU ${gpu.index}`),
+    h(
+      'div',
+      {
+        class: 'jp-vgpu-topo-bar',
+        role: 'progressbar',
+        'aria-label': `GPU ${gpu.index}: ${words}`,
+        'aria-valuemin': 0,
+        'aria-valuemax': 100,
+        'aria-valuenow': allocated
+      },
+      others,
+      yours
+    ),
+    h('div', { class: 'jp-vgpu-topo-who' }, who),
+    rest.length ? h('div', { class: 'jp-vgpu-topo-allocated' }, rest.join(' · ')) : null,
+    gpu.numa !== undefined && gpu.numa !== null ? h('div', { class: 'jp-vgpu-topo-numa' }, `NUMA ${gpu.numa}`) : null
+  );
+}
+
+function percent(cores: number): number {
+  return Math.round(Math.min(100, Math.max(0, cores)));
+}
