@@ -128,7 +128,7 @@ class VGPUMagics(SettingsAliases, Magics):
 
         dashboard = Dashboard(self.facts, interval=self.watch_interval, live=self.widgets_shown)
         if self.widgets_shown:
-            self.live.append(dashboard.usage)
+            self.live.append(dashboard)
         return self._display(dashboard)
 
     def _cmd_status(self, args: argparse.Namespace) -> None:

@@ -47,12 +47,10 @@ class _FactsWidget(anywidget.AnyWidget):
     usage = Dict(allow_none=True, default_value=None).tag(sync=True)
     window = Float(120.0).tag(sync=True)  # seconds of usage on the charts
 
-    _esm = STATIC / "widget.js"
-    _css = STATIC / "widget.css"
+    _esm = bundle("widget.js")
+    _css = bundle("widget.css")
 
     def __init__(self, source: Any, *, interval: float = 1.0, window: float = 120.0, **kwargs: Any) -> None:
-        for name in ("widget.js", "widget.css"):
-            bundle(name)
         super().__init__(parts=list(self.PARTS), window=window, **kwargs)
         self.source = source
         self.interval = interval
@@ -109,14 +107,8 @@ class _FactsWidget(anywidget.AnyWidget):
 
     # --- plain text ---------------------------------------------------------------------------
 
-    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        """The full plain-text repr in the bundle (ipywidgets truncates its own to 110 chars)."""
-        bundle = super()._repr_mimebundle_(**kwargs) or {}
-        data, metadata = bundle if isinstance(bundle, tuple) else (bundle, {})
-        data = {**data, "text/plain": repr(self)}
-        return (data, metadata) if isinstance(bundle, tuple) else data
-
     def __repr__(self) -> str:
+        """The plain text of the parts (anywidget puts it whole in the display's text/plain)."""
         texts = {"allocation": lambda: render.allocation_text(self.allocation or {}),
                  "topology": lambda: render.topology_text(self.topology or {}),
                  "usage": lambda: render.usage_text(self.usage or {})}

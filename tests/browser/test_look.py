@@ -2,9 +2,10 @@
 250 px and 1,000 px wide, in Debian's headless Chromium.
 
 For each theme and width: no two pieces of text overlap (boxes of the rendered text from
-the DOM), no text is drawn smaller than 9 px (a diagram scaled down into a sidebar), text
-contrast passes WCAG AA (computed here: see _CONTRAST), and the browser console stays
-free of errors through it all. Screenshots land in tests/artifacts/look-*.png.
+the DOM), no text is drawn smaller than 9 px (a diagram scaled down into a sidebar), nothing
+scrolls sideways (the views reflow), text contrast passes WCAG AA (axe-core), and the browser
+console stays free of errors through it all. Panel and widgets are one renderer: the same
+facts give the same words in both. Screenshots land in tests/artifacts/look-*.png.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from browser_support import Cluster, Lab, start_lab, stop_lab
 from simkube.waiting import wait_for
 
 PANEL = "#jp-vgpu-panel"
-OUTPUT = ".jp-Notebook .jp-OutputArea-output:has(.vgpu-topology)"
+OUTPUT = ".jp-Notebook .jp-OutputArea-output:has(.jp-vgpu-widget)"
+WIDGET = f"{OUTPUT} .jp-vgpu-widget"
 THEMES = {"light": "JupyterLab Light", "dark": "JupyterLab Dark"}
 WIDTHS = (250, 1000)
 
@@ -57,54 +59,50 @@ def overlaps(boxes: list[dict[str, Any]], tolerance: float = 1.5) -> list[str]:
     return found
 
 
-# WCAG 2.x contrast of every visible piece of text against what is drawn under it, found with
-# elementsFromPoint (HTML backgrounds and SVG fills alike, translucent layers composited).
-# axe-core's color-contrast rule was tried first (axe.min.js from axe-playwright-python): inside
-# JupyterLab's shell it reports every node of the panel and the notebook inapplicable (it checked
-# 8 nodes of the whole page), so it cannot fail there; this computes the same AA criterion.
-_CONTRAST = r"""(root) => {
-  const parse = (c) => { const m = c && c.match(/rgba?\(([^)]+)\)/); if (!m) return null;
-    const v = m[1].split(/[ ,\/]+/).filter(Boolean).map(Number); return [v[0], v[1], v[2], v.length > 3 ? v[3] : 1]; };
-  const over = (top, under) => { const a = top[3]; return [0, 1, 2].map(i => top[i] * a + under[i] * (1 - a)).concat([1]); };
-  const lum = (c) => { const f = (x) => { x /= 255; return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4); };
-    return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
-  const paint = (e) => { const st = getComputedStyle(e);
-    if (e instanceof SVGElement) { if (e.tagName === 'text' || e.tagName === 'tspan' || e.tagName === 'svg' || e.tagName === 'g') return null;
-      const f = parse(st.fill); return f && st.fill !== 'none' ? [f[0], f[1], f[2], f[3] * parseFloat(st.fillOpacity || '1') * parseFloat(st.opacity || '1')] : null; }
-    const b = parse(st.backgroundColor); return b && b[3] > 0 ? b : null; };
-  const failures = []; let checked = 0;
-  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
-  while (walker.nextNode()) {
-    const node = walker.currentNode, el = node.parentElement;
-    if (!node.textContent.trim() || !el || el.closest('title, style, script, [hidden]')) continue;
-    const range = document.createRange(); range.selectNodeContents(node);
-    const r = range.getBoundingClientRect(); if (r.width < 1 || r.height < 1) continue;
-    const x = r.left + r.width / 2, y = r.top + r.height / 2;
-    const stack = document.elementsFromPoint(x, y);
-    const own = el.closest('text') || el;
-    const at = stack.findIndex(e => e === own || own.contains(e) || e.contains(own));
-    if (at < 0) continue;  // covered or scrolled away: not visible here
-    const layers = []; for (const e of stack.slice(at)) { const p = paint(e); if (p) { layers.push(p); if (p[3] >= 1) break; } }
-    let bg = [255, 255, 255, 1]; for (const l of layers.reverse()) bg = over(l, bg);
-    const st = getComputedStyle(own);
-    const raw = parse(own instanceof SVGElement ? st.fill : st.color); if (!raw) continue;
-    const fg = over([raw[0], raw[1], raw[2], raw[3] * parseFloat(st.opacity || '1')], bg);
-    const a = lum(fg), b = lum(bg), ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
-    const size = parseFloat(st.fontSize), bold = parseInt(st.fontWeight) >= 700;
-    const needed = size >= 24 || (bold && size >= 18.66) ? 3 : 4.5;
-    checked++;
-    if (ratio < needed) failures.push(`'${node.textContent.trim().slice(0, 40)}': ${ratio.toFixed(2)} < ${needed}`);
+# Horizontal scrolling under a root: an element that scrolls sideways, or one whose box sticks
+# out of the root's right edge (what a reader would have to scroll to). Empty when it reflows.
+_SIDEWAYS = """(root) => {
+  const right = root.getBoundingClientRect().right + 1, found = [];
+  for (const el of [root, ...root.querySelectorAll('*')]) {
+    if (el.closest('[hidden], title')) continue;
+    const st = getComputedStyle(el);
+    if (['auto', 'scroll'].includes(st.overflowX) && el.scrollWidth > el.clientWidth + 1)
+      found.push(`${el.className.baseVal ?? el.className} scrolls (${el.scrollWidth} > ${el.clientWidth} px)`);
+    const r = el.getBoundingClientRect();
+    if (r.width > 0 && r.right > right)
+      found.push(`${el.tagName}.${el.className.baseVal ?? el.className} ends ${Math.round(r.right - right)} px past the edge`);
   }
-  return {checked, failures};
+  return found;
+}"""
+
+
+def sideways(page: Any, selector: str) -> list[str]:
+    return list(page.evaluate(_SIDEWAYS, page.locator(selector).element_handle()))
+
+
+# WCAG AA text contrast by axe-core (labextension/node_modules/axe-core, a dev dependency),
+# run on the panel's or the widget's own subtree. Run on the whole document, axe found only
+# 8 nodes to check in JupyterLab's shell and called the rest inapplicable; given the subtree as
+# its context it checks every piece of text in it (asserted: a check that checks nothing fails).
+AXE = Path(__file__).resolve().parents[2] / "labextension" / "node_modules" / "axe-core" / "axe.min.js"
+_AXE_RUN = """async (root) => {
+  const result = await axe.run(root, {runOnly: {type: 'rule', values: ['color-contrast']},
+                                      resultTypes: ['violations', 'incomplete']});
+  const nodes = (items) => items.flatMap(r => r.nodes.map(n => `${n.target.join(' ')}: ${n.any.map(a => a.message).join('; ')}`));
+  return {passes: result.passes.reduce((n, r) => n + r.nodes.length, 0),
+          violations: nodes(result.violations), incomplete: nodes(result.incomplete)};
 }"""
 
 
 def contrast_violations(page: Any, selector: str) -> list[str]:
-    """Text under ``selector`` whose contrast misses WCAG AA (AssertionError when nothing visible
-    was checked: a check that cannot fail is no check)."""
-    result = page.evaluate(_CONTRAST, page.locator(selector).element_handle())
-    assert result["checked"] > 0, f"no visible text checked under {selector}"
-    return list(result["failures"])
+    """Text under ``selector`` whose contrast misses WCAG AA, by axe-core. Text axe cannot judge
+    (incomplete: e.g. a background it cannot see through) counts as a failure too."""
+    if not page.evaluate("() => typeof window.axe !== 'undefined'"):
+        assert AXE.is_file(), f"{AXE} is missing: `npm install` in labextension/"
+        page.add_script_tag(path=str(AXE))
+    result = page.evaluate(_AXE_RUN, page.locator(selector).element_handle())
+    assert result["passes"] + len(result["violations"]) > 0, f"axe checked no text under {selector}"
+    return [f"violation {v}" for v in result["violations"]] + [f"cannot tell {v}" for v in result["incomplete"]]
 
 
 def _watch_console(page: Any) -> list[str]:
@@ -126,7 +124,35 @@ def _check_widgets(page: Any, artifacts: Path, frontend: str, theme: str, width:
     assert abs(got - width) <= 12, f"the output area is {got} px wide, not {width}"
     page.locator(OUTPUT).scroll_into_view_if_needed()
     page.locator(OUTPUT).screenshot(path=str(artifacts / f"look-widgets-{frontend}-{theme}-{width}.png"))
-    _check(page, OUTPUT, f"widgets in {frontend}, {theme}, {width} px")
+    _check(page, WIDGET, f"widgets in {frontend}, {theme}, {width} px")
+
+
+def _wait_for_widgets(page: Any) -> None:
+    """The %vgpu dashboard drawn, with samples on its charts."""
+    page.wait_for_selector(f"{WIDGET} .jp-vgpu-card", timeout=120_000)
+    page.wait_for_selector(f"{WIDGET} .jp-vgpu-topo-gpu")
+    page.wait_for_function(f"""() => Number(document.querySelector(
+        '{WIDGET} .jp-vgpu-chart-memory .jp-vgpu-chart-line')?.dataset.points) >= 2""", timeout=60_000)
+
+
+# The text of a section, and the elements it is built of (tag and classes, in document order).
+_SECTION = """(section) => ({text: section.innerText,
+  shape: [section, ...section.querySelectorAll('*')].map(e => `${e.tagName}.${e.getAttribute('class') || ''}`)})"""
+
+
+def _assert_same_words(page: Any) -> None:
+    """The panel and the %vgpu widget show one notebook's facts: the allocation card and the
+    topology read the same, word for word; the usage charts differ only in live numbers."""
+    import re
+
+    for section in ("jp-vgpu-allocation", "jp-vgpu-topology", "jp-vgpu-usage"):
+        panel = page.evaluate(_SECTION, page.locator(f"{PANEL} .{section}").element_handle())
+        widget = page.evaluate(_SECTION, page.locator(f"{WIDGET} .{section}").element_handle())
+        assert panel["shape"] == widget["shape"], f"{section}: the panel and the widget are built differently"
+        if section == "jp-vgpu-usage":  # samples keep coming: compare the words around the numbers
+            panel["text"], widget["text"] = (re.sub(r"[0-9.]+", "#", t) for t in (panel["text"], widget["text"]))
+        assert panel["text"] == widget["text"], f"{section}:\npanel:  {panel['text']!r}\nwidget: {widget['text']!r}"
+        assert len(panel["text"]) > 20
 
 
 @pytest.fixture
@@ -172,6 +198,8 @@ def _check(page: Any, selector: str, what: str) -> None:
     assert not overlaps(boxes), f"{what}: " + "; ".join(overlaps(boxes)[:10])
     small = [f"{b['text']!r} {b['h']:.1f} px" for b in boxes if b["h"] < 9]
     assert not small, f"{what}: text too small to read: {small[:10]}"
+    scrolls = sideways(page, selector)
+    assert not scrolls, f"{what}: scrolls sideways: " + "; ".join(scrolls[:10])
     violations = contrast_violations(page, selector)
     assert not violations, f"{what}: WCAG AA contrast: " + "\n".join(violations[:10])
 
@@ -196,8 +224,7 @@ def test_panel_and_widgets_one_look_light_and_dark_narrow_and_wide(browser: Any,
     editor.click()
     page.keyboard.type("%load_ext jupyter_vgpu\n%vgpu")
     page.keyboard.press("Shift+Enter")
-    page.wait_for_selector(f"{OUTPUT} .vgpu-card", timeout=120_000)
-    page.wait_for_selector(f"{OUTPUT} .vgpu-memory", timeout=60_000)  # a sample on the chart
+    _wait_for_widgets(page)
 
     # the checks can fail: planted text that overlaps and is tiny (grey on grey below, in the panel)
     page.evaluate("""() => {
@@ -219,6 +246,14 @@ def test_panel_and_widgets_one_look_light_and_dark_narrow_and_wide(browser: Any,
         document.querySelector('{PANEL}').prepend(c); }}""")
     assert contrast_violations(page, "#vgpu-planted-grey"), "the contrast check cannot fail"
     page.evaluate("() => document.getElementById('vgpu-planted-grey').remove()")
+    page.evaluate(f"""() => {{ const c = document.createElement('pre'); c.id = 'vgpu-planted-wide';
+        c.style.cssText = 'overflow-x:auto'; c.textContent = 'x'.repeat(400);
+        document.querySelector('{PANEL}').append(c); }}""")
+    assert sideways(page, "#vgpu-planted-wide"), "the sideways check cannot fail"
+    page.evaluate("() => document.getElementById('vgpu-planted-wide').remove()")
+
+    # one renderer: the same facts give the same words, and the same elements, in panel and widget
+    _assert_same_words(page)
 
     for theme in THEMES:
         _change_theme(page, theme)
@@ -258,7 +293,7 @@ def notebook7(labextension_built: Path, cluster: Cluster, tmp_path: Path) -> Ite
 
 def test_widgets_in_notebook_7_light_and_dark_narrow_and_wide(browser: Any, notebook7: Lab, tmp_path: Path,
                                                               artifacts: Path) -> None:
-    """Notebook 7 has only the standard ipywidgets manager: the widgets are core widgets."""
+    """Notebook 7 has only the standard ipywidgets manager: anywidget draws the widgets there."""
     (tmp_path / "root" / "look.ipynb").write_text(json.dumps({
         "nbformat": 4, "nbformat_minor": 5,
         "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
@@ -283,8 +318,7 @@ def test_widgets_in_notebook_7_light_and_dark_narrow_and_wide(browser: Any, note
     wait_for(kernel_idle, timeout=120, what="the notebook's kernel to be idle")
     editor.click()
     page.keyboard.press("Shift+Enter")
-    page.wait_for_selector(f"{OUTPUT} .vgpu-card", timeout=120_000)
-    page.wait_for_selector(f"{OUTPUT} .vgpu-memory", timeout=60_000)
+    _wait_for_widgets(page)
     for theme in THEMES:
         _change_theme(page, theme)
         for width in WIDTHS:

@@ -76,14 +76,15 @@ def test_panel_shows_allocation_topology_live_usage_and_request(browser: Any, la
     assert gpus.count() == 4
     mine = panel.locator(".jp-vgpu-topo-gpu.jp-vgpu-mine")
     assert mine.count() == 1 and mine.get_attribute("data-gpu") == str(card)
-    assert panel.locator(".jp-vgpu-topo-edge.jp-vgpu-mine").count() == 2  # root -> NUMA group -> the card
-    legend = {int(li.get_attribute("data-gpu")): li.inner_text()
-              for li in panel.locator(".jp-vgpu-topo-legend li").all()}
-    assert legend[card].startswith(f"GPU {card} yours + 1 other · 75 %")
+    # the path to it: the node (merged with its top level) and the NUMA group holding the card
+    assert panel.locator(".jp-vgpu-topo-group.jp-vgpu-mine").count() == 2
+    words = {int(box.get_attribute("data-gpu")): " ".join(box.inner_text().split())
+             for box in gpus.all()}
+    assert words[card].startswith(f"GPU {card} yours + 1 other 75 % allocated")
     (carol_card,) = carol
-    assert legend[carol_card].startswith(f"GPU {carol_card} 1 tenant · 30 %")
+    assert words[carol_card].startswith(f"GPU {carol_card} 1 tenant 30 % allocated")
     for free in set(range(4)) - {card, carol_card}:
-        assert legend[free].startswith(f"GPU {free} free")
+        assert words[free].startswith(f"GPU {free} free")
     text = panel.inner_text()
     assert "bob" not in text and "carol" not in text
 

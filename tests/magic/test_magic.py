@@ -68,8 +68,8 @@ def test_watch_runs_in_the_background_and_stops_on_unload(shell, notebook, in_ke
     run(shell, "watch --interval 0.1")
     chart = magics.live[-1]
     assert chart.running  # the cell has returned and the chart's poll thread goes on
-    first = chart.answer["current"]["t"]
-    wait_for(lambda: chart.answer["current"]["t"] != first, timeout=30, what="the live chart to update")
+    first = chart.usage["current"]["t"]
+    wait_for(lambda: chart.usage["current"]["t"] != first, timeout=30, what="the live chart to update")
     shell.run_line_magic("unload_ext", "jupyter_vgpu")
     assert not chart.running
 

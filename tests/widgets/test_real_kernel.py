@@ -61,8 +61,10 @@ def test_live_chart_updates_while_a_cell_runs_and_stops_when_closed(kernel):
             updates.append(message["content"]["data"]["state"])
 
     execute(kernel, "import time; time.sleep(2.5)", during)  # messages seen while this cell runs
-    svgs = [state["value"] for state in updates if "vgpu-usage" in str(state.get("value", ""))]
-    assert len(svgs) >= 3, f"{len(updates)} updates while the cell slept"  # ~1 per 0.2 s, cell not blocked
+    newest = [state["usage"]["history"][-1]["t"] for state in updates if (state.get("usage") or {}).get("history")]
+    # ~1 per 0.2 s, the cell not blocked; each brings a newer sample
+    assert len(newest) >= 3 and newest == sorted(newest) and newest[-1] > newest[0], \
+        f"{len(updates)} updates while the cell slept"
     # closing ends the chart's poll thread: nothing can be sent after it
     execute(kernel, "_vgpu = get_ipython().magics_manager.registry['VGPUMagics']\n"
                     "chart = _vgpu.live[-1]\nchart.close()\nassert not chart.running")

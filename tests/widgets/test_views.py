@@ -1,7 +1,10 @@
-"""The views' state as it goes over the comm: bar values, SVG, live updates, clean stop."""
+"""The widgets' state as it goes over the comm: the REST-shaped facts the panel's renderer
+draws, the bundled renderer itself, live samples, the plain text, a clean stop. (How the facts
+look is tested in the browser: tests/browser/test_look.py.)"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,8 +15,7 @@ from jupyter_vgpu.gpu.simulated import SimulatedGPUs
 from jupyter_vgpu.sources.base import SourceSettings
 from jupyter_vgpu.sources.local_nvml import LocalGPUSource
 from jupyter_vgpu.widgets import render
-from jupyter_vgpu.widgets.glossary import colour
-from jupyter_vgpu.widgets.views import AllocationCard, Dashboard, TopologyView, UsageChart
+from jupyter_vgpu.widgets.views import STATIC, AllocationCard, Dashboard, TopologyView, UsageChart
 
 SHARE = {
     "state": "allocated", "source": "node-api", "message": None,
@@ -39,23 +41,15 @@ def source(gpus, monkeypatch):
     return LocalGPUSource(SourceSettings(source="local-nvml", backend_factory=lambda: gpus))
 
 
-def widget_ids(widget):
-    return [c.model_id for c in widget.children]
-
-
-def test_allocation_card_sends_share_bars(comms):
+def test_allocation_card_carries_the_allocation_answer_and_the_panels_renderer(comms):
     card = AllocationCard(source=None, answer=SHARE)
-    bars = [c for c in card.children if type(c).__name__ == "FloatProgress"]
-    compute, memory = bars
-    assert comms.last(compute.model_id, "value") == 25 and comms.last(compute.model_id, "max") == 100
-    assert comms.last(memory.model_id, "value") == 10240 and comms.last(memory.model_id, "max") == 40960
-    header = comms.last(card.children[0].model_id, "value")
-    assert "gpu-node-1" in header and "jupyter/jupyter-alice" in header
-    title = comms.last(card.children[1].model_id, "value")
-    assert "GPU-2222" in title and "A100" in title
-    # the box itself carries its children as widget references
-    assert comms.last(card.model_id, "children") == [f"IPY_MODEL_{i}" for i in widget_ids(card)]
-    text = card._repr_mimebundle_()["text/plain"]
+    assert comms.last(card.model_id, "allocation") == SHARE  # the REST shape the panel gets
+    assert comms.last(card.model_id, "parts") == ["allocation"]
+    # the front end is the panel's renderer, bundled (labextension/src/widget.ts -> static/widget.js)
+    esm = comms.last(card.model_id, "_esm")
+    assert esm == (STATIC / "widget.js").read_text(encoding="utf-8") and "jp-vgpu-facts" in esm
+    assert ".jp-vgpu-topo-gpu" in comms.last(card.model_id, "_css")  # the panel's stylesheet
+    text = card._repr_mimebundle_()[0]["text/plain"]
     assert "25 % compute, 10 GiB memory" in text and "10 GiB of 40 GiB" in text and "GPU-2222" in text
 
 
@@ -63,51 +57,58 @@ def test_empty_state_says_how_to_get_one(comms):
     from jupyter_vgpu.sources.base import NoVGPUSource
 
     card = AllocationCard(NoVGPUSource())
-    assert "%vgpu request" in comms.last(card.children[0].model_id, "value")
+    answer = comms.last(card.model_id, "allocation")
+    assert answer["state"] == "none" and "%vgpu request" in answer["message"]
     assert "%vgpu request" in repr(card)
 
 
-def test_topology_svg_highlights_yours_and_shows_others_anonymously(comms, source, gpus):
+def test_topology_carries_yours_and_others_anonymously(comms, source, gpus):
     view = TopologyView(source)
-    svg = comms.last(view.model_id, "value")
-    assert svg.count('class="vgpu-card') == 4
-    assert svg.count("vgpu-mine") == 1 and 'data-index="1"' in svg.split("vgpu-mine")[1][:40]
-    assert "NV4" in svg  # the tree's link level from the capture
-    assert "pid" not in svg and "4242" not in svg  # other tenants are counts, never identities
-    text = repr(view)
-    assert "GPU 1 [##########] yours" in text
+    topology = comms.last(view.model_id, "topology")["topology"]
+    assert [g["index"] for g in topology["gpus"]] == [0, 1, 2, 3]
+    assert [g["index"] for g in topology["gpus"] if g["mine"]] == [1]
+    assert "NV4" in json.dumps(topology["tree"])  # the tree's link level from the capture
+    assert "4242" not in json.dumps(topology)  # other tenants are counts, never identities
+    assert comms.last(view.model_id, "allocation")["state"] == "allocated"  # the views draw for a share
+    assert "GPU 1 [##########] yours" in repr(view)
 
 
-def test_topology_view_of_a_share(comms):
-    topology = {"state": "available", "source": "node-api", "message": None, "topology": {
-        "node": "n1", "links": [["X", "SYS"], ["SYS", "X"]],
-        "tree": {"level": "ROOT", "gpus": [0, 1], "children": [{"level": "GPU", "gpus": [0], "children": []},
-                                                             {"level": "GPU", "gpus": [1], "children": []}]},
-        "gpus": [{"index": 0, "mine": False, "allocatedCores": 75, "tenants": 3, "healthy": True},
-                 {"index": 1, "mine": True, "allocatedCores": 25, "tenants": 1, "healthy": False}]}}
-    svg = comms.last(TopologyView(None, answer=topology).model_id, "value")
-    others = svg.split('data-index="0"')[1].split("</g>")[0]
-    assert ">3 tenants</text>" in others and ">75 % allocated</text>" in others  # two lines, no collision
-    assert f"fill:{colour('others')}" in others and "var(--jp-ui-font-color3" in others  # theme-aware
-    assert "GPU 1 ✕" in svg  # unhealthy marked
-    assert "#000" not in svg and 'fill="white"' not in svg  # nothing fixed to a light theme
-
-
-def test_usage_chart_updates_live_and_stops_when_closed(comms, source):
+def test_usage_chart_pushes_new_samples_and_stops_when_closed(comms, source):
     chart = UsageChart(source, interval=0.1, window=60)
-    chart_id, svg_id = chart.model_id, chart.chart.model_id
+    chart_id = chart.model_id
     try:
-        wait_for(lambda: len([s for s in comms.states(chart.chart.model_id) if "value" in s]) >= 4, timeout=30,
-                 what="the chart to update")
-        svgs = [s["value"] for s in comms.states(chart.chart.model_id) if "value" in s]
-        assert "vgpu-memory" in svgs[-1] and svgs[-1] != svgs[0]  # more points, new picture
-        memory_values = [s["value"] for s in comms.states(chart.memory.model_id) if "value" in s]
-        assert comms.last(chart.memory.model_id, "max") == 40960 and max(memory_values) > 0
+        wait_for(lambda: len([s for s in comms.states(chart_id) if s.get("usage")]) >= 4, timeout=30,
+                 what="the chart to get new samples")
+        usages = [s["usage"] for s in comms.states(chart_id) if s.get("usage")]
+        times = [[p["t"] for p in u["history"]] for u in usages]
+        assert times[-1][-1] > times[0][-1]  # newer samples arrived
+        assert all(t == sorted(set(t)) for t in times)  # in time order, each once
+        assert usages[-1]["limits"] == {"cores": 100, "memoryMib": 40960} and usages[-1]["state"] == "live"
+        assert set(usages[-1]["history"][-1]) == {"t", "memoryUsedMib", "utilizationPercent"}
+        assert comms.last(chart_id, "window") == 60
         assert chart.running
     finally:
         chart.close()
     assert not chart.running  # the poll thread has ended: nothing can be sent after close
-    assert comms.closed(svg_id) and comms.closed(chart_id)
+    assert comms.closed(chart_id)
+
+
+def test_the_history_is_trimmed_to_the_window(comms):
+    from jupyter_vgpu.sources.base import usage_answer
+
+    chart = UsageChart(NoSource(), live=False, window=60, allocation=SHARE)
+    for start in (0, 50, 100):
+        history = [{"t": float(t), "memoryUsedMib": t, "utilizationPercent": 1.0} for t in range(start, start + 50)]
+        chart.refresh(usage_answer("live", "test", limits={"cores": 25, "memoryMib": 10240}, history=history))
+    sent = comms.last(chart.model_id, "usage")["history"]
+    assert [p["t"] for p in sent] == [float(t) for t in range(89, 150)]  # the newest 60 s, merged in order
+
+
+class NoSource:
+    def usage(self, history_seconds: float = 0) -> dict:
+        from jupyter_vgpu.sources.base import usage_answer
+
+        return usage_answer("none", "test", message="nothing yet")
 
 
 def test_frontend_closing_the_comm_stops_polling(comms, source):
@@ -122,31 +123,17 @@ def test_dashboard_combines_and_closes_everything(comms, source):
     board = Dashboard(source, interval=0.1)
     board_id = board.model_id
     try:
-        text = board._repr_mimebundle_()["text/plain"]
+        assert comms.last(board_id, "parts") == ["allocation", "topology", "usage"]
+        text = board._repr_mimebundle_()[0]["text/plain"]
         assert "100 % compute" in text and "GPU 1" in text and "usage (live)" in text
-        assert board.usage.running
+        assert board.running
     finally:
         board.close()
-    assert not board.usage.running and comms.closed(board_id)
-
-
-def test_usage_svg_has_one_quantity_per_chart_with_units_and_time():
-    history = [{"t": 100.0 + i, "memoryUsedMib": 1000 * i, "utilizationPercent": 10 * i} for i in range(5)]
-    svg = render.usage_svg(history, {"cores": 25, "memoryMib": 4096}, window=60)
-    compute, memory = svg.split("</svg>")[:2]
-    assert "compute used, % of the card" in compute and "your share 25 %" in compute and "100 %" in compute
-    assert "memory used, GiB" in memory and "your share 4 GiB" in memory and ">4</text>" in memory
-    for chart in (compute, memory):
-        assert "60 s ago" in chart and ">now</text>" in chart  # a labelled time axis
-    assert "vgpu-memory" not in compute and "vgpu-utilization" not in memory
-    points = memory.split('class="vgpu-memory"')[1].split('points="')[1].split('"')[0].split()
-    # the newest sample at "now" (the right edge), 4 s earlier 4/60 of the width to the left
-    assert len(points) == 5 and points[-1].startswith("468.0,") and points[0].startswith(f"{44 + 424 * 56 / 60:.1f},")
-    assert points[-1].endswith(f",{20 + 64 * (1 - 4000 / 4096):.1f}")
+    assert not board.running and comms.closed(board_id)
 
 
 def test_views_over_the_real_node_api(comms, tmp_path, monkeypatch):
-    """The share bars and the highlighted card come from the node metrics server's answers."""
+    """The widgets carry the node metrics server's answers as the panel gets them."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
@@ -162,16 +149,13 @@ def test_views_over_the_real_node_api(comms, tmp_path, monkeypatch):
         wait_for(lambda: (facts.usage(0).get("current") or {}).get("memoryUsedMib"), timeout=60, interval=0.1,
                  what="the node to sample the notebook")
         card = AllocationCard(facts)
-        compute, memory = [c for c in card.children if type(c).__name__ == "FloatProgress"]
-        assert (comms.last(compute.model_id, "value"), comms.last(memory.model_id, "value"),
-                comms.last(memory.model_id, "max")) == (30, 12288, 40960)
-        svg = comms.last(TopologyView(facts).model_id, "value")
-        mine = svg.split("vgpu-mine")[1].split("</g>")[0]
-        assert 'data-index="3"' in mine and ">yours + 1 other</text>" in mine and ">90 % allocated</text>" in mine
-        own = float(mine.split('class="vgpu-own"')[1].split('width="')[1].split('"')[0])
-        allocated = float(mine.split('class="vgpu-occupancy"')[1].split('width="')[1].split('"')[0])
-        assert (own, allocated) == (round(108 * 0.3, 1), round(108 * 0.9, 1))  # yours on top of the card's total
-        assert "neighbour" not in svg  # other pods are occupancy, never names
+        allocation = comms.last(card.model_id, "allocation")["allocation"]
+        assert (allocation["cores"], allocation["memoryMib"], allocation["cards"][0]["memoryTotalMib"]) == \
+            (30, 12288, 40960)
+        topology = comms.last(TopologyView(facts).model_id, "topology")["topology"]
+        (mine,) = [g for g in topology["gpus"] if g["mine"]]
+        assert (mine["index"], mine["myCores"], mine["allocatedCores"], mine["tenants"]) == (3, 30, 90, 1)
+        assert "neighbour" not in json.dumps(topology)  # other pods are occupancy, never names
     finally:
         node.stop()
 
@@ -188,10 +172,6 @@ SLICE = {
 
 def test_a_mig_slice_is_shown_as_isolated(comms):
     card = AllocationCard(source=None, answer=SLICE)
-    title = comms.last(card.children[1].model_id, "value")
-    assert "MIG 2g.10gb on GPU 0 (isolated)" in title and "MIG-0a1b2c3d" in title
-    header = comms.last(card.children[0].model_id, "value")
-    assert "enforced by mig" in header
     text = repr(card)
     assert "MIG 2g.10gb on GPU 0 (isolated)" in text and "10 GiB of 10 GiB" in text
 
