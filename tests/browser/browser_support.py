@@ -26,6 +26,7 @@ from jupyter_vgpu.core.contract import DEFAULT_NAMES, PodAllocation
 REPO = Path(__file__).resolve().parents[2]
 LABEXTENSION_SRC = REPO / "labextension"
 LABEXTENSION_OUT = REPO / "jupyter_vgpu" / "labextension"
+WIDGET_BUNDLE = REPO / "jupyter_vgpu" / "widgets" / "static"  # the widgets' front end (npm run build:widget)
 ARTIFACTS = REPO / "tests" / "artifacts"
 BASE_URL = "/user/ada/"
 NODE = "gpu-node-a"

@@ -24,6 +24,7 @@ from browser_support import (
     LABEXTENSION_OUT,
     LABEXTENSION_SRC,
     NODE,
+    WIDGET_BUNDLE,
     Cluster,
 )
 
@@ -55,10 +56,13 @@ def _newest_mtime(*roots: Path) -> float:
 
 @pytest.fixture(scope="session")
 def labextension_built() -> Path:
-    """jupyter_vgpu/labextension, rebuilt with npm when missing or older than its sources."""
+    """jupyter_vgpu/labextension and the widgets' bundle (jupyter_vgpu/widgets/static), rebuilt
+    with npm when missing or older than their sources."""
     marker = LABEXTENSION_OUT / "static" / "style.js"
+    widget = WIDGET_BUNDLE / "widget.js"
     sources = (LABEXTENSION_SRC / "src", LABEXTENSION_SRC / "style", LABEXTENSION_SRC / "schema")
-    if not marker.exists() or marker.stat().st_mtime < _newest_mtime(*sources):
+    newest = _newest_mtime(*sources)
+    if not marker.exists() or not widget.exists() or min(marker.stat().st_mtime, widget.stat().st_mtime) < newest:
         npm = shutil.which("npm")
         if npm is None:
             pytest.fail("the lab extension is not built and npm is not on PATH (install Node.js 20+)")
@@ -67,6 +71,7 @@ def labextension_built() -> Path:
             subprocess.run([npm, "install", "--no-audit", "--no-fund"], cwd=LABEXTENSION_SRC, env=env, check=True)
         subprocess.run([npm, "run", "build:prod"], cwd=LABEXTENSION_SRC, env=env, check=True)
     assert marker.exists(), "the lab extension build produced no static/style.js"
+    assert widget.exists(), "the build produced no jupyter_vgpu/widgets/static/widget.js"
     return LABEXTENSION_OUT
 
 

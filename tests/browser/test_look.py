@@ -81,16 +81,24 @@ def sideways(page: Any, selector: str) -> list[str]:
 
 
 # WCAG AA text contrast by axe-core (labextension/node_modules/axe-core, a dev dependency),
-# run on the panel's or the widget's own subtree. Run on the whole document, axe found only
-# 8 nodes to check in JupyterLab's shell and called the rest inapplicable; given the subtree as
-# its context it checks every piece of text in it (asserted: a check that checks nothing fails).
+# run on the panel's or the widget's own subtree. Why axe once "could not run" in JupyterLab:
+# the shell's <body> is 0 px tall with overflow:hidden (everything in it is absolutely
+# positioned), and axe counts text outside an overflow-hidden ancestor's box as clipped away,
+# so it called every node inapplicable. The run gives <body> the viewport's height (nothing
+# moves: no child is laid out against it) and puts it back after.
 AXE = Path(__file__).resolve().parents[2] / "labextension" / "node_modules" / "axe-core" / "axe.min.js"
 _AXE_RUN = """async (root) => {
-  const result = await axe.run(root, {runOnly: {type: 'rule', values: ['color-contrast']},
-                                      resultTypes: ['violations', 'incomplete']});
-  const nodes = (items) => items.flatMap(r => r.nodes.map(n => `${n.target.join(' ')}: ${n.any.map(a => a.message).join('; ')}`));
-  return {passes: result.passes.reduce((n, r) => n + r.nodes.length, 0),
-          violations: nodes(result.violations), incomplete: nodes(result.incomplete)};
+  const height = document.body.style.height;
+  document.body.style.height = '100vh';
+  try {
+    const result = await axe.run(root, {runOnly: {type: 'rule', values: ['color-contrast']},
+                                        resultTypes: ['violations', 'incomplete']});
+    const nodes = (items) => items.flatMap(r => r.nodes.map(n => `${n.target.join(' ')}: ${n.any.map(a => a.message).join('; ')}`));
+    return {passes: result.passes.reduce((n, r) => n + r.nodes.length, 0),
+            violations: nodes(result.violations), incomplete: nodes(result.incomplete)};
+  } finally {
+    document.body.style.height = height;
+  }
 }"""
 
 

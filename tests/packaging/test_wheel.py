@@ -67,6 +67,10 @@ def test_wheel_ships_the_prebuilt_extension_and_server_config(wheel: Path) -> No
         # the widgets read the panel's glossary (labextension/src/glossary.json) from here
         glossary = json.loads(archive.read("jupyter_vgpu/widgets/glossary.json"))
         assert glossary == json.loads((REPO / "labextension" / "src" / "glossary.json").read_text(encoding="utf-8"))
+        # the widgets' front end: the panel's renderer bundled as one ES module, and its stylesheet
+        widget = archive.read("jupyter_vgpu/widgets/static/widget.js").decode()
+        assert "export" in widget and "jp-vgpu-facts" in widget and "import " not in widget  # self-contained
+        assert ".jp-vgpu-topo-gpu" in archive.read("jupyter_vgpu/widgets/static/widget.css").decode()
         assert f"{data}{SERVER_CONFIG}" in names
         package = json.loads(archive.read(f"{data}{EXTENSION_DATA}/package.json"))
         assert package["name"] == "jupyter-vgpu"
