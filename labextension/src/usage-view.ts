@@ -108,13 +108,13 @@ function chart(
       'div',
       { class: 'jp-vgpu-chart-axis' },
       h('span', {}, `−${formatWindow(windowSeconds)}`),
-      h(
-        'span',
-        { class: 'jp-vgpu-chart-scale' },
-        fill(GLOSSARY.charts.top, { value: unit(geometry.yMax) }),
-        limit !== null ? ` · ${fill(GLOSSARY.charts.limit, { value: unit(limit) })}` : ''
-      ),
       h('span', {}, 'now')
+    ),
+    h(
+      'div',
+      { class: 'jp-vgpu-chart-scale' },
+      fill(GLOSSARY.charts.top, { value: unit(geometry.yMax) }),
+      limit !== null ? ` · ${fill(GLOSSARY.charts.limit, { value: unit(limit) })}` : ''
     )
   );
 }
