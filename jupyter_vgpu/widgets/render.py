@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jupyter_vgpu.core.contract import format_mib
-from jupyter_vgpu.widgets.glossary import chart_label, colour, fill, glossary, occupancy
+from jupyter_vgpu.widgets.glossary import chart_label, colour, fill, glossary, mig_slice, occupancy
 
 FONT = "font-family:var(--jp-ui-font-family, sans-serif)"
 
@@ -85,6 +85,7 @@ def topology_text(answer: Mapping[str, Any]) -> str:
         if node.get("level") == "GPU":
             index = node["gpus"][0]
             lines.append("  " * depth + _gpu_line(index, gpus.get(index, {})))
+            lines.extend("  " * (depth + 2) + mig_slice(s) for s in gpus.get(index, {}).get("migSlices") or [])
             return
         lines.append("  " * depth + f"{node.get('level')} {node.get('gpus')}")
         for child in node.get("children") or []:
@@ -95,10 +96,18 @@ def topology_text(answer: Mapping[str, Any]) -> str:
     else:
         for index in sorted(gpus):
             lines.append("  " + _gpu_line(index, gpus[index]))
+            lines.extend("      " + mig_slice(s) for s in gpus[index].get("migSlices") or [])
     return "\n".join(lines)
 
 
+SLICE_MARKS = {"mine": "@", "held": "#", "free": ".", "unavailable": "x"}
+
+
 def _gpu_line(index: int, gpu: Mapping[str, Any]) -> str:
+    slices = gpu.get("migSlices") or []
+    if slices:  # one mark per compute slice: yours @, held #, free ., unavailable x
+        marks = "|".join(SLICE_MARKS.get(s.get("state"), "?") * int(s.get("slices") or 1) for s in slices)
+        return f"GPU {index} [{marks}] {occupancy(gpu)}"
     allocated = gpu.get("allocatedCores") or 0
     return f"GPU {index} {text_bar(allocated, 100, 10)} {occupancy(gpu)}"
 
@@ -164,16 +173,35 @@ def _card_svg(index: int, gpu: Mapping[str, Any], x: float, y: float) -> str:
         f'stroke:{colour("compute") if mine else colour("border")};stroke-width:{2.5 if mine else 1}"/>'
         f'<text x="{x + 8:.1f}" y="{y + 17}" font-size="12" font-weight="{"bold" if mine else "normal"}" '
         f'style="fill:{text}">GPU {index}{health}</text>'
-        f'<rect x="{x + 8:.1f}" y="{y + 25}" width="{bar_w}" height="8" rx="3" style="fill:{colour("track")}"/>'
-        f'<rect class="vgpu-occupancy" x="{x + 8:.1f}" y="{y + 25}" width="{bar_w * allocated / 100:.1f}" '
-        f'height="8" rx="3" style="fill:{colour("others")}"/>'
-        + (f'<rect class="vgpu-own" x="{x + 8:.1f}" y="{y + 25}" width="{bar_w * own / 100:.1f}" height="8" rx="3" '
-           f'style="fill:{colour("compute")}"/>' if mine else "")
+        + (_slices_svg(gpu["migSlices"], x + 8, y + 25, bar_w) if gpu.get("migSlices") else
+           f'<rect x="{x + 8:.1f}" y="{y + 25}" width="{bar_w}" height="8" rx="3" style="fill:{colour("track")}"/>'
+           f'<rect class="vgpu-occupancy" x="{x + 8:.1f}" y="{y + 25}" width="{bar_w * allocated / 100:.1f}" '
+           f'height="8" rx="3" style="fill:{colour("others")}"/>'
+           + (f'<rect class="vgpu-own" x="{x + 8:.1f}" y="{y + 25}" width="{bar_w * own / 100:.1f}" height="8" '
+              f'rx="3" style="fill:{colour("compute")}"/>' if mine else ""))
         + f'<text class="vgpu-who" x="{x + 8:.1f}" y="{y + 50}" font-size="11" style="fill:{text}">{esc(who)}</text>'
         + (f'<text class="vgpu-allocated" x="{x + 8:.1f}" y="{y + 66}" font-size="11" style="fill:{text}">'
            f'{esc(how_much)}</text>' if how_much else "")
         + "</g>"
     )
+
+
+SLICE_COLOURS = {"mine": "compute", "held": "others", "free": "track", "unavailable": "error"}
+
+
+def _slices_svg(slices: Sequence[Mapping[str, Any]], x: float, y: float, width: float) -> str:
+    """A MIG card's bar: one segment per slice, as wide as its part of the card's compute, in the
+    allocated bar's colours (yours, held by others, free); the panel's layoutSlices does the same."""
+    parts, at = [], 0.0
+    for slice_ in slices:
+        part = min(int(slice_.get("slices") or 0) / max(int(slice_.get("cardSlices") or 1), 1), 1.0 - at)
+        state = str(slice_.get("state"))
+        parts.append(f'<rect class="vgpu-slice vgpu-slice-{esc(state)}" data-profile="{esc(slice_.get("profile"))}" '
+                     f'x="{x + width * at:.1f}" y="{y}" width="{max(0.5, width * part - 1.5):.1f}" height="8" rx="2" '
+                     f'style="fill:{colour(SLICE_COLOURS.get(state, "error"))}"><title>{esc(mig_slice(slice_))}'
+                     f'</title></rect>')
+        at += part
+    return "".join(parts)
 
 
 def _leaves(node: Mapping[str, Any]) -> list[int]:

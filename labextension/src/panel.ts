@@ -22,7 +22,7 @@ import {
 import { VgpuModel } from './model';
 import { describeRequest, validateRequestForm } from './request';
 import { chartGeometry, formatWindow } from './series';
-import { describeLevel, describeOccupancy, layoutTopology } from './topology';
+import { describeLevel, describeOccupancy, describeSlice, LeafGpu, layoutSlices, layoutTopology } from './topology';
 import { Allocation, Topology, UsagePoint } from './types';
 
 const CHART_WIDTH = 300;
@@ -293,8 +293,12 @@ export class VgpuPanel extends Widget {
           s('title', {}, `GPU ${gpu.index}${gpu.model ? ` (${gpu.model})` : ''}: ${occupancy}`),
           s('rect', { class: 'jp-vgpu-topo-box', width: 56, height: 34, rx: 4 }),
           s('text', { class: 'jp-vgpu-topo-label', x: 28, y: 13, 'text-anchor': 'middle' }, node.label),
-          s('rect', { class: 'jp-vgpu-topo-track', x: 6, y: 20, width: 44, height: 5, rx: 2 }),
-          s('rect', { class: 'jp-vgpu-topo-fill', x: 6, y: 20, width: Math.round(44 * used * 10) / 10, height: 5, rx: 2 }),
+          ...(gpu.migSlices?.length
+            ? migBar(gpu)
+            : [
+                s('rect', { class: 'jp-vgpu-topo-track', x: 6, y: 20, width: 44, height: 5, rx: 2 }),
+                s('rect', { class: 'jp-vgpu-topo-fill', x: 6, y: 20, width: Math.round(44 * used * 10) / 10, height: 5, rx: 2 })
+              ]),
           node.mine ? s('text', { class: 'jp-vgpu-topo-you', x: 28, y: 47, 'text-anchor': 'middle' }, 'you') : null
         );
         svg.append(group);
@@ -322,7 +326,16 @@ export class VgpuPanel extends Widget {
             { class: g.mine ? 'jp-vgpu-mine' : '', 'data-gpu': g.index },
             h('strong', {}, `GPU ${g.index}`),
             ` ${describeOccupancy(g)}`,
-            g.numa !== undefined && g.numa !== null ? ` · NUMA ${g.numa}` : ''
+            g.numa !== undefined && g.numa !== null ? ` · NUMA ${g.numa}` : '',
+            g.migSlices?.length
+              ? h(
+                  'ul',
+                  { class: 'jp-vgpu-topo-slices' },
+                  ...g.migSlices.map(slice =>
+                    h('li', { class: slice.state === 'mine' ? 'jp-vgpu-mine' : '', 'data-state': slice.state }, describeSlice(slice))
+                  )
+                )
+              : null
           )
         )
     );
@@ -522,6 +535,26 @@ export class VgpuPanel extends Widget {
 /** The children that are there (drops null). */
 function present(...children: (Node | string | null)[]): (Node | string)[] {
   return children.filter((c): c is Node | string => c !== null);
+}
+
+/** A MIG card's bar in the topology: one segment per slice (yours, held, free), in place of the allocated bar. */
+function migBar(gpu: LeafGpu): SVGElement[] {
+  return layoutSlices(gpu).map(segment =>
+    s(
+      'rect',
+      {
+        class: `jp-vgpu-topo-slice jp-vgpu-topo-slice-${segment.slice.state}`,
+        'data-profile': segment.slice.profile,
+        'data-state': segment.slice.state,
+        x: Math.round((6 + 44 * segment.x) * 10) / 10,
+        y: 20,
+        width: Math.max(0.5, Math.round((44 * segment.width - 1) * 10) / 10),
+        height: 5,
+        rx: 1
+      },
+      s('title', {}, describeSlice(segment.slice))
+    )
+  );
 }
 
 /**
