@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from simkube.waiting import wait_for
 from metrics_support import NODE, FakeNode, http_get, token_of, wait_for_samples
 from vgpu_plugin.metrics import MetricsServer
 from vgpu_plugin.tokens import TokenMinter, new_allocation_id
@@ -370,6 +371,26 @@ def test_the_topology_shows_a_mig_cards_slices_and_whose_they_are(fake_node: Fak
     assert all("migSlices" not in g for g in data["gpus"] if g["index"] != 5)  # whole cards as before
     theirs = next(g for g in json.loads(dave_body)["gpus"] if g["index"] == 5)
     assert [s["state"] for s in theirs["migSlices"]] == ["held", "free", "free", "mine"]
+
+
+def test_a_failed_slice_is_unavailable_and_a_lost_mig_card_unhealthy(fake_node: FakeNode, minter: TokenMinter) -> None:
+    made = fake_node.gpus.set_mig_layout(5, ["2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"])
+    carol = fake_node.pod("jupyter-carol", {"notebook": (20, 32, (5,))})
+    _on_slice(carol, made[0].uuid)
+    fake_node.gpus.fail_slice(made[2].uuid)
+    server = MetricsServer(NODE, fake_node.gpus, fake_node, minter, address="127.0.0.1", port=0, period=0.05,
+                           history_seconds=60, proc_root=fake_node.proc_root, enforcement="hami-core")
+    server.start()
+    try:
+        wait_for_samples(server.sampler, 2)
+        card = next(g for g in json.loads(get(server, "/api/v1/topology", token_of(minter, carol, 0))[2])["gpus"]
+                    if g["index"] == 5)
+        assert [s["state"] for s in card["migSlices"]] == ["mine", "free", "unavailable", "free"] and card["healthy"]
+        fake_node.gpus.lose_card(5)
+        wait_for(lambda: not next(g for g in json.loads(get(server, "/api/v1/topology", token_of(minter, carol, 0))[2])
+                                  ["gpus"] if g["index"] == 5)["healthy"], timeout=30, what="the lost card")
+    finally:
+        server.stop()
 
 
 def test_a_container_on_a_mig_slice_sees_the_slice(fake_node: FakeNode, minter: TokenMinter) -> None:
