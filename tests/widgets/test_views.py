@@ -209,3 +209,37 @@ def test_the_environment_of_a_slice_container_names_its_profile():
     assert render.card_title(allocation["cards"][0]).startswith("MIG 2g.10gb on GPU 0 (isolated)")
     del env[contract.ENV_MIG_PROFILE]
     assert "migProfile" not in (env_allocation(env) or {})["cards"][0]
+
+
+def _slice(profile: str, slices: int, state: str) -> dict:
+    return {"profile": profile, "slices": slices, "cardSlices": 7, "cores": 100 * slices // 7,
+            "memoryMib": 5120 * slices, "state": state}
+
+
+def test_the_topology_shows_a_mig_cards_slices(comms):
+    """A card in MIG mode is drawn as its slices along the bar (yours, held, free), each as wide as
+    its sevenths of the card; a whole card next to it keeps the allocated bar."""
+    topology = {"state": "available", "source": "node-api", "message": None, "topology": {
+        "node": "n1", "links": [], "tree": None,
+        "gpus": [{"index": 0, "mine": True, "myCores": 28, "allocatedCores": 56, "tenants": 1, "healthy": True,
+                  "migSlices": [_slice("2g.10gb", 2, "held"), _slice("2g.10gb", 2, "mine"),
+                                _slice("2g.10gb", 2, "free"), _slice("1g.5gb", 1, "unavailable")]},
+                 {"index": 1, "mine": False, "allocatedCores": 50, "tenants": 2, "healthy": True}]}}
+    view = TopologyView(None, answer=topology)
+    svg = comms.last(view.model_id, "value")
+    mig = svg.split('data-index="0"')[1].split("</g>")[0]
+    segments = mig.split('<rect class="vgpu-slice ')[1:]
+    assert [s.split('"')[0] for s in segments] == ["vgpu-slice-held", "vgpu-slice-mine", "vgpu-slice-free",
+                                                   "vgpu-slice-unavailable"]
+    assert [s.split('data-profile="')[1].split('"')[0] for s in segments] == ["2g.10gb"] * 3 + ["1g.5gb"]
+    xs = [float(s.split(' x="')[1].split('"')[0]) for s in segments]
+    assert xs == [round(12 + 8 + 108 * k / 7, 1) for k in (0, 2, 4, 6)]  # by compute slices, from the bar's left
+    assert f"fill:{colour('compute')}" in segments[1] and f"fill:{colour('others')}" in segments[0]
+    assert f"fill:{colour('track')}" in segments[2] and "<title>2g.10gb · yours</title>" in segments[1]
+    assert ">yours: MIG 2g.10gb</text>" in mig and ">2 of 4 slices held</text>" in mig
+    assert "vgpu-occupancy" not in mig  # the slices replace the allocated bar
+    whole = svg.split('data-index="1"')[1].split("</g>")[0]
+    assert "vgpu-slice" not in whole and "vgpu-occupancy" in whole
+    text = repr(view)
+    assert "GPU 0 [##|@@|..|x] yours: MIG 2g.10gb · 2 of 4 slices held" in text
+    assert "2g.10gb · yours" in text and "1g.5gb · unavailable" in text
