@@ -325,9 +325,11 @@ class NVMLBackend:
         A device that cannot be read is reported unhealthy with nothing used; utilisation per
         MIG device is not available through NVML (None).
         """
-        from jupyter_vgpu.gpu.nvml_mig import slice_handles
+        from jupyter_vgpu.gpu.nvml_mig import layout_changed, slice_handles
 
-        handles = slice_handles(nv, handle)
+        handles, unreadable = slice_handles(nv, handle)
+        if layout_changed({s.uuid for s in card.slices}, set(handles), unreadable):
+            card = self._relayout(nv, card, handle)
         found: list[SliceSample] = []
         on_slice: dict[int, str] = {}
         lister = self._listers.get("Compute")
@@ -349,6 +351,21 @@ class NVMLBackend:
             found.append(SliceSample(card.index, mig.uuid, int(memory.used) // _MIB, int(memory.total) // _MIB,
                                      None, healthy=mig.healthy))
         return found, on_slice
+
+    def _relayout(self, nv: Any, card: Card, handle: Any) -> Card:
+        """The admin made another MIG layout (nvidia-smi mig, mig-parted): serve the new slices and
+        report it as a health event, so the node daemon re-reads the inventory and re-advertises."""
+        from jupyter_vgpu.gpu.nvml_mig import read_slices
+
+        slices, _ = read_slices(nv, handle, card.model, card.memory_mib)
+        reason = (f"MIG layout changed: {' + '.join(s.profile for s in card.slices) or 'no slices'} -> "
+                  f"{' + '.join(s.profile for s in slices) or 'no slices'}")
+        log.warning("GPU%d (%s): %s", card.index, card.uuid, reason)
+        with self._lock:
+            card = replace(card, slices=slices)
+            self._cards = [card if c.index == card.index else c for c in self._cards]
+        self._pending.put(HealthEvent(card.index, card.uuid, False, reason))  # the card stays out of sharing
+        return card
 
     def _utilization(self, nv: Any, card: Card, handle: Any) -> float:
         try:

@@ -118,16 +118,28 @@ def read_slices(nv: Any, handle: Any, model: str, card_memory_mib: int) -> tuple
     return marked, problems
 
 
-def slice_handles(nv: Any, handle: Any) -> dict[str, Any]:
-    """MIG UUID -> its device handle, for sampling (indices without a device skipped)."""
+def slice_handles(nv: Any, handle: Any) -> tuple[dict[str, Any], int]:
+    """MIG UUID -> its device handle, for sampling (indices without a device skipped), and how
+    many devices could not be read (a failing device, as opposed to one the admin removed)."""
     found: dict[str, Any] = {}
+    unreadable = 0
     absent = {_code(nv, name) for name in _ABSENT}
     for index in range(int(nv.nvmlDeviceGetMaxMigDeviceCount(handle))):
         try:
             device = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
             found[_text(nv.nvmlDeviceGetUUID(device))] = device
         except Exception as error:
-            if getattr(error, "value", None) in absent or _nvml_error(error):
+            if getattr(error, "value", None) in absent:
+                continue
+            if _nvml_error(error):
+                unreadable += 1
                 continue
             raise
-    return found
+    return found, unreadable
+
+
+def layout_changed(known: set[str], found: set[str], unreadable: int) -> bool:
+    """Whether the admin re-partitioned the card: a MIG device we do not know appeared, or (when
+    every device could be read) one we know is gone. A device that fails to answer is a fault of
+    that slice (reported unhealthy), not a new layout."""
+    return bool(found - known) or (unreadable == 0 and found != known)

@@ -38,6 +38,9 @@ def occupancy(gpu: Mapping[str, Any]) -> str:
     words = glossary()["occupancy"]
     if gpu.get("healthy") is False:
         return str(words["unhealthy"])
+    slices = gpu.get("migSlices") or []
+    if slices:
+        return mig_card(slices)
     tenants = int(gpu.get("tenants") or 0)
     allocated = gpu.get("allocatedCores") or 0
     if gpu.get("mine"):
@@ -46,3 +49,21 @@ def occupancy(gpu: Mapping[str, Any]) -> str:
     if tenants == 0 and allocated == 0:
         return str(words["free"])
     return fill(words["others"], tenants=count("tenants", tenants), allocated=allocated)
+
+
+def mig_card(slices: list[Mapping[str, Any]]) -> str:
+    """A card in MIG mode in words, as the panel's describeOccupancy says it: your slice named,
+    the rest counted."""
+    words = glossary()["mig"]
+    held = sum(1 for s in slices if s.get("state") in ("mine", "held"))
+    total = count("slices", len(slices))
+    mine = next((s for s in slices if s.get("state") == "mine"), None)
+    if mine is not None:
+        return fill(words["mine"], profile=mine.get("profile"), held=held, slices=total)
+    return fill(words["others"], held=held, slices=total) if held else fill(words["free"], slices=total)
+
+
+def mig_slice(slice_: Mapping[str, Any]) -> str:
+    """One MIG slice in words ("2g.10gb · yours"), as the panel's describeSlice says it."""
+    words = glossary()["mig"]
+    return fill(words["slice"], profile=slice_.get("profile"), state=words["states"].get(slice_.get("state"), "?"))

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jupyter_vgpu.core.contract import format_mib
-from jupyter_vgpu.widgets.glossary import fill, glossary, occupancy
+from jupyter_vgpu.widgets.glossary import fill, glossary, mig_slice, occupancy
 
 
 def percent(part: float | None, whole: float | None) -> float:
@@ -76,6 +76,7 @@ def topology_text(answer: Mapping[str, Any]) -> str:
         if node.get("level") == "GPU":
             index = node["gpus"][0]
             lines.append("  " * depth + _gpu_line(index, gpus.get(index, {})))
+            lines.extend("  " * (depth + 2) + mig_slice(s) for s in gpus.get(index, {}).get("migSlices") or [])
             return
         lines.append("  " * depth + f"{node.get('level')} {node.get('gpus')}")
         for child in node.get("children") or []:
@@ -86,10 +87,18 @@ def topology_text(answer: Mapping[str, Any]) -> str:
     else:
         for index in sorted(gpus):
             lines.append("  " + _gpu_line(index, gpus[index]))
+            lines.extend("      " + mig_slice(s) for s in gpus[index].get("migSlices") or [])
     return "\n".join(lines)
 
 
+SLICE_MARKS = {"mine": "@", "held": "#", "free": ".", "unavailable": "x"}
+
+
 def _gpu_line(index: int, gpu: Mapping[str, Any]) -> str:
+    slices = gpu.get("migSlices") or []
+    if slices:  # one mark per compute slice: yours @, held #, free ., unavailable x
+        marks = "|".join(SLICE_MARKS.get(s.get("state"), "?") * int(s.get("slices") or 1) for s in slices)
+        return f"GPU {index} [{marks}] {occupancy(gpu)}"
     allocated = gpu.get("allocatedCores") or 0
     return f"GPU {index} {text_bar(allocated, 100, 10)} {occupancy(gpu)}"
 

@@ -249,6 +249,24 @@ export interface components {
             memoryUsedMib?: number | null;
             /** @description Card-wide utilisation */
             utilizationPercent?: number | null;
+            /** @description On a card in MIG mode only (node API): its MIG slices, each held whole; the card's my/allocated numbers are then the held slices' real sizes. */
+            migSlices?: components["schemas"]["MigSliceView"][];
+        };
+        MigSliceView: {
+            /** @description The MIG profile (2g.10gb). */
+            profile: string;
+            /** @description Compute slices of this MIG device. */
+            slices: number;
+            /** @description Compute slices of the whole card (7, or 4 on an A30). */
+            cardSlices: number;
+            /** @description The slice's compute in vcuda-core (100 * slices // cardSlices). */
+            cores: number;
+            memoryMib: number;
+            /**
+             * @description mine: this notebook holds it; held: another tenant does (anonymous); unavailable: unhealthy, or not served.
+             * @enum {string}
+             */
+            state: "mine" | "held" | "free" | "unavailable";
         };
         Topology: {
             node: string | null;

@@ -6,7 +6,16 @@
 
 import { h } from './dom';
 import { describeCards } from './format';
-import { describeLevel, describeOccupancy, TopologyCard, TopologyGroup, topologyTree } from './topology';
+import {
+  describeLevel,
+  describeOccupancy,
+  describeSlice,
+  LeafGpu,
+  layoutSlices,
+  TopologyCard,
+  TopologyGroup,
+  topologyTree
+} from './topology';
 import { Topology } from './types';
 
 export function renderTopology(topology: Topology): HTMLElement[] {
@@ -47,7 +56,11 @@ function group(node: TopologyGroup): HTMLElement {
   );
 }
 
-/** A card: its name, everyone's allocation as a bar (yours on top) with its words and number. */
+/**
+ * A card: its name, everyone's allocation as a bar (yours on top) with its words and number; a
+ * card in MIG mode shows its slices instead (a bar segment each, as wide as its part of the card,
+ * and a line each: "2g.10gb · yours").
+ */
 function card(node: TopologyCard): HTMLElement {
   const gpu = node.gpu;
   const words = describeOccupancy(gpu);
@@ -61,10 +74,7 @@ function card(node: TopologyCard): HTMLElement {
   if (gpu.healthy === false) {
     classes.push('jp-vgpu-unhealthy');
   }
-  const others = h('div', { class: 'jp-vgpu-topo-fill' });
-  others.style.width = `${allocated}%`;
-  const yours = h('div', { class: 'jp-vgpu-topo-fill-mine' });
-  yours.style.width = `${own}%`;
+  const mig = !!gpu.migSlices?.length;
   return h(
     'div',
     {
@@ -83,13 +93,49 @@ function card(node: TopologyCard): HTMLElement {
         'aria-valuemax': 100,
         'aria-valuenow': allocated
       },
-      others,
-      yours
+      ...(mig ? sliceBar(gpu) : allocatedBar(allocated, own))
     ),
     h('div', { class: 'jp-vgpu-topo-who' }, who),
     rest.length ? h('div', { class: 'jp-vgpu-topo-allocated' }, rest.join(' · ')) : null,
+    mig
+      ? h(
+          'ul',
+          { class: 'jp-vgpu-topo-slices' },
+          ...(gpu.migSlices ?? []).map(slice =>
+            h('li', { class: slice.state === 'mine' ? 'jp-vgpu-mine' : '', 'data-state': slice.state }, describeSlice(slice))
+          )
+        )
+      : null,
     gpu.numa !== undefined && gpu.numa !== null ? h('div', { class: 'jp-vgpu-topo-numa' }, `NUMA ${gpu.numa}`) : null
   );
+}
+
+/** Everyone's allocation, with yours on top of it. */
+function allocatedBar(allocated: number, own: number): HTMLElement[] {
+  const others = h('div', { class: 'jp-vgpu-topo-fill' });
+  others.style.width = `${allocated}%`;
+  const yours = h('div', { class: 'jp-vgpu-topo-fill-mine' });
+  yours.style.width = `${own}%`;
+  return [others, yours];
+}
+
+/** A MIG card's slices along the bar, in GPU instance order. */
+function sliceBar(gpu: LeafGpu): HTMLElement[] {
+  return layoutSlices(gpu).map(segment => {
+    const part = h('div', {
+      class: `jp-vgpu-topo-slice jp-vgpu-topo-slice-${segment.slice.state}`,
+      'data-profile': segment.slice.profile,
+      'data-state': segment.slice.state,
+      title: segment.words
+    });
+    part.style.left = `${round(segment.x * 100)}%`;
+    part.style.width = `${round(segment.width * 100)}%`;
+    return part;
+  });
+}
+
+function round(value: number): number {
+  return Math.round(value * 100) / 100;
 }
 
 function percent(cores: number): number {

@@ -133,6 +133,9 @@ export function describeOccupancy(gpu: LeafGpu): string {
   if (gpu.healthy === false) {
     return words.unhealthy;
   }
+  if (gpu.migSlices?.length) {
+    return describeMigCard(gpu.migSlices);
+  }
   const tenants = gpu.tenants ?? 0;
   const allocated = gpu.allocatedCores ?? 0;
   if (gpu.mine) {
@@ -145,4 +148,43 @@ export function describeOccupancy(gpu: LeafGpu): string {
     return words.free;
   }
   return fill(words.others, { tenants: count('tenants', tenants), allocated });
+}
+
+/** One MIG slice of a card in MIG mode, as the node API reports it. */
+export type SliceView = NonNullable<TopologyGpu['migSlices']>[number];
+
+/** A MIG card in words: the user's slice named, the others counted ("MIG · 2 of 4 slices held"). */
+function describeMigCard(slices: SliceView[]): string {
+  const words = GLOSSARY.mig;
+  const held = slices.filter(s => s.state === 'mine' || s.state === 'held').length;
+  const total = count('slices', slices.length);
+  const mine = slices.find(s => s.state === 'mine');
+  if (mine) {
+    return fill(words.mine, { profile: mine.profile, held, slices: total });
+  }
+  return held ? fill(words.others, { held, slices: total }) : fill(words.free, { slices: total });
+}
+
+/** One slice in words: "2g.10gb · yours", "1g.5gb · free". */
+export function describeSlice(slice: SliceView): string {
+  return fill(GLOSSARY.mig.slice, { profile: slice.profile, state: GLOSSARY.mig.states[slice.state] });
+}
+
+export interface SliceSegment {
+  /** Left edge and width as fractions of the card's bar (its compute slices, in GPU instance order). */
+  x: number;
+  width: number;
+  slice: SliceView;
+  words: string;
+}
+
+/** A MIG card's bar: one segment per slice, as wide as its part of the card's compute. */
+export function layoutSlices(gpu: LeafGpu): SliceSegment[] {
+  let at = 0;
+  return (gpu.migSlices ?? []).map(slice => {
+    const width = Math.min(slice.slices / Math.max(slice.cardSlices, 1), 1 - at);
+    const segment = { x: at, width, slice, words: describeSlice(slice) };
+    at += width;
+    return segment;
+  });
 }

@@ -1,4 +1,4 @@
-import { describeLevel, describeOccupancy, TopologyGroup, TopologyItem, topologyTree } from '../src/topology';
+import { describeLevel, describeOccupancy, describeSlice, layoutSlices, SliceView, TopologyGroup, TopologyItem, topologyTree } from '../src/topology';
 import { Topology, TreeNode } from '../src/types';
 
 const leaf = (i: number): TreeNode => ({ level: 'GPU', gpus: [i], children: [] });
@@ -77,5 +77,52 @@ describe('occupancy words', () => {
     expect(describeLevel('NV12')).toBe('NVLink (12 links)');
     expect(describeLevel('NV1')).toBe('NVLink (1 link)');
     expect(describeLevel('SYS')).toBe('across NUMA nodes');
+  });
+});
+
+describe('a card in MIG mode', () => {
+  const slice = (profile: string, slices: number, state: SliceView['state']): SliceView => ({
+    profile,
+    slices,
+    cardSlices: 7,
+    cores: Math.floor((100 * slices) / 7),
+    memoryMib: slices * 5120,
+    state
+  });
+  // the fixture node's GPU 0: 3 x 2g.10gb + 1g.5gb; the user holds the first, someone the second
+  const mig = {
+    ...topology.gpus[0],
+    mine: true,
+    migSlices: [slice('2g.10gb', 2, 'mine'), slice('2g.10gb', 2, 'held'), slice('2g.10gb', 2, 'free'), slice('1g.5gb', 1, 'free')]
+  };
+
+  it('lays its slices along the bar, each as wide as its sevenths of the card', () => {
+    const segments = layoutSlices(mig);
+    expect(segments.map(s => [s.slice.profile, s.slice.state])).toEqual([
+      ['2g.10gb', 'mine'],
+      ['2g.10gb', 'held'],
+      ['2g.10gb', 'free'],
+      ['1g.5gb', 'free']
+    ]);
+    expect(segments.map(s => s.x)).toEqual([0, 2 / 7, 4 / 7, 6 / 7]);
+    expect(segments.map(s => s.width)).toEqual([2 / 7, 2 / 7, 2 / 7, 1 / 7]);
+    expect(segments[0].words).toBe('2g.10gb · yours');
+    expect(segments[3].words).toBe('1g.5gb · free');
+  });
+
+  it('never draws past the end of the card', () => {
+    const odd = layoutSlices({ index: 0, mine: false, migSlices: [slice('4g.20gb', 4, 'held'), slice('4g.20gb', 4, 'free')] });
+    expect(odd[1].x + odd[1].width).toBe(1);
+  });
+
+  it('is worded by its slices, the user\'s named and the rest counted', () => {
+    expect(describeOccupancy(mig)).toBe('yours: MIG 2g.10gb · 2 of 4 slices held');
+    expect(describeOccupancy({ ...mig, mine: false, migSlices: mig.migSlices.slice(1) })).toBe('MIG · 1 of 3 slices held');
+    expect(describeSlice(slice('1g.5gb', 1, 'unavailable'))).toBe('1g.5gb · unavailable');
+  });
+
+  it('leaves a card without slices as before', () => {
+    expect(layoutSlices(topology.gpus[1])).toEqual([]);
+    expect(describeOccupancy({ ...topology.gpus[1], migSlices: [] })).toBe('yours + 2 others · 75 % allocated');
   });
 });

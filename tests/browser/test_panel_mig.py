@@ -4,7 +4,8 @@ Ada's notebook pod asks for 25 % and 8 GiB with isolation on a simulated A100 40
 an admin split into 3 x 2g.10gb + 1 x 1g.5gb: the real extender binds it to a 2g.10gb slice and
 the device plugin hands out that MIG device. Her lab reads its facts from the node's metrics
 server with the pod's read token, as in a real pod; the panel must say where she is, in the
-widgets' words, and the slice's real size (she holds all of it), not the share she asked for.
+widgets' words, and the slice's real size (she holds all of it), not the share she asked for;
+the topology view draws GPU 0 as its slices, hers marked.
 """
 
 from __future__ import annotations
@@ -82,4 +83,27 @@ def test_the_panel_shows_the_mig_slice_with_its_real_size(browser: Any, mig_lab:
     now = panel.locator(".jp-vgpu-chart-memory .jp-vgpu-chart-now")
     wait_for(lambda: re.fullmatch(r"[0-9.]+/10 GiB", now.inner_text()), timeout=60, what="the chart's slice limit")
     card.screenshot(path=str(artifacts / "lab-panel-mig-slice.png"))
+
+    # the topology: GPU 0 drawn as its slices in GPU instance order, hers marked, the rest free;
+    # the other cards of the node are whole, with the allocated bar
+    order = [s.uuid for s in mig_cluster.sim.node(NODE).gpus.inventory()[0].slices]
+    states = ["mine" if uuid == device else "free" for uuid in order]
+    topology = panel.locator(".jp-vgpu-topology")
+    topology.wait_for(state="visible")
+    segments = topology.locator(".jp-vgpu-topo-gpu[data-gpu='0'] .jp-vgpu-topo-slice")
+    wait_for(lambda: segments.count() == 4, timeout=30, what="GPU 0's slices in the topology")
+    assert [(segments.nth(i).get_attribute("data-profile"), segments.nth(i).get_attribute("data-state"))
+            for i in range(4)] == list(zip(LAYOUT, states, strict=True))
+    widths = [segments.nth(i).bounding_box()["width"] for i in range(4)]
+    assert abs(widths[0] - widths[1]) < 0.5 and abs(widths[1] - widths[2]) < 0.5  # 2 sevenths each, then 1
+    assert abs(widths[3] - widths[0] / 2) < 0.5 and widths[3] > 0
+    assert topology.locator(".jp-vgpu-topo-gpu[data-gpu='0'] .jp-vgpu-topo-fill").count() == 0
+    assert topology.locator(".jp-vgpu-topo-gpu[data-gpu='1'] .jp-vgpu-topo-fill").count() == 1
+    assert topology.locator(".jp-vgpu-topo-gpu[data-gpu='1'] .jp-vgpu-topo-slice").count() == 0
+    card0 = topology.locator(".jp-vgpu-topo-gpu[data-gpu='0']")
+    assert " ".join(card0.inner_text().split()).startswith("GPU 0 yours: MIG 2g.10gb 1 of 4 slices held")
+    assert card0.locator(".jp-vgpu-topo-slices li").all_inner_texts() == [
+        f"{profile} · {'yours' if state == 'mine' else 'free'}" for profile, state in zip(LAYOUT, states, strict=True)]
+    assert "unhealthy" not in topology.inner_text()  # a card in MIG mode is not a broken card
+    topology.screenshot(path=str(artifacts / "lab-panel-mig-topology.png"))
     page.context.close()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import queue
 import threading
 import time
@@ -392,16 +393,21 @@ def make_module(*, init_error: int | None = None, cards: list[FakeCard] | None =
     return nv
 
 
+_MIG_GENERATIONS = itertools.count()
+
+
 def mig_layout(card: FakeCard, layout: list[tuple[str, int]]) -> FakeCard:
     """Put ``card`` in MIG mode with GPU instances of these profiles, one compute instance each
     (``(name, compute slices)``: fewer compute slices than the profile splits the instance)."""
     by_name = {name: (slices, memory) for name, slices, _, memory in card.profiles.values()}
     card.mig = (NVML_DEVICE_MIG_ENABLE, NVML_DEVICE_MIG_ENABLE)
     card.mig_devices = []
+    # the driver gives every instance it creates a new UUID, also one in the slot of a destroyed one
+    generation = next(_MIG_GENERATIONS)
     for slot, (name, ci_slices) in enumerate(layout):
         slices, memory = by_name[name]
         gi = slot + 1
-        card.mig_devices.append(FakeMigDevice(slot, f"MIG-{slot:08x}-{card.uuid[4:12]}-4000-8000-{gi:012d}", gi, 0,
+        card.mig_devices.append(FakeMigDevice(slot, f"MIG-{slot:08x}-{card.uuid[4:12]}-4000-{8000 + generation:04x}-{gi:012d}", gi, 0,
                                               slices, ci_slices, memory))
     return card
 

@@ -106,3 +106,29 @@ def test_a_slice_that_fails_while_sampling_is_reported_unhealthy() -> None:
     card.mig_devices[1].broken = fake_pynvml.NVML_ERROR_UNINITIALIZED
     sample = backend.sample()
     assert [(s.healthy, s.memory_used_mib) for s in sample.slices] == [(True, 0), (False, 0)]
+    # a device that fails to answer is that slice's fault, not a new layout: it stays published
+    assert [s.uuid for s in backend.inventory()[0].slices] == [d.uuid for d in card.mig_devices]
+    assert backend.next_health_event(0) is None
+
+
+def test_a_layout_the_admin_changes_at_run_time_is_served_and_reported() -> None:
+    cards = fake_pynvml.default_cards()
+    card = fake_pynvml.mig_layout(a100_40(cards[0]), [("2g.10gb", 2), ("1g.5gb", 1)])
+    backend = NVMLBackend(library=fake_pynvml.make_module(cards=cards))
+    before = [s.uuid for s in backend.inventory()[0].slices]
+    backend.sample()
+    assert backend.next_health_event(0) is None  # nothing changed yet
+    fake_pynvml.mig_layout(card, [("3g.20gb", 3), ("3g.20gb", 3)])  # nvidia-smi mig -dci/-dgi, then -cgi 9,9 -C
+    sample = backend.sample()
+    after = backend.inventory()[0]
+    assert [s.profile for s in after.slices] == ["3g.20gb", "3g.20gb"] and not set(before) & {s.uuid for s in after.slices}
+    assert {s.uuid for s in sample.slices if s.card_index == 0} == {s.uuid for s in after.slices}
+    event = backend.next_health_event(0)
+    assert event is not None and (event.card_index, event.healthy) == (0, False)  # still out of time-sharing
+    assert event.reason == "MIG layout changed: 2g.10gb + 1g.5gb -> 3g.20gb + 3g.20gb"
+    # the admin destroys one instance: the card serves the one left
+    card.mig_devices.pop()
+    backend.sample()
+    assert [s.profile for s in backend.inventory()[0].slices] == ["3g.20gb"]
+    assert backend.next_health_event(0).reason == "MIG layout changed: 3g.20gb + 3g.20gb -> 3g.20gb"
+    assert all(c.slices == () for c in backend.inventory()[1:])

@@ -189,3 +189,26 @@ def test_the_environment_of_a_slice_container_names_its_profile():
     assert render.card_title(allocation["cards"][0]).startswith("MIG 2g.10gb on GPU 0 (isolated)")
     del env[contract.ENV_MIG_PROFILE]
     assert "migProfile" not in (env_allocation(env) or {})["cards"][0]
+
+
+def _slice(profile: str, slices: int, state: str) -> dict:
+    return {"profile": profile, "slices": slices, "cardSlices": 7, "cores": 100 * slices // 7,
+            "memoryMib": 5120 * slices, "state": state}
+
+
+def test_the_topology_carries_a_mig_cards_slices(comms):
+    """A card in MIG mode goes to the front end with its slices (the panel's renderer draws them
+    along the bar: tests/browser/test_panel_mig.py); the plain text marks one per compute slice."""
+    topology = {"state": "available", "source": "node-api", "message": None, "topology": {
+        "node": "n1", "links": [], "tree": None,
+        "gpus": [{"index": 0, "mine": True, "myCores": 28, "allocatedCores": 56, "tenants": 1, "healthy": True,
+                  "migSlices": [_slice("2g.10gb", 2, "held"), _slice("2g.10gb", 2, "mine"),
+                                _slice("2g.10gb", 2, "free"), _slice("1g.5gb", 1, "unavailable")]},
+                 {"index": 1, "mine": False, "allocatedCores": 50, "tenants": 2, "healthy": True}]}}
+    view = TopologyView(None, answer=topology, allocation=SHARE)
+    sent = comms.last(view.model_id, "topology")["topology"]["gpus"]
+    assert [s["state"] for s in sent[0]["migSlices"]] == ["held", "mine", "free", "unavailable"]
+    assert "migSlices" not in sent[1]
+    text = repr(view)
+    assert "GPU 0 [##|@@|..|x] yours: MIG 2g.10gb · 2 of 4 slices held" in text
+    assert "2g.10gb · yours" in text and "1g.5gb · unavailable" in text

@@ -216,11 +216,13 @@ def topology_view(snapshot: Snapshot, caller: Caller, now: float) -> dict[str, A
     assert caller.pod.allocation is not None
     container = caller.pod.allocation.container(caller.container_index)
     mine = {s.index: s for s in container.cards} if container else {}
+    held_slices = {h.share.mig_device for h in snapshot.pods.holdings() if h.share.mig_device}
     gpus = []
     for view in snapshot.cards:
         card = view.card
         share = mine.get(card.index)
         others = sum(1 for holder in view.holders if holder != caller.key)
+        slices = _slice_views(card, share, held_slices)
         gpus.append({
             "index": card.index,
             "uuid": card.uuid,
@@ -236,7 +238,12 @@ def topology_view(snapshot: Snapshot, caller: Caller, now: float) -> dict[str, A
             "tenants": others,
             "memoryUsedMib": _round(view.memory_used_mib) if view.memory_used_mib is not None else None,
             "utilizationPercent": _round(view.utilization_percent) if view.utilization_percent is not None else None,
+            **({"migSlices": slices} if slices else {}),
         })
+        if slices:  # accounting at the slices' real size: a holder has all of its slice
+            gpus[-1].update(_slice_totals(slices))
+            # a card in MIG mode is published unhealthy (never time-shared); it serves while a slice does
+            gpus[-1]["healthy"] = any(s.healthy for s in card.slices)
     return {
         "node": snapshot.node,
         "stale": stale,
@@ -245,6 +252,27 @@ def topology_view(snapshot: Snapshot, caller: Caller, now: float) -> dict[str, A
         "tree": topology.get("tree"),
         "gpus": gpus,
     }
+
+
+def _slice_views(card: Card, share: CardShare | None, held: set[str]) -> list[dict[str, Any]]:
+    """A MIG card's slices for the topology view: profile, size and whose (the caller's, another
+    tenant's, free, or unavailable); other holders stay anonymous (no UUIDs of theirs)."""
+    views = []
+    for mig in card.slices:
+        mine = share is not None and share.mig_device == mig.uuid
+        state = ("mine" if mine else "held" if mig.uuid in held
+                 else "free" if mig.placeable else "unavailable")
+        views.append({"profile": mig.profile, "slices": mig.slices, "cardSlices": mig.card_slices,
+                      "cores": mig.cores, "memoryMib": mig.memory_mib, "state": state})
+    return views
+
+
+def _slice_totals(slices: list[dict[str, Any]]) -> dict[str, int]:
+    held = [s for s in slices if s["state"] in ("mine", "held")]
+    own = [s for s in slices if s["state"] == "mine"]
+    return {"allocatedCores": min(sum(s["cores"] for s in held), CORES_PER_CARD),
+            "allocatedMemoryMib": sum(s["memoryMib"] for s in held),
+            "myCores": sum(s["cores"] for s in own), "myMemoryMib": sum(s["memoryMib"] for s in own)}
 
 
 # --- tornado handlers ---------------------------------------------------------------------

@@ -452,7 +452,13 @@ def _inventory_disagrees(sample: Any, inventory: list[Any]) -> bool:
     health = {card.uuid: bool(card.healthy) for card in inventory}
     if {card.uuid for card in sample.cards} != health.keys():
         return True
-    return any(bool(getattr(card, "healthy", True)) != health[card.uuid] for card in sample.cards)
+    if any(bool(getattr(card, "healthy", True)) != health[card.uuid] for card in sample.cards):
+        return True
+    # a card in MIG mode is published unhealthy either way: its slices say when it changed (a
+    # slice failed, the card was lost, or the admin made another layout)
+    slices = {s.uuid: bool(s.healthy) for card in inventory for s in getattr(card, "slices", ())}
+    sampled = {s.uuid: bool(getattr(s, "healthy", True)) for s in getattr(sample, "slices", ()) or ()}
+    return sampled != slices
 
 
 def _usage_by_container(processes: tuple[ProcessView, ...]) -> dict[ContainerKey, ContainerUsage]:
