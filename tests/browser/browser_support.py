@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -31,6 +32,8 @@ ARTIFACTS = REPO / "tests" / "artifacts"
 BASE_URL = "/user/ada/"
 NODE = "gpu-node-a"
 PANEL = "#jp-vgpu-panel"
+OUTPUT = ".jp-Notebook .jp-OutputArea-output:has(.jp-vgpu-widget)"  # a notebook output holding a widget
+WIDGET = f"{OUTPUT} .jp-vgpu-widget"
 
 
 # --- the simulated cluster -------------------------------------------------------------------
@@ -185,3 +188,47 @@ def open_lab(browser: Any, lab: Lab) -> Any:
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.started !== undefined")
     page.evaluate("() => window.jupyterapp.restored")
     return page
+
+
+# --- the %vgpu widgets -----------------------------------------------------------------------
+
+
+def run_vgpu_in_a_new_notebook(page: Any) -> None:
+    """A new notebook in the open lab running ``%vgpu`` (the dashboard), drawn with samples."""
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:create-new', {kernelName: 'python3'})")
+    editor = page.locator(".jp-Notebook .jp-Cell .cm-content").first
+    editor.wait_for()
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", state="attached",
+                           timeout=120_000)
+    editor.click()
+    page.keyboard.type("%load_ext jupyter_vgpu\n%vgpu")
+    page.keyboard.press("Shift+Enter")
+    wait_for_widgets(page)
+
+
+def wait_for_widgets(page: Any) -> None:
+    """The %vgpu dashboard drawn, with samples on its charts."""
+    page.wait_for_selector(f"{WIDGET} .jp-vgpu-card", timeout=120_000)
+    page.wait_for_selector(f"{WIDGET} .jp-vgpu-topo-gpu")
+    page.wait_for_function(f"""() => Number(document.querySelector(
+        '{WIDGET} .jp-vgpu-chart-memory .jp-vgpu-chart-line')?.dataset.points) >= 2""", timeout=60_000)
+
+
+# The text of a section, and the elements it is built of (tag, classes and data-*, in document order).
+_SECTION = """(section) => ({text: section.innerText,
+  shape: [section, ...section.querySelectorAll('*')].map(e => [e.tagName, e.getAttribute('class') || '',
+    ...Object.entries(e.dataset).filter(([k]) => k !== 'points').map(([k, v]) => `${k}=${v}`)].join(' '))})"""
+
+
+def assert_same_words(page: Any) -> None:
+    """The panel and the %vgpu widget show one notebook's facts: the allocation card and the
+    topology read the same, word for word, built of the same elements; the usage charts differ
+    only in live numbers."""
+    for section in ("jp-vgpu-allocation", "jp-vgpu-topology", "jp-vgpu-usage"):
+        panel = page.evaluate(_SECTION, page.locator(f"{PANEL} .{section}").element_handle())
+        widget = page.evaluate(_SECTION, page.locator(f"{WIDGET} .{section}").element_handle())
+        assert panel["shape"] == widget["shape"], f"{section}: the panel and the widget are built differently"
+        if section == "jp-vgpu-usage":  # samples keep coming: compare the words around the numbers
+            panel["text"], widget["text"] = (re.sub(r"[0-9.]+", "#", t) for t in (panel["text"], widget["text"]))
+        assert panel["text"] == widget["text"], f"{section}:\npanel:  {panel['text']!r}\nwidget: {widget['text']!r}"
+        assert len(panel["text"]) > 20

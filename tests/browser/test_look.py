@@ -17,12 +17,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser_support import Cluster, Lab, start_lab, stop_lab
+from browser_support import (
+    OUTPUT,
+    PANEL,
+    WIDGET,
+    Cluster,
+    Lab,
+    assert_same_words,
+    run_vgpu_in_a_new_notebook,
+    start_lab,
+    stop_lab,
+    wait_for_widgets,
+)
 from simkube.waiting import wait_for
 
-PANEL = "#jp-vgpu-panel"
-OUTPUT = ".jp-Notebook .jp-OutputArea-output:has(.jp-vgpu-widget)"
-WIDGET = f"{OUTPUT} .jp-vgpu-widget"
 THEMES = {"light": "JupyterLab Light", "dark": "JupyterLab Dark"}
 WIDTHS = (250, 1000)
 
@@ -135,34 +143,6 @@ def _check_widgets(page: Any, artifacts: Path, frontend: str, theme: str, width:
     _check(page, WIDGET, f"widgets in {frontend}, {theme}, {width} px")
 
 
-def _wait_for_widgets(page: Any) -> None:
-    """The %vgpu dashboard drawn, with samples on its charts."""
-    page.wait_for_selector(f"{WIDGET} .jp-vgpu-card", timeout=120_000)
-    page.wait_for_selector(f"{WIDGET} .jp-vgpu-topo-gpu")
-    page.wait_for_function(f"""() => Number(document.querySelector(
-        '{WIDGET} .jp-vgpu-chart-memory .jp-vgpu-chart-line')?.dataset.points) >= 2""", timeout=60_000)
-
-
-# The text of a section, and the elements it is built of (tag and classes, in document order).
-_SECTION = """(section) => ({text: section.innerText,
-  shape: [section, ...section.querySelectorAll('*')].map(e => `${e.tagName}.${e.getAttribute('class') || ''}`)})"""
-
-
-def _assert_same_words(page: Any) -> None:
-    """The panel and the %vgpu widget show one notebook's facts: the allocation card and the
-    topology read the same, word for word; the usage charts differ only in live numbers."""
-    import re
-
-    for section in ("jp-vgpu-allocation", "jp-vgpu-topology", "jp-vgpu-usage"):
-        panel = page.evaluate(_SECTION, page.locator(f"{PANEL} .{section}").element_handle())
-        widget = page.evaluate(_SECTION, page.locator(f"{WIDGET} .{section}").element_handle())
-        assert panel["shape"] == widget["shape"], f"{section}: the panel and the widget are built differently"
-        if section == "jp-vgpu-usage":  # samples keep coming: compare the words around the numbers
-            panel["text"], widget["text"] = (re.sub(r"[0-9.]+", "#", t) for t in (panel["text"], widget["text"]))
-        assert panel["text"] == widget["text"], f"{section}:\npanel:  {panel['text']!r}\nwidget: {widget['text']!r}"
-        assert len(panel["text"]) > 20
-
-
 @pytest.fixture
 def lab(labextension_built: Path, cluster: Cluster, tmp_path: Path) -> Iterator[Lab]:
     env = {**cluster.notebook_env(), "JUPYTER_VGPU_SOURCE": "node-api"}
@@ -224,15 +204,7 @@ def test_panel_and_widgets_one_look_light_and_dark_narrow_and_wide(browser: Any,
     page.evaluate("() => window.jupyterapp.restored")
 
     # the widgets: a notebook running %vgpu (the dashboard: allocation, topology, usage)
-    page.evaluate("() => window.jupyterapp.commands.execute('notebook:create-new', {kernelName: 'python3'})")
-    editor = page.locator(".jp-Notebook .jp-Cell .cm-content").first
-    editor.wait_for()
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", state="attached",
-                           timeout=120_000)
-    editor.click()
-    page.keyboard.type("%load_ext jupyter_vgpu\n%vgpu")
-    page.keyboard.press("Shift+Enter")
-    _wait_for_widgets(page)
+    run_vgpu_in_a_new_notebook(page)
 
     # the checks can fail: planted text that overlaps and is tiny (grey on grey below, in the panel)
     page.evaluate("""() => {
@@ -261,7 +233,7 @@ def test_panel_and_widgets_one_look_light_and_dark_narrow_and_wide(browser: Any,
     page.evaluate("() => document.getElementById('vgpu-planted-wide').remove()")
 
     # one renderer: the same facts give the same words, and the same elements, in panel and widget
-    _assert_same_words(page)
+    assert_same_words(page)
 
     for theme in THEMES:
         _change_theme(page, theme)
@@ -326,7 +298,7 @@ def test_widgets_in_notebook_7_light_and_dark_narrow_and_wide(browser: Any, note
     wait_for(kernel_idle, timeout=120, what="the notebook's kernel to be idle")
     editor.click()
     page.keyboard.press("Shift+Enter")
-    _wait_for_widgets(page)
+    wait_for_widgets(page)
     for theme in THEMES:
         _change_theme(page, theme)
         for width in WIDTHS:

@@ -5,7 +5,7 @@ an admin split into 3 x 2g.10gb + 1 x 1g.5gb: the real extender binds it to a 2g
 the device plugin hands out that MIG device. Her lab reads its facts from the node's metrics
 server with the pod's read token, as in a real pod; the panel must say where she is, in the
 widgets' words, and the slice's real size (she holds all of it), not the share she asked for;
-the topology view draws GPU 0 as its slices, hers marked.
+the topology view draws GPU 0 as its slices, hers marked, and so do the %vgpu widgets.
 """
 
 from __future__ import annotations
@@ -16,7 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser_support import NODE, PANEL, Cluster, Lab, open_lab, start_lab, stop_lab
+from browser_support import (
+    NODE,
+    PANEL,
+    WIDGET,
+    Cluster,
+    Lab,
+    assert_same_words,
+    open_lab,
+    run_vgpu_in_a_new_notebook,
+    start_lab,
+    stop_lab,
+)
 from simkube.waiting import wait_for
 
 from jupyter_vgpu.core import contract
@@ -106,4 +117,11 @@ def test_the_panel_shows_the_mig_slice_with_its_real_size(browser: Any, mig_lab:
         f"{profile} · {'yours' if state == 'mine' else 'free'}" for profile, state in zip(LAYOUT, states, strict=True)]
     assert "unhealthy" not in topology.inner_text()  # a card in MIG mode is not a broken card
     topology.screenshot(path=str(artifacts / "lab-panel-mig-topology.png"))
+
+    # the %vgpu widgets draw with the panel's renderer: the same slices, the same words
+    run_vgpu_in_a_new_notebook(page)
+    widget_segments = page.locator(f"{WIDGET} .jp-vgpu-topo-gpu[data-gpu='0'] .jp-vgpu-topo-slice")
+    assert [(widget_segments.nth(i).get_attribute("data-profile"), widget_segments.nth(i).get_attribute("data-state"))
+            for i in range(widget_segments.count())] == list(zip(LAYOUT, states, strict=True))
+    assert_same_words(page)
     page.context.close()
