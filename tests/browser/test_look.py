@@ -273,7 +273,8 @@ def notebook7(labextension_built: Path, cluster: Cluster, tmp_path: Path) -> Ite
 
 def test_widgets_in_notebook_7_light_and_dark_narrow_and_wide(browser: Any, notebook7: Lab, tmp_path: Path,
                                                               artifacts: Path) -> None:
-    """Notebook 7 has only the standard ipywidgets manager: anywidget draws the widgets there."""
+    """Notebook 7 has only the standard ipywidgets manager: anywidget draws the widgets there; its
+    right sidebar holds the panel, which reads as the widget does."""
     (tmp_path / "root" / "look.ipynb").write_text(json.dumps({
         "nbformat": 4, "nbformat_minor": 5,
         "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
@@ -303,6 +304,16 @@ def test_widgets_in_notebook_7_light_and_dark_narrow_and_wide(browser: Any, note
         _change_theme(page, theme)
         for width in WIDTHS:
             _check_widgets(page, artifacts, "notebook7", theme, width)
+    # the panel in Notebook 7's right sidebar: the same words as the widget beside it, one look
+    page.set_viewport_size({"width": 1400, "height": 1100})
+    page.evaluate("() => window.jupyterapp.commands.execute('vgpu:open-panel')")
+    page.wait_for_selector(f"{PANEL}[data-vgpu-state='allocated']", state="visible")
+    page.wait_for_selector(f"{PANEL} .jp-vgpu-topo-gpu")
+    assert_same_words(page)
+    for theme in THEMES:
+        _change_theme(page, theme)
+        page.locator(PANEL).screenshot(path=str(artifacts / f"look-panel-notebook7-{theme}.png"))
+        _check(page, PANEL, f"panel in Notebook 7, {theme}")
     # Notebook 7.6's own shortcuts extension throws this while loading settings, before any
     # cell runs and with jupyter-vgpu's shortcut removed from its schema too (checked by hand):
     # not ours, so it alone is let through; any other error fails the test.
