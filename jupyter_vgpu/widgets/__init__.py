@@ -1,4 +1,4 @@
-"""ipywidgets views of the notebook's vGPU: allocation card, topology, live usage, dashboard."""
+"""The notebook's vGPU as widgets (anywidget, drawn by the lab panel's renderer): allocation card, topology, live usage, dashboard."""
 
 from __future__ import annotations
 
