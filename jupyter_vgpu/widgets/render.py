@@ -13,7 +13,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jupyter_vgpu.core.contract import format_mib
-from jupyter_vgpu.widgets.glossary import chart_label, colour, fill, glossary, mig_slice, occupancy
+from jupyter_vgpu.widgets.glossary import (
+    chart_label,
+    colour,
+    fill,
+    glossary,
+    measured,
+    mig_slice,
+    occupancy,
+)
 
 FONT = "font-family:var(--jp-ui-font-family, sans-serif)"
 
@@ -233,11 +241,18 @@ def usage_text(answer: Mapping[str, Any]) -> str:
     memory, limit = current.get("memoryUsedMib") or 0, limits.get("memoryMib")
     cores = limits.get("cores")
     util = current.get("utilizationPercent") or 0
+    compute = (f"{text_bar(util, 100)} {util:.0f} % of the card" if measured(current)
+               else f"{not_measured()} ({chart_label('notMeasuredWhy')})")
     lines = [head,
              f"  memory used  {text_bar(memory, limit or 0)} {format_mib(memory)}"
              + (f" of your {format_mib(limit)}" if limit else ""),
-             f"  compute used {text_bar(util, 100)} {util:.0f} % of the card" + (f" (your share: {cores} %)" if cores else "")]
+             f"  compute used {compute}" + (f" (your share: {cores} %)" if cores else "")]
     return "\n".join(lines)
+
+
+def not_measured() -> str:
+    """What the compute in use reads where it is not measured (a MIG slice), as the panel says it."""
+    return chart_label("notMeasured")
 
 
 def _memory_unit(limit_mib: float) -> tuple[str, float]:
@@ -249,15 +264,17 @@ def _number(value: float) -> str:
 
 
 def usage_svg(history: Sequence[Mapping[str, Any]], limits: Mapping[str, Any] | None, *, window: float = 120,
-              width: int = 480) -> str:
+              width: int = 480, measured: bool = True) -> str:
     """Two charts, one quantity each: compute used (% of the card, your share dashed) and memory
-    used (in GiB or MiB, your share's memory dashed), over the last ``window`` seconds."""
+    used (in GiB or MiB, your share's memory dashed), over the last ``window`` seconds. Compute
+    that is not ``measured`` (a MIG slice) draws no line and says so in its title."""
     limits = limits or {}
     memory_limit = limits.get("memoryMib") or max((p.get("memoryUsedMib") or 0 for p in history), default=0) or 1024
     unit, scale = _memory_unit(memory_limit)
     end = history[-1]["t"] if history else 0.0
     cores = limits.get("cores")
-    compute = _chart(history, "utilizationPercent", chart_label("utilization"), top=100.0, end=end, window=window,
+    title = chart_label("utilization") + ("" if measured else f": {not_measured()}")
+    compute = _chart(history if measured else [], "utilizationPercent", title, top=100.0, end=end, window=window,
                      width=width, ticks=[(0, "0 %"), (50, "50 %"), (100, "100 %")],
                      share=(float(cores), chart_label("shareLine", value=f"{cores} %")) if cores and cores < 100 else None,
                      colour_name="compute", css="vgpu-utilization")

@@ -14,7 +14,7 @@ import ipywidgets as w
 
 from jupyter_vgpu.core.contract import format_mib
 from jupyter_vgpu.widgets import render
-from jupyter_vgpu.widgets.glossary import colour
+from jupyter_vgpu.widgets.glossary import colour, measured
 
 
 class _TextRepr:
@@ -142,7 +142,7 @@ class UsageChart(_TextRepr, w.VBox):
         history = list(answer.get("history") or [])
         if current and (not history or history[-1].get("t") != current.get("t")):
             history.append(current)
-        self.chart.value = render.usage_svg(history, limits, window=self.window)
+        self.chart.value = render.usage_svg(history, limits, window=self.window, measured=measured(current))
         memory_limit = limits.get("memoryMib") or max(current.get("memoryUsedMib") or 0, 1)
         used_mib = current.get("memoryUsedMib") or 0
         utilization = current.get("utilizationPercent") or 0
@@ -155,7 +155,8 @@ class UsageChart(_TextRepr, w.VBox):
                 f"({render.percent(used_mib, memory_limit):.0f} %)").value
             self.utilization.value = min(utilization, 100)
             self.utilization_readout.value = _readout(
-                f"{utilization:.0f} % of the card" + (f" (your share: {cores} %)" if cores else "")).value
+                (f"{utilization:.0f} % of the card" if measured(current) else render.not_measured())
+                + (f" (your share: {cores} %)" if cores else "")).value
             state = answer.get("state")
             tone = {"live": "compute", "stale": "limit", "unreachable": "error"}.get(state or "", "muted")
             message = f" — {render.esc(answer.get('message'))}" if answer.get("message") else ""

@@ -15,10 +15,12 @@ import {
   describeSliceSize,
   describeModels,
   describeShare,
+  formatCompute,
   formatMib,
   formatPercent,
   formatUsedOf
 } from './format';
+import { GLOSSARY } from './glossary';
 import { VgpuModel } from './model';
 import { describeRequest, validateRequestForm } from './request';
 import { chartGeometry, formatWindow } from './series';
@@ -363,6 +365,8 @@ export class VgpuPanel extends Widget {
               ? usage.message || 'No usage data'
               : '';
     const current = usage?.current ?? null;
+    // a MIG slice: the history's compute is 0s nobody measured, so no line is drawn
+    const measured = current?.utilizationMeasured !== false;
     this._usage.replaceChildren(
       ...present(
       h('h3', {}, 'Usage'),
@@ -379,11 +383,12 @@ export class VgpuPanel extends Widget {
       this._chart(
         'utilization',
         'Compute',
-        points,
+        measured ? points : [],
         p => p.utilizationPercent,
         limits?.cores ?? null,
-        current ? `${formatPercent(current.utilizationPercent)}${limits ? ` of ${formatPercent(limits.cores)}` : ''}` : '–',
-        window
+        !current ? '–' : !measured ? formatCompute(current) : `${formatCompute(current)}${limits ? ` of ${formatPercent(limits.cores)}` : ''}`,
+        window,
+        measured ? undefined : GLOSSARY.charts.notMeasuredWhy
       )
       )
     );
@@ -396,7 +401,8 @@ export class VgpuPanel extends Widget {
     value: (p: UsagePoint) => number,
     limit: number | null,
     now: string,
-    window: number
+    window: number,
+    note?: string
   ): HTMLElement {
     const geometry = chartGeometry(points, value, { windowSeconds: window, width: CHART_WIDTH, height: CHART_HEIGHT, limit });
     const svg = s(
@@ -422,7 +428,7 @@ export class VgpuPanel extends Widget {
         'figcaption',
         {},
         h('span', { class: 'jp-vgpu-chart-title' }, title),
-        h('span', { class: 'jp-vgpu-chart-now' }, now)
+        h('span', { class: 'jp-vgpu-chart-now', title: note }, now)
       ),
       svg,
       h(

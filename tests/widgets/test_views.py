@@ -243,3 +243,29 @@ def test_the_topology_shows_a_mig_cards_slices(comms):
     text = repr(view)
     assert "GPU 0 [##|@@|..|x] yours: MIG 2g.10gb · 2 of 4 slices held" in text
     assert "2g.10gb · yours" in text and "1g.5gb · unavailable" in text
+
+
+def test_compute_on_a_mig_slice_is_not_available_rather_than_zero(comms):
+    """NVML has no utilisation per MIG device: the widgets, the text view and %vgpu say "not
+    available" and draw no compute line, where a time-shared share shows its percentage."""
+    history = [{"t": 100.0 + i, "memoryUsedMib": 3000.0, "utilizationPercent": 0.0} for i in range(5)]
+    answer = {"state": "live", "source": "node-api", "message": None, "periodSeconds": 1.0,
+              "limits": {"cores": 28, "memoryMib": 10240}, "history": history,
+              "current": {**history[-1], "cards": [], "utilizationMeasured": False}}
+    class Answers:  # the node API's answers as a source gives them
+        def usage(self, history_seconds: float = 0) -> dict:
+            return answer
+
+    chart = UsageChart(Answers(), live=False)
+    readout = comms.last(chart.utilization_readout.model_id, "value")
+    assert "not available" in readout and "0 % of the card" not in readout
+    svg = comms.last(chart.chart.model_id, "value")
+    assert 'class="vgpu-utilization"' not in svg and 'class="vgpu-memory"' in svg  # no made-up compute line
+    assert "compute used, % of the card: not available" in svg
+    text = render.usage_text(answer)
+    assert "compute used not available (compute use on a MIG slice is not measured" in text and " 0 %" not in text
+    measured = {**answer, "current": {**answer["current"], "utilizationPercent": 12.0, "utilizationMeasured": True}}
+    chart.refresh(measured)
+    assert "12 % of the card" in comms.last(chart.utilization_readout.model_id, "value")
+    assert "12 % of the card" in render.usage_text(measured)
+    chart.close()
