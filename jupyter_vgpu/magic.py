@@ -182,6 +182,7 @@ class VGPUMagics(SettingsAliases, Magics):
     def _watch_text(self, interval: float, count: int) -> None:
         """One line per sample for frontends without widgets; Ctrl-C stops it."""
         from jupyter_vgpu.widgets import render
+        from jupyter_vgpu.widgets.glossary import measured
 
         shown = 0
         try:
@@ -194,7 +195,8 @@ class VGPUMagics(SettingsAliases, Magics):
                 print(f"{stamp} {answer.get('state'):<11} memory {render.text_bar(memory, limit, 10)} "
                       f"{contract.format_mib(memory)}"
                       + (f"/{contract.format_mib(limit)}" if limit else "")
-                      + f"  util {current.get('utilizationPercent') or 0:5.1f} %"
+                      + (f"  util {current.get('utilizationPercent') or 0:5.1f} %" if measured(current)
+                         else f"  util {render.not_measured()}")
                       + (f"  {answer['message']}" if answer.get("message") and answer.get("state") != "live" else ""),
                       flush=True)
                 shown += 1

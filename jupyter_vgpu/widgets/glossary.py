@@ -67,3 +67,8 @@ def mig_slice(slice_: Mapping[str, Any]) -> str:
     """One MIG slice in words ("2g.10gb · yours"), as the panel's describeSlice says it."""
     words = glossary()["mig"]
     return fill(words["slice"], profile=slice_.get("profile"), state=words["states"].get(slice_.get("state"), "?"))
+
+
+def measured(current: Mapping[str, Any] | None) -> bool:
+    """Whether the compute in ``current`` was measured (not on a MIG slice: NVML has none per slice)."""
+    return not current or current.get("utilizationMeasured") is not False

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jupyter_vgpu.core.contract import format_mib
-from jupyter_vgpu.widgets.glossary import fill, glossary, mig_slice, occupancy
+from jupyter_vgpu.widgets.glossary import fill, glossary, measured, mig_slice, occupancy
 
 
 def percent(part: float | None, whole: float | None) -> float:
@@ -118,8 +118,15 @@ def usage_text(answer: Mapping[str, Any]) -> str:
     memory, limit = current.get("memoryUsedMib") or 0, limits.get("memoryMib")
     cores = limits.get("cores")
     util = current.get("utilizationPercent") or 0
+    compute = (f"{text_bar(util, 100)} {util:.0f} % of the card" if measured(current)
+               else f"{not_measured()} ({glossary()['charts']['notMeasuredWhy']})")
     lines = [head,
              f"  memory used  {text_bar(memory, limit or 0)} {format_mib(memory)}"
              + (f" of your {format_mib(limit)}" if limit else ""),
-             f"  compute used {text_bar(util, 100)} {util:.0f} % of the card" + (f" (your share: {cores} %)" if cores else "")]
+             f"  compute used {compute}" + (f" (your share: {cores} %)" if cores else "")]
     return "\n".join(lines)
+
+
+def not_measured() -> str:
+    """What the compute in use reads where it is not measured (a MIG slice), as the panel says it."""
+    return str(glossary()["charts"]["notMeasured"])

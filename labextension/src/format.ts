@@ -129,11 +129,18 @@ export function statusTooltip(
   const mine = allocation.allocation;
   const where = `${describeModels(mine)} ${describeCards(mine.cards.map(c => c.index))} on ${mine.node}`;
   const current: UsageCurrent | null = usage?.current ?? null;
-  const now = current
-    ? `; now ${formatPercent(current.utilizationPercent)} compute, ${formatMib(current.memoryUsedMib)} memory`
-    : '';
+  const now = !current
+    ? ''
+    : current.utilizationMeasured === false
+      ? `; now ${formatMib(current.memoryUsedMib)} memory, compute ${formatCompute(current)}`
+      : `; now ${formatCompute(current)} compute, ${formatMib(current.memoryUsedMib)} memory`;
   const stale = usage && usage.state === 'stale' ? ' (stale)' : '';
   return `vGPU: ${describeShare(mine.cores)} with ${formatMib(mine.memoryMib)}, ${where}${now}${stale}`;
+}
+
+/** The compute in use now: a percentage, or "not available" where it is not measured (a MIG slice). */
+export function formatCompute(current: UsageCurrent): string {
+  return current.utilizationMeasured === false ? GLOSSARY.charts.notMeasured : formatPercent(current.utilizationPercent);
 }
 
 export function clamp01(value: number): number {

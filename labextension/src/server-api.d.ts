@@ -302,6 +302,8 @@ export interface components {
             t: number;
             memoryUsedMib: number;
             utilizationPercent: number;
+            /** @description false on a MIG slice (node API): NVML measures no compute per MIG device (DCGM or GPM would), so utilizationPercent here and in the history is 0 and means nothing: show "not available". Absent or true otherwise. */
+            utilizationMeasured?: boolean;
             cards: components["schemas"]["CardUsage"][];
         };
         Limits: {

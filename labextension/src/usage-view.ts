@@ -5,7 +5,7 @@
  */
 
 import { h, s } from './dom';
-import { formatMib, formatPercent, formatUsedOf } from './format';
+import { formatCompute, formatMib, formatPercent, formatUsedOf } from './format';
 import { fill, GLOSSARY } from './glossary';
 import { chartGeometry, formatWindow } from './series';
 import { UsagePoint, UsageReply } from './types';
@@ -37,6 +37,8 @@ export function renderUsage(usage: UsageFacts | null, points: readonly UsagePoin
   const limits = usage?.limits ?? null;
   const current = usage?.current ?? null;
   const status = usageStatus(usage);
+  // a MIG slice: the history's compute is 0s nobody measured, so no line is drawn
+  const measured = current?.utilizationMeasured !== false;
   const children: HTMLElement[] = [h('h3', {}, 'Usage')];
   if (status) {
     children.push(
@@ -57,12 +59,13 @@ export function renderUsage(usage: UsageFacts | null, points: readonly UsagePoin
     chart(
       'utilization',
       GLOSSARY.charts.compute,
-      points,
+      measured ? points : [],
       p => p.utilizationPercent,
       limits?.cores ?? null,
-      current ? fill(GLOSSARY.charts.computeNow, { value: formatPercent(current.utilizationPercent) }) : '–',
+      !current ? '–' : measured ? fill(GLOSSARY.charts.computeNow, { value: formatCompute(current) }) : formatCompute(current),
       formatPercent,
-      windowSeconds
+      windowSeconds,
+      measured ? undefined : GLOSSARY.charts.notMeasuredWhy
     )
   );
   return children;
@@ -76,7 +79,8 @@ function chart(
   limit: number | null,
   now: string,
   unit: (value: number) => string,
-  windowSeconds: number
+  windowSeconds: number,
+  note?: string
 ): HTMLElement {
   const geometry = chartGeometry(points, value, { windowSeconds, width: CHART_WIDTH, height: CHART_HEIGHT, limit });
   const svg = s(
@@ -101,7 +105,7 @@ function chart(
       'figcaption',
       {},
       h('span', { class: 'jp-vgpu-chart-title' }, title),
-      h('span', { class: 'jp-vgpu-chart-now' }, now)
+      h('span', { class: 'jp-vgpu-chart-now', title: note }, now)
     ),
     svg,
     h(

@@ -4,6 +4,7 @@ import {
   describeIsolation,
   describeSliceSize,
   describeShare,
+  formatCompute,
   formatUsedOf,
   statusSummary,
   statusTooltip
@@ -115,5 +116,14 @@ describe('MIG slices', () => {
     // the slice's real size, not the share asked for
     expect(describeSliceSize(slice)).toBe("the whole slice: 28 % of the card's compute, 10 GiB");
     expect(describeSliceSize(allocated.allocation!)).toBeNull();
+  });
+
+  it('says "not available" for compute on a slice, never a 0 nobody measured', () => {
+    const current = { ...live.current!, utilizationPercent: 0, utilizationMeasured: false };
+    expect(formatCompute(current)).toBe('not available');
+    expect(formatCompute(live.current!)).toBe('19 %');
+    expect(statusTooltip(allocated, { ...live, current })).toBe(
+      'vGPU: 25 % of a card with 4 GiB, A100-SXM4-80GB card 1 on gpu-node-a; now 3.1 GiB memory, compute not available'
+    );
   });
 });

@@ -94,6 +94,11 @@ def test_the_panel_shows_the_mig_slice_with_its_real_size(browser: Any, mig_lab:
     now = panel.locator(".jp-vgpu-chart-memory .jp-vgpu-chart-now")
     wait_for(lambda: re.fullmatch(r"[0-9.]+/10 GiB", now.inner_text()), timeout=60, what="the chart's slice limit")
     card.screenshot(path=str(artifacts / "lab-panel-mig-slice.png"))
+    # NVML measures no compute per MIG slice: "not available" and no line, never a 0
+    compute = panel.locator(".jp-vgpu-chart-utilization")
+    assert compute.locator(".jp-vgpu-chart-now").inner_text() == "not available"
+    assert "MIG slice" in (compute.locator(".jp-vgpu-chart-now").get_attribute("title") or "")
+    assert compute.locator(".jp-vgpu-chart-line").get_attribute("data-points") == "0"
 
     # the topology: GPU 0 drawn as its slices in GPU instance order, hers marked, the rest free;
     # the other cards of the node are whole, with the allocated bar

@@ -103,3 +103,22 @@ def test_a_node_whose_cards_are_all_in_mig_mode_is_labelled_and_publishes_its_sl
     assert all(not card.healthy and [s.profile for s in card.slices] == ["3g.20gb"] * 2 for card in inventory.cards)
     assert meta()["labels"][NAMES.node_label_gpu] == "true"   # slices to serve: a GPU node all the same
     assert len(peer.list_devices(NAMES.core_resource)) == 4 * 2 * 42
+
+
+def test_a_slice_is_named_as_its_cdi_device_and_its_parents_device_node():
+    """With CDI, a container on a slice gets the MIG device's CDI name (nvidia.com/gpu=MIG-...), never its
+    parent card's; with device specs, the parent's /dev node (the runtime hook adds the MIG capabilities)."""
+    from vgpu_plugin.deviceplugin.enforcement import EnforcementConfig, Identity, container_response
+
+    gpus = sim_gpus()
+    made = gpus.set_mig_layout(1, LAYOUT)
+    cards = {card.index: card for card in gpus.inventory()}
+    share = c.CardShare(index=1, uuid=cards[1].uuid, cores=10, memory_units=16, mig_device=made[3].uuid)
+    identity = Identity(node="n1", namespace="ns", pod="nb", pod_uid="u", container="notebook", container_index=0)
+    for mode in ("hami-core", "mps", "none"):
+        answer = container_response(EnforcementConfig(mode=mode, cdi=True, device_specs=True, dev_root="/dev"),
+                                    c.ContainerAllocation(index=0, name="notebook", cards=(share,)), cards, identity,
+                                    metrics_url="http://x", token="t")
+        assert [d.name for d in answer.cdi_devices] == [f"nvidia.com/gpu={made[3].uuid}"], mode
+        assert [d.container_path for d in answer.devices][-1] == f"/dev/nvidia{cards[1].minor}"
+        assert answer.envs[c.ENV_ENFORCEMENT] == c.ENFORCEMENT_MIG and not answer.mounts

@@ -135,3 +135,25 @@ def test_slices_are_never_double_allocated_through_churn_and_restarts(cluster: A
             delete_pod(cluster, "default", name)
         wait_for(lambda: not _held_slices(cluster), timeout=60, what="every slice given back")
         wait_for(lambda: not cluster.extender.ledger.node(MIG_NODE).held_slices, timeout=30, what="the ledger emptied")
+
+
+def test_whole_card_requests_never_take_a_mig_mode_card(cluster: Any, pods: list[str]) -> None:
+    # the MIG-only node has three whole cards and card 0 in MIG mode: three whole cards fit, on 1-3
+    pods.append("three-cards")
+    pod = notebook(cluster, "three-cards", 300, "1Gi", "b")
+    record = allocation(pod)
+    assert record is not None and sorted(s.index for s in record.containers[0].cards) == [1, 2, 3]
+    assert not [k for k in pod["metadata"]["annotations"] if k.startswith(NAMES.mig_slice_prefix)]
+    # one more whole card waits, though card 0's slices are all free: a MIG card is never a whole card
+    pods.append("one-more")
+    body = cluster.notebook_pod("one-more", cores=100, annotations=None)
+    body["spec"]["nodeSelector"] = {"pool": "b"}
+    cluster.core_v1.create_namespaced_pod("default", body, _preload_content=False)
+
+    def failed_scheduling() -> list[Any]:
+        events = cluster.core_v1.list_namespaced_event("default", field_selector="involvedObject.name=one-more").items
+        return [e for e in events if e.reason == "FailedScheduling"]
+
+    wait_for(failed_scheduling, timeout=60, what="a FailedScheduling event for the fourth whole card")
+    assert cluster.read_pod("default", "one-more")["status"]["phase"] == "Pending"
+    assert not cluster.extender.ledger.node(MIG_ONLY).held_slices

@@ -7,7 +7,7 @@ import secrets
 import urllib.error
 import urllib.request
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from simkube.waiting import wait_for
@@ -159,3 +159,13 @@ def http_get(url: str, token: str | None = None, header: str | None = None) -> t
             return response.status, response.headers, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.headers, error.read().decode()
+
+
+def put_on_slice(pod: dict[str, Any], device: str) -> None:
+    """Put a one-container pod's share on a MIG device, as the extender's bind writes it."""
+    annotations = pod["metadata"]["annotations"]
+    record = PodAllocation.from_json(annotations[DEFAULT_NAMES.allocation])
+    (container,) = record.containers
+    on_slice = replace(container, cards=(replace(container.cards[0], mig_device=device),))
+    annotations[DEFAULT_NAMES.allocation] = replace(record, containers=(on_slice,)).to_json()
+    annotations[DEFAULT_NAMES.mig_slice(0)] = device

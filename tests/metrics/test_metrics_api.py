@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
+from metrics_support import NODE, FakeNode, http_get, put_on_slice, token_of, wait_for_samples
 from simkube.waiting import wait_for
-from metrics_support import NODE, FakeNode, http_get, token_of, wait_for_samples
 from vgpu_plugin.metrics import MetricsServer
 from vgpu_plugin.tokens import TokenMinter, new_allocation_id
 
@@ -331,22 +331,12 @@ def test_responses_match_the_openapi_document(server: MetricsServer, minter: Tok
         _validator(document, path, str(status)).validate(json.loads(body))
 
 
-def _on_slice(pod: dict[str, Any], device: str) -> None:
-    """Put a one-container pod's share on a MIG device, as the extender's bind writes it."""
-    annotations = pod["metadata"]["annotations"]
-    record = PodAllocation.from_json(annotations[c.DEFAULT_NAMES.allocation])
-    (container,) = record.containers
-    on_slice = replace(container, cards=(replace(container.cards[0], mig_device=device),))
-    annotations[c.DEFAULT_NAMES.allocation] = replace(record, containers=(on_slice,)).to_json()
-    annotations[c.DEFAULT_NAMES.mig_slice(0)] = device
-
-
 def test_the_topology_shows_a_mig_cards_slices_and_whose_they_are(fake_node: FakeNode, minter: TokenMinter) -> None:
     made = fake_node.gpus.set_mig_layout(5, ["2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"])
     carol = fake_node.pod("jupyter-carol", {"notebook": (20, 32, (5,))})
     dave = fake_node.pod("jupyter-dave", {"notebook": (10, 16, (5,))})
-    _on_slice(carol, made[0].uuid)
-    _on_slice(dave, made[3].uuid)
+    put_on_slice(carol, made[0].uuid)
+    put_on_slice(dave, made[3].uuid)
     server = MetricsServer(NODE, fake_node.gpus, fake_node, minter, address="127.0.0.1", port=0, period=0.05,
                            history_seconds=60, proc_root=fake_node.proc_root, enforcement="hami-core")
     server.start()
@@ -354,8 +344,12 @@ def test_the_topology_shows_a_mig_cards_slices_and_whose_they_are(fake_node: Fak
         wait_for_samples(server.sampler, 2)
         status, _, body = get(server, "/api/v1/topology", token_of(minter, carol, 0))
         _, _, dave_body = get(server, "/api/v1/topology", token_of(minter, dave, 0))
+        _, _, usage = get(server, "/api/v1/usage", token_of(minter, carol, 0))
     finally:
         server.stop()
+    # NVML measures no compute per MIG device: the usage says so rather than showing a 0
+    current = json.loads(usage)["current"]
+    assert current["utilizationMeasured"] is False
     assert status == 200
     data = json.loads(body)
     _validator(yaml.safe_load(OPENAPI.read_text()), "/api/v1/topology", "200").validate(data)
@@ -366,6 +360,7 @@ def test_the_topology_shows_a_mig_cards_slices_and_whose_they_are(fake_node: Fak
     # accounting at the slices' real size: 28 + 14, not the 20 + 10 asked; the other holder is a count
     assert (card["mine"], card["myCores"], card["myMemoryMib"], card["tenants"]) == (True, 28, 10240, 1)
     assert card["healthy"]  # a card in MIG mode is kept out of time-sharing, not broken
+    assert card["utilizationPercent"] is None  # no whole-card utilisation in MIG mode: not a 0
     assert (card["allocatedCores"], card["allocatedMemoryMib"]) == (42, 15360)
     assert made[3].uuid not in body and "jupyter-dave" not in body  # other tenants stay anonymous
     assert all("migSlices" not in g for g in data["gpus"] if g["index"] != 5)  # whole cards as before
@@ -376,7 +371,7 @@ def test_the_topology_shows_a_mig_cards_slices_and_whose_they_are(fake_node: Fak
 def test_a_failed_slice_is_unavailable_and_a_lost_mig_card_unhealthy(fake_node: FakeNode, minter: TokenMinter) -> None:
     made = fake_node.gpus.set_mig_layout(5, ["2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"])
     carol = fake_node.pod("jupyter-carol", {"notebook": (20, 32, (5,))})
-    _on_slice(carol, made[0].uuid)
+    put_on_slice(carol, made[0].uuid)
     fake_node.gpus.fail_slice(made[2].uuid)
     server = MetricsServer(NODE, fake_node.gpus, fake_node, minter, address="127.0.0.1", port=0, period=0.05,
                            history_seconds=60, proc_root=fake_node.proc_root, enforcement="hami-core")

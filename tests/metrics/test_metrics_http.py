@@ -9,7 +9,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from metrics_support import NODE, SCRAPE_TOKEN, FakeNode, FlakyGPUs, wait_for_samples
+from metrics_support import NODE, SCRAPE_TOKEN, FakeNode, FlakyGPUs, put_on_slice, wait_for_samples
 from prometheus_client.parser import text_string_to_metric_families
 from vgpu_plugin.metrics import MetricsServer
 from vgpu_plugin.tokens import TokenMinter
@@ -240,6 +240,9 @@ def test_mig_slices_have_memory_and_health_but_no_made_up_utilisation(fake_node:
     made = fake_node.gpus.set_mig_layout(5, ["2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"])
     fake_node.gpus.start_process(900, 5, 4096, 14, mig_device=made[3].uuid)
     fake_node.gpus.set_usage(900, 3000, 50)
+    erin = fake_node.pod("jupyter-erin", {"notebook": (20, 32, (5,))})
+    put_on_slice(erin, made[1].uuid)
+    fake_node.pod("jupyter-frank", {"notebook": (30, 16, (2,))})  # a time-shared neighbour on a whole card
     server = MetricsServer(NODE, fake_node.gpus, fake_node, minter, address="127.0.0.1", port=0, period=0.05,
                            proc_root=fake_node.proc_root, enforcement="hami-core", scrape_token=SCRAPE_TOKEN)
     server.start()
@@ -256,3 +259,9 @@ def test_mig_slices_have_memory_and_health_but_no_made_up_utilisation(fake_node:
     assert len(metrics[c.METRIC_SLICE_MEMORY_TOTAL]) == 4
     assert sorted(metrics[c.METRIC_SLICE_HEALTHY].values()) == [0.0, 1.0, 1.0, 1.0]
     assert c.METRIC_SLICE_UTILIZATION not in metrics   # "not available", never a 0 nobody measured
+    # nor for the card in MIG mode as a whole, nor for the container on a slice; whole cards as before
+    assert {key for key in metrics[c.METRIC_CARD_UTILIZATION] if ("gpu", "5") in key} == set()
+    assert len(metrics[c.METRIC_CARD_UTILIZATION]) == len(metrics[c.METRIC_CARD_HEALTHY]) - 1
+    containers = {dict(key)["pod"] for key in metrics[c.METRIC_CONTAINER_UTILIZATION]}
+    assert "jupyter-frank" in containers and "jupyter-erin" not in containers
+    assert "jupyter-erin" in {dict(key)["pod"] for key in metrics[c.METRIC_CONTAINER_MEMORY_USED]}

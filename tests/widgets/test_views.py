@@ -212,3 +212,27 @@ def test_the_topology_carries_a_mig_cards_slices(comms):
     text = repr(view)
     assert "GPU 0 [##|@@|..|x] yours: MIG 2g.10gb · 2 of 4 slices held" in text
     assert "2g.10gb · yours" in text and "1g.5gb · unavailable" in text
+
+
+def test_compute_on_a_mig_slice_is_not_available_rather_than_zero(comms):
+    """NVML has no utilisation per MIG device: the widget's front end gets the flag (and, like
+    the panel, says "not available" and draws no compute line: tests/browser/test_panel_mig.py);
+    the text view and %vgpu say so too, where a time-shared share shows its percentage."""
+    history = [{"t": 100.0 + i, "memoryUsedMib": 3000.0, "utilizationPercent": 0.0} for i in range(5)]
+    answer = {"state": "live", "source": "node-api", "message": None, "periodSeconds": 1.0,
+              "limits": {"cores": 28, "memoryMib": 10240}, "history": history,
+              "current": {**history[-1], "cards": [], "utilizationMeasured": False}}
+
+    class Answers:  # the node API's answers as a source gives them
+        def usage(self, history_seconds: float = 0) -> dict:
+            return answer
+
+    chart = UsageChart(Answers(), live=False, allocation=SLICE)
+    assert comms.last(chart.model_id, "usage")["current"]["utilizationMeasured"] is False
+    text = repr(chart)
+    assert "compute used not available (compute use on a MIG slice is not measured" in text and " 0 %" not in text
+    measured = {**answer, "current": {**answer["current"], "utilizationPercent": 12.0, "utilizationMeasured": True}}
+    chart.refresh(measured)
+    assert comms.last(chart.model_id, "usage")["current"]["utilizationMeasured"] is True
+    assert "12 % of the card" in repr(chart)
+    chart.close()

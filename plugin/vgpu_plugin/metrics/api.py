@@ -181,6 +181,7 @@ def usage_view(sampler: Sampler, snapshot: Snapshot, caller: Caller, history_sec
         assert caller.pod.allocation is not None
         container = caller.pod.allocation.container(caller.container_index)
         held = [s.index for s in container.cards] if container else []
+        on_slice = any(s.mig_device for s in container.cards) if container else False
         current = {
             "t": snapshot.taken_at,
             "memoryUsedMib": _round(usage.memory_used_mib) if usage else 0.0,
@@ -193,6 +194,8 @@ def usage_view(sampler: Sampler, snapshot: Snapshot, caller: Caller, history_sec
                 }
                 for index in sorted(set(held) | set(measured))
             ],
+            # NVML has no utilisation per MIG device: the 0s above are not measurements
+            **({"utilizationMeasured": False} if on_slice else {}),
         }
     history = sampler.history(caller.key, history_seconds, now=now)
     return {

@@ -65,7 +65,8 @@ class NodeCollector(Collector):
 
         total = gauge(c.METRIC_CARD_MEMORY_TOTAL, "Device memory of the card.", c.CARD_LABELS)
         used = gauge(c.METRIC_CARD_MEMORY_USED, "Device memory in use on the card.", c.CARD_LABELS)
-        util = gauge(c.METRIC_CARD_UTILIZATION, "Compute utilisation of the card (0-100).", c.CARD_LABELS)
+        util = gauge(c.METRIC_CARD_UTILIZATION, "Compute utilisation of the card (0-100); absent for a card in "
+                     "MIG mode (NVML has none: see the slices).", c.CARD_LABELS)
         healthy = gauge(c.METRIC_CARD_HEALTHY, "1 when the card is healthy, 0 when not.", c.CARD_LABELS)
         cores = gauge(c.METRIC_CARD_ALLOCATED_CORES, "vcuda-core units held on the card (100 = whole card).",
                       c.CARD_LABELS)
@@ -92,9 +93,12 @@ class NodeCollector(Collector):
                                c.CONTAINER_LABELS)
         c_used = gauge(c.METRIC_CONTAINER_MEMORY_USED, "Device memory the container's processes use on the card.",
                        c.CONTAINER_LABELS)
-        c_util = gauge(c.METRIC_CONTAINER_UTILIZATION, "Compute the container's processes use on the card (0-100).",
-                       c.CONTAINER_LABELS)
+        c_util = gauge(c.METRIC_CONTAINER_UTILIZATION, "Compute the container's processes use on the card (0-100); "
+                       "absent for a container on a MIG slice (not measurable through NVML).", c.CONTAINER_LABELS)
         held = _container_cards(snapshot)
+        # a container on a MIG slice: NVML measures no compute per MIG device, so no series, not a 0
+        on_slices = {(ContainerKey(h.pod.uid, h.container_index), h.share.index)
+                     for h in snapshot.pods.holdings() if h.share.mig_device}
         keys = set(held) | set(snapshot.usage)
         for key in sorted(keys, key=lambda k: (k.pod_uid, k.index)):
             pod = snapshot.pods.by_uid(key.pod_uid)
@@ -111,7 +115,8 @@ class NodeCollector(Collector):
                     request_memory.add_metric(labels, shares[index][1] * MIB)
                 card_usage = measured.get(index)
                 c_used.add_metric(labels, card_usage.memory_used_mib * MIB if card_usage else 0.0)
-                c_util.add_metric(labels, card_usage.utilization_percent if card_usage else 0.0)
+                if (key, index) not in on_slices:
+                    c_util.add_metric(labels, card_usage.utilization_percent if card_usage else 0.0)
         yield from (request_cores, request_memory, c_used, c_util)
 
         process = gauge(c.METRIC_PROCESS_MEMORY_USED,

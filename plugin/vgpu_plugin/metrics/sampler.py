@@ -419,6 +419,8 @@ class Sampler:
                 healthy = healthy and previous[card.index].healthy
             else:
                 used, util = None, None
+            if getattr(card, "mig", False):
+                util = None  # NVML has no whole-card utilisation in MIG mode: not available, never a made-up 0
             views.append(CardView(card, used, util, cores.get(card.index, 0), memory.get(card.index, 0),
                                   tuple(holders.get(card.index, ())), healthy))
         return tuple(views)
