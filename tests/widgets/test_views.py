@@ -156,6 +156,14 @@ def test_views_over_the_real_node_api(comms, tmp_path, monkeypatch):
         (mine,) = [g for g in topology["gpus"] if g["mine"]]
         assert (mine["index"], mine["myCores"], mine["allocatedCores"], mine["tenants"]) == (3, 30, 90, 1)
         assert "neighbour" not in json.dumps(topology)  # other pods are occupancy, never names
+        # what goes to the front end is what the panel gets: the shapes of docs/server-api.yaml
+        from server_api_support import check_schema
+
+        board = Dashboard(facts, live=False)
+        for trait, schema in (("allocation", "AllocationReply"), ("topology", "TopologyReply"), ("usage", "UsageReply")):
+            check_schema(schema, comms.last(board.model_id, trait))
+        assert comms.last(board.model_id, "usage")["history"]  # with its samples
+        board.close()
     finally:
         node.stop()
 
