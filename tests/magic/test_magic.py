@@ -84,6 +84,27 @@ def test_without_a_widget_frontend_watch_prints_lines(shell, notebook):
     assert "25 % compute" in outputs[0].data["text/plain"] and not magics.live
 
 
+def test_on_a_mig_slice_topo_shows_the_slices_and_watch_says_compute_is_not_available(shell, real_node, monkeypatch):
+    made = real_node.gpus.set_mig_layout(1, ["2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"])
+    env = real_node.add_notebook("jupyter-ada", card=1, cores=25, memory_units=32, mig_device=made[2].uuid)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    shell.run_line_magic("load_ext", "jupyter_vgpu")
+    magics = shell.magics_manager.registry["VGPUMagics"]
+    wait_for(lambda: (magics.facts.usage(0).get("current") or {}).get("memoryUsedMib"), timeout=60, interval=0.1,
+             what="the node to sample the notebook's process")
+    out, outputs = run(shell, "topo")
+    out += "".join(o.data["text/plain"] for o in outputs)
+    assert "GPU 1 [..|..|@@|.] yours: MIG 2g.10gb · 1 of 4 slices held" in out
+    assert out.count("2g.10gb · free") == 2 and "2g.10gb · yours" in out and "1g.5gb · free" in out
+    out, _ = run(shell, "watch --interval 0.2 --count 2")
+    lines = out.splitlines()
+    assert len(lines) == 2 and all("util not available" in line and "/10 GiB" in line for line in lines), lines
+    out, outputs = run(shell, "usage")
+    out += "".join(o.data["text/plain"] for o in outputs)
+    assert "compute used not available" in out and "% of the card" not in out
+
+
 def test_request_validates_and_reports_the_outcome(shell, notebook):
     out, _ = run(shell, "request --cores 25 --memory 3.3GiB")
     assert "not a multiple of 256 MiB" in out

@@ -48,17 +48,22 @@ class RealNode:
         self.gpus.close()
 
     def add_notebook(self, name: str, card: int, cores: int, memory_units: int, *, namespace: str = "jupyter",
-                     container: str = "notebook", pattern: str = "training") -> dict[str, str]:
+                     container: str = "notebook", pattern: str = "training", mig_device: str = "") -> dict[str, str]:
+        """A notebook pod holding a share of ``card`` (on its MIG slice ``mig_device`` when given, as
+        the extender's bind writes it), with a process running on it."""
         uid = str(uuid.uuid4())
         container_id = secrets.token_hex(32)
         card_uuid = self.gpus.inventory()[card].uuid
         allocation_id = new_allocation_id()  # what the device plugin records once kubelet confirms Allocate
         allocation = contract.PodAllocation(self.node, (contract.ContainerAllocation(
-            0, container, (contract.CardShare(card, card_uuid, cores, memory_units),), allocation_id),))
+            0, container, (contract.CardShare(card, card_uuid, cores, memory_units, mig_device),), allocation_id),))
+        annotations = {contract.DEFAULT_NAMES.allocation: allocation.to_json()}
+        if mig_device:
+            annotations[contract.DEFAULT_NAMES.mig_slice(0)] = mig_device
         self.pods.append({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "uid": uid,
-                         "annotations": {contract.DEFAULT_NAMES.allocation: allocation.to_json()}},
+                         "annotations": annotations},
             "spec": {"nodeName": self.node, "schedulerName": contract.SCHEDULER_NAME, "containers": [
                 {"name": container, "resources": {"limits": contract.request_limits(contract.Request(cores, memory_units))}}]},
             "status": {"phase": "Running", "containerStatuses": [
@@ -71,7 +76,8 @@ class RealNode:
             f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{slice_uid}.slice/"
             f"cri-containerd-{container_id}.scope\n")
         memory_mib = memory_units * contract.MEMORY_UNIT_MIB
-        self.gpus.start_process(pid, card, memory_limit_mib=memory_mib, cores_limit=cores, pattern=pattern)
+        self.gpus.start_process(pid, card, memory_limit_mib=memory_mib, cores_limit=cores, pattern=pattern,
+                                mig_device=mig_device or None)
         card_total = self.gpus.inventory()[card].memory_mib
         return {  # as the device plugin's Allocate sets them (deviceplugin/enforcement.py)
             contract.ENV_NVIDIA_VISIBLE_DEVICES: card_uuid,

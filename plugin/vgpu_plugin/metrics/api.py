@@ -220,12 +220,13 @@ def topology_view(snapshot: Snapshot, caller: Caller, now: float) -> dict[str, A
     container = caller.pod.allocation.container(caller.container_index)
     mine = {s.index: s for s in container.cards} if container else {}
     held_slices = {h.share.mig_device for h in snapshot.pods.holdings() if h.share.mig_device}
+    failing = {s.uuid for s in snapshot.slices if not s.healthy}  # the latest sample's word on each slice
     gpus = []
     for view in snapshot.cards:
         card = view.card
         share = mine.get(card.index)
         others = sum(1 for holder in view.holders if holder != caller.key)
-        slices = _slice_views(card, share, held_slices)
+        slices = _slice_views(card, share, held_slices, failing)
         gpus.append({
             "index": card.index,
             "uuid": card.uuid,
@@ -246,7 +247,7 @@ def topology_view(snapshot: Snapshot, caller: Caller, now: float) -> dict[str, A
         if slices:  # accounting at the slices' real size: a holder has all of its slice
             gpus[-1].update(_slice_totals(slices))
             # a card in MIG mode is published unhealthy (never time-shared); it serves while a slice does
-            gpus[-1]["healthy"] = any(s.healthy for s in card.slices)
+            gpus[-1]["healthy"] = any(s.healthy and s.uuid not in failing for s in card.slices)
     return {
         "node": snapshot.node,
         "stale": stale,
@@ -257,14 +258,14 @@ def topology_view(snapshot: Snapshot, caller: Caller, now: float) -> dict[str, A
     }
 
 
-def _slice_views(card: Card, share: CardShare | None, held: set[str]) -> list[dict[str, Any]]:
+def _slice_views(card: Card, share: CardShare | None, held: set[str], failing: set[str]) -> list[dict[str, Any]]:
     """A MIG card's slices for the topology view: profile, size and whose (the caller's, another
     tenant's, free, or unavailable); other holders stay anonymous (no UUIDs of theirs)."""
     views = []
     for mig in card.slices:
         mine = share is not None and share.mig_device == mig.uuid
         state = ("mine" if mine else "held" if mig.uuid in held
-                 else "free" if mig.placeable else "unavailable")
+                 else "free" if mig.placeable and mig.uuid not in failing else "unavailable")
         views.append({"profile": mig.profile, "slices": mig.slices, "cardSlices": mig.card_slices,
                       "cores": mig.cores, "memoryMib": mig.memory_mib, "state": state})
     return views

@@ -206,6 +206,7 @@ class Sampler:
         self._inventory_at = -math.inf
         self._inventory_problem: str | None = None
         self._inventory_generation = 0
+        self._slices_refreshed_for: dict[str, bool] | None = None  # the sampled slices the last re-read was for
         self._pods_key: tuple[Any, ...] | None = None
         self._pods_index = PodIndex((), {}, {})
         self._snapshot = Snapshot(node_name, self.period, None, "the sampler has not run yet")
@@ -352,6 +353,11 @@ class Sampler:
                 self.failures += 1
         if sample is not None and _inventory_disagrees(sample, self._inventory):
             self._refresh_inventory(now, force=True)  # a card came, went, failed or recovered
+        elif sample is not None and _slices_disagree(sample, self._inventory, self._slices_refreshed_for):
+            # a MIG card is published unhealthy either way: its slices say when it changed (a slice
+            # failed, the card was lost, or the admin made another layout); once per new state
+            self._slices_refreshed_for = _sampled_slices(sample)
+            self._refresh_inventory(now, force=True)
         pods = self._current_pods()
         previous = self._snapshot
         if sample is None:
@@ -454,13 +460,19 @@ def _inventory_disagrees(sample: Any, inventory: list[Any]) -> bool:
     health = {card.uuid: bool(card.healthy) for card in inventory}
     if {card.uuid for card in sample.cards} != health.keys():
         return True
-    if any(bool(getattr(card, "healthy", True)) != health[card.uuid] for card in sample.cards):
-        return True
-    # a card in MIG mode is published unhealthy either way: its slices say when it changed (a
-    # slice failed, the card was lost, or the admin made another layout)
-    slices = {s.uuid: bool(s.healthy) for card in inventory for s in getattr(card, "slices", ())}
-    sampled = {s.uuid: bool(getattr(s, "healthy", True)) for s in getattr(sample, "slices", ()) or ()}
-    return sampled != slices
+    return any(bool(getattr(card, "healthy", True)) != health[card.uuid] for card in sample.cards)
+
+
+def _sampled_slices(sample: Any) -> dict[str, bool]:
+    return {s.uuid: bool(getattr(s, "healthy", True)) for s in getattr(sample, "slices", ()) or ()}
+
+
+def _slices_disagree(sample: Any, inventory: list[Any], refreshed_for: dict[str, bool] | None) -> bool:
+    """The sampled MIG slices (UUIDs, health) differ from the inventory's, in a state not re-read for
+    yet (a backend whose inventory never learns a slice's sampled fault is not re-read every period)."""
+    sampled = _sampled_slices(sample)
+    published = {s.uuid: bool(s.healthy) for card in inventory for s in getattr(card, "slices", ())}
+    return sampled != published and sampled != refreshed_for
 
 
 def _usage_by_container(processes: tuple[ProcessView, ...]) -> dict[ContainerKey, ContainerUsage]:
