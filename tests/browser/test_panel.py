@@ -187,7 +187,9 @@ def test_panel_without_a_vgpu(browser: Any, labextension_built: Path, tmp_path: 
         assert panel.get_by_role("button", name="Release GPU").is_disabled()
         # the palette lists the command
         page.keyboard.press("Control+Shift+C")
-        page.keyboard.type("vGPU panel")
+        search = page.locator(".jp-ModalCommandPalette .lm-CommandPalette-input")
+        search.wait_for(state="visible")  # typed before the palette has the focus, the words go elsewhere
+        search.press_sequentially("vGPU panel")
         page.wait_for_selector(".lm-CommandPalette-item:has-text('Show vGPU Panel')")
         page.keyboard.press("Escape")
         panel.screenshot(path=str(artifacts / "lab-panel-none.png"))

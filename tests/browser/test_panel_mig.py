@@ -129,4 +129,5 @@ def test_the_panel_shows_the_mig_slice_with_its_real_size(browser: Any, mig_lab:
     assert [(widget_segments.nth(i).get_attribute("data-profile"), widget_segments.nth(i).get_attribute("data-state"))
             for i in range(widget_segments.count())] == list(zip(LAYOUT, states, strict=True))
     assert_same_words(page)
+    page.locator(f"{WIDGET} .jp-vgpu-topology").screenshot(path=str(artifacts / "lab-widget-mig-topology.png"))
     page.context.close()
