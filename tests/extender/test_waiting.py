@@ -17,6 +17,7 @@ from jupyter_vgpu.core.claims import FreeCard
 from jupyter_vgpu.core.contract import DEFAULT_NAMES, Request
 
 GIB = 4  # memory units per GiB
+QUEUE_TOKEN = "queue-token-for-the-waiting-tests"
 SCHEDULERS = frozenset({contract.SCHEDULER_NAME})
 
 
@@ -73,13 +74,13 @@ def test_a_burst_of_50_has_one_consistent_order(specs: list[tuple[int, int]], sh
 def test_get_queue_from_the_extender(cluster) -> None:
     for name in ("gpu-a", "gpu-b", "gpu-c"):
         cluster.add_node(node(name, count=2, memory_gib=8))
-    cluster.start_extender()
+    cluster.start_extender(queue_token=QUEUE_TOKEN)
     big = cluster.add_pod(pending("big", 0, 0, cores=50, memory_units=20 * GIB))
     burst = [cluster.add_pod(pending(f"b{i:02d}", i % 3, i, cores=10, memory_units=GIB)) for i in range(50)]
     url = cluster.extender.base_url + "/queue"
 
     def listed():
-        status, body = get(url)
+        status, body = get(url, token=QUEUE_TOKEN)
         report = json.loads(body)
         return report if status == 200 and len(report["pending"]) == 51 else None
 
@@ -103,7 +104,7 @@ def test_each_waiting_pod_is_told_where_it_stands(cluster) -> None:
     shows on the spawn page) whose position is the one GET /queue gives."""
     for name in ("gpu-a", "gpu-b", "gpu-c"):
         cluster.add_node(node(name, count=2, memory_gib=8))
-    extender = cluster.start_extender(queue_notice_interval=0.2)
+    extender = cluster.start_extender(queue_notice_interval=0.2, queue_token=QUEUE_TOKEN)
     for i in range(50):
         cluster.add_pod(pending(f"w{i:02d}", i % 4, i, cores=50, memory_units=20 * GIB))
 
@@ -112,7 +113,7 @@ def test_each_waiting_pod_is_told_where_it_stands(cluster) -> None:
         return events if len({e.involved_object.name for e in events}) == 50 else None
 
     def queued():
-        status, body = get(extender.base_url + "/queue")
+        status, body = get(extender.base_url + "/queue", token=QUEUE_TOKEN)
         pending = json.loads(body)["pending"] if status == 200 else []
         return {e["pod"]: e["position"] for e in pending} if len(pending) == 50 else None
 
