@@ -56,11 +56,10 @@ class Cluster:
 
     def notebook_env(self) -> dict[str, str]:
         """What the kubelet gave the notebook container (Allocate's env: VGPU_*, limits), plus
-        the kubeconfig the server extension uses to re-create its pod for a share request, and the
-        extender's queue (address, token file) it shows a waiting request's place in."""
+        the kubeconfig the server extension uses to re-create its pod for a share request."""
         env = self.sim.node(NODE).kubelet.env(self.namespace, self.notebook, "notebook")
         assert env and contract.ENV_TOKEN in env, f"the kubelet gave the notebook no vGPU env: {env}"
-        return {**env, contract.ENV_NOTEBOOK_KUBECONFIG: self.sim.kubeconfig, **self.sim.queue_environment()}
+        return {**env, contract.ENV_NOTEBOOK_KUBECONFIG: self.sim.kubeconfig}
 
 
 # --- jupyter lab ---------------------------------------------------------------------------
