@@ -13,7 +13,7 @@ import html
 from typing import Any
 
 import tornado.web
-from jupyterhub.services.auth import HubOAuthenticated
+from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 
 
 def _when(t: float | None) -> str:
@@ -69,3 +69,11 @@ class AdminPage(HubOAuthenticated, tornado.web.RequestHandler):
             raise tornado.web.HTTPError(403, "the GPU reclaimer's page is for admins")
         self.set_header("Cache-Control", "no-store")
         self.finish(render(self.reclaimer))
+
+
+class OAuthCallback(HubOAuthCallbackHandler):
+    """The Hub's OAuth redirect, finished with the reclaimer's own HubOAuth (its Hub URL, token and
+    client), not the process-wide default one built from the environment."""
+
+    def initialize(self, reclaimer: Any) -> None:
+        self.hub_auth = reclaimer.hub_oauth

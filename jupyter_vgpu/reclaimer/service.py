@@ -451,15 +451,13 @@ class VGPUReclaimer(Application):
         return self._hub_oauth
 
     def make_app(self) -> tornado.web.Application:
-        from jupyterhub.services.auth import HubOAuthCallbackHandler
-
-        from .admin import AdminPage
+        from .admin import AdminPage, OAuthCallback
 
         prefix = "/" + self.service_prefix.strip("/") + "/"
         context = {"reclaimer": self}
         return tornado.web.Application([
             (prefix + r"admin/?", AdminPage, context),
-            (prefix + r"oauth_callback", HubOAuthCallbackHandler),
+            (prefix + r"oauth_callback", OAuthCallback, context),
             (prefix + r"api/v1/servers/?", AllHandler, context),
             (prefix + r"api/v1/servers/([^/]+)(?:/([^/]*))?/keep/?", KeepHandler, context),
             (prefix + r"api/v1/servers/([^/]+)(?:/([^/]*))?/?", ServerHandler, context),
