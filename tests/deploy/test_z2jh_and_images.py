@@ -84,7 +84,12 @@ RECLAIMER_PORT = 10102
 def test_values_run_the_reclaimer_as_a_hub_service_with_exactly_its_scopes(monkeypatch):
     from vgpu_plugin.metrics.flags import DEFAULT_SCRAPE_PORT
 
-    from jupyter_vgpu.reclaimer.hubconfig import ENV_RECLAIMER_URL, ROLE_SCOPES, SERVICE_NAME, service_api_url
+    from jupyter_vgpu.reclaimer.hubconfig import (
+        ENV_RECLAIMER_URL,
+        ROLE_SCOPES,
+        SERVICE_NAME,
+        service_api_url,
+    )
     from jupyter_vgpu.reclaimer.service import VGPUReclaimer
 
     values = yaml.safe_load(VALUES.read_text())
