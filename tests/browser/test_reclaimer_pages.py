@@ -9,7 +9,7 @@ server token and the reclaimer's URL (as the Hub's spawner gives them) shows the
 its countdown, and "Keep my GPU" postpones the reclaim in the reclaimer itself.
 
 The admin page, through the Hub's OAuth: an admin who logs in to the Hub
-sees who holds which share; Bob, logged in as himself and let onto the service, gets its 403
+sees who holds which share and the scheduler's queue; Bob, logged in as himself and let onto the service, gets its 403
 and no names; Eve, not let onto it, is refused by the Hub before she reaches it.
 """
 
@@ -159,8 +159,10 @@ def test_the_admin_page_names_holders_to_admins_and_refuses_users(
         browser: Any, hub: tuple[Hub, int], cluster: Any, artifacts: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     running, port = hub
     start_bobs_server(running)
+    cluster.create_notebook_pod("zed", cores=400)  # four whole cards: waits while Bob holds a share
     new_samples(cluster)
-    with serving(hub, cluster, monkeypatch, dry_run=True) as reclaimer:
+    with serving(hub, cluster, monkeypatch, dry_run=True, queue_url=cluster.extender.base_url,
+                 queue_token=cluster.queue_token) as reclaimer:
         reclaimer.call(reclaimer.run_once())
         assert ("bob", "") in reclaimer.shares
         look_at_the_admin_page(browser, running, port, artifacts)
@@ -177,6 +179,11 @@ def look_at_the_admin_page(browser: Any, running: Hub, port: int, artifacts: Pat
     assert "DRY RUN" in text
     row = admin.locator("tr", has_text="jupyter-bob")
     assert row.count() == 1 and "bob" in row.inner_text() and "gpu-a" in row.inner_text()
+    # the scheduler's queue, from the extender's token-protected GET /queue
+    waiting = admin.locator("table.queue tr", has_text="default/zed")
+    assert waiting.count() == 1
+    assert "no node has 4 whole cards free" in waiting.inner_text()
+    assert "3 whole cards fits on 1 node" in waiting.inner_text()
     admin.screenshot(path=str(artifacts / "reclaimer-admin-page.png"), full_page=True)
     admin.context.close()
 
@@ -184,7 +191,7 @@ def look_at_the_admin_page(browser: Any, running: Hub, port: int, artifacts: Pat
     response = user.goto(admin_page)  # the same OAuth round trip, as Bob, ends in the page's refusal
     assert response is not None and response.status == 403 and user.url == admin_page
     body = user.content()
-    assert "jupyter-bob" not in body and "gpu-a" not in body and "<table" not in body
+    assert "jupyter-bob" not in body and "zed" not in body and "gpu-a" not in body and "<table" not in body
     user.context.close()
 
     other = log_in(browser, hub_url, "eve")

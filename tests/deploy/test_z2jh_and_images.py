@@ -109,6 +109,12 @@ def test_values_run_the_reclaimer_as_a_hub_service_with_exactly_its_scopes(monke
     mounts = {m["name"]: m["mountPath"] for m in hub["extraVolumeMounts"]}
     (volume,) = [v for v in hub["extraVolumes"] if v["secret"]["secretName"] == "vgpu-metrics-scrape-token"]
     assert reclaimer.scrape_token_file == mounts[volume["name"]] + "/token"
+    # the scheduler's queue: the extender's queue Service and port, with the Secret the extender reads
+    (queue,) = [v for v in hub["extraVolumes"] if v["secret"]["secretName"] == "vgpu-queue-token"]
+    assert reclaimer.queue_token_file == mounts[queue["name"]] + "/token"
+    queue_service = [o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == "vgpu-scheduler-queue"][0]
+    assert reclaimer.queue_url == (f"http://{queue_service['metadata']['name']}.{queue_service['metadata']['namespace']}"
+                                   f":{queue_service['spec']['ports'][0]['port']}")
     # its role: exactly the scopes the reclaimer's own wiring names, for it alone
     role = hub["loadRoles"][SERVICE_NAME]
     assert (sorted(role["scopes"]), role["services"]) == (sorted(ROLE_SCOPES), [SERVICE_NAME])
