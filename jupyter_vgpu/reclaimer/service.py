@@ -37,7 +37,6 @@ from traitlets.config import Application
 
 from .hubapi import HubClient, HubError, Server
 from .nodes import NodeReader, PodUsage, ScrapeToken
-from .queue import QueueReader
 from .policy import (
     ACT,
     CLEAR,
@@ -53,6 +52,7 @@ from .policy import (
     postpone,
     step,
 )
+from .queue import QueueReader
 from .record import (
     EVENT_CLEARED,
     EVENT_POSTPONED,
