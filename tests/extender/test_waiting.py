@@ -10,7 +10,15 @@ from extender_support import get, node, pod
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from simkube.waiting import wait_for
-from vgpu_plugin.extender.waiting import Alternative, alternative, pending_pods, queue_report, why
+from vgpu_plugin.extender.waiting import (
+    Alternative,
+    FreeRoom,
+    alternative,
+    fits,
+    pending_pods,
+    queue_report,
+    why,
+)
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.core.claims import FreeCard
@@ -42,6 +50,26 @@ def test_why_and_what_fits_now() -> None:
     assert Alternative(200, 0, 1).describe() == "2 whole cards fits on 1 node"
     assert why(Request(50, GIB), {}) == "no GPU node is known to the scheduler"
     assert alternative(Request(50, GIB), {"a": ()}) is None
+
+
+cards = st.builds(lambda i, c, u, w: FreeCard(i, 100 if w else c, u, w), st.integers(0, 7), st.integers(0, 100),
+                  st.integers(0, 320), st.booleans())
+requests = st.one_of(st.builds(Request, st.integers(1, 99), st.integers(1, 320)),
+                     st.builds(lambda n, u: Request(100 * n, u), st.integers(1, 4), st.sampled_from([0, 64, 400])))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from("abcdef"), st.lists(cards, max_size=8), max_size=6), requests)
+def test_the_reduced_room_fits_exactly_as_the_extender_does(free_by_node, request) -> None:
+    """The queue's once-per-report summary answers as fits_alone over every card, node by node."""
+    room = FreeRoom.of(free_by_node)
+    for node, free in free_by_node.items():
+        assert room.fits_on(node, request) == fits(free, request)
+    best = alternative(request, room)
+    if best is not None:  # what it offers fits where it says, and is no larger than the request
+        wanted = Request(best.cores, best.memory_units)
+        assert best.nodes == sum(fits(free, wanted) for free in free_by_node.values()) > 0
+        assert best.cores <= request.cores and (request.is_share or best.memory_units == 0)
 
 
 def pending(name: str, priority: int, second: int, **kwargs) -> dict:
