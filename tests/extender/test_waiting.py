@@ -63,8 +63,8 @@ requests = st.one_of(st.builds(Request, st.integers(1, 99), st.integers(1, 320))
 def test_the_reduced_room_fits_exactly_as_the_extender_does(free_by_node, request) -> None:
     """The queue's once-per-report summary answers as fits_alone over every card, node by node."""
     room = FreeRoom.of(free_by_node)
-    for node, free in free_by_node.items():
-        assert room.fits_on(node, request) == fits(free, request)
+    for name, free in free_by_node.items():
+        assert room.fits_on(name, request) == fits(free, request)
     best = alternative(request, room)
     if best is not None:  # what it offers fits where it says, and is no larger than the request
         wanted = Request(best.cores, best.memory_units)
