@@ -13,7 +13,7 @@ import html
 from typing import Any
 
 import tornado.web
-from jupyterhub.services.auth import HubOAuthenticated
+from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 
 
 def _when(t: float | None) -> str:
@@ -41,6 +41,7 @@ def render(reclaimer: Any) -> str:
     for entry in reversed(reclaimer.journal):
         log.append(_row([_when(entry["at"]), entry["user"], entry["server"] or "(default)", entry["step"],
                          entry["reason"], entry["message"]]))
+    queue = _queue(reclaimer.queue)
     problems = "".join(f"<li>{html.escape(url)}: {html.escape(problem)}</li>"
                        for url, problem in sorted(reclaimer.nodes.problems.items()))
     mode = " — DRY RUN: nothing is changed" if reclaimer.dry_run else ""
@@ -52,9 +53,29 @@ td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}</style></head>
 <p>As of {_when(now)}; policy: idle after {reclaimer.idle_minutes:g} min, hoarding after
 {reclaimer.hoard_minutes:g} min, {reclaimer.grace_minutes:g} min warning, action {html.escape(reclaimer.action)}.</p>
 <h2>Shares watched</h2><table>{"".join(shares)}</table>
+<h2>Waiting for a GPU</h2>{queue}
 <h2>Nodes not answering</h2><ul>{problems or "<li>none</li>"}</ul>
 <h2>Reclaim log</h2><table>{"".join(log)}</table>
 </body></html>"""
+
+
+def _queue(reader: Any) -> str:
+    """The scheduler's queue (names: this page is for admins), or why it is not shown."""
+    if reader is None:
+        return "<p>Not shown: the reclaimer has no queue_url.</p>"
+    if reader.latest is None:
+        return f"<p>The scheduler's queue did not answer: {html.escape(reader.problem or 'not read yet')}.</p>"
+    rows = [_row(["position", "pod", "cores", "memory MiB", "why it waits", "what would start now"], "th")]
+    for entry in reader.latest.get("pending", []):
+        other = entry.get("alternative") or {}
+        rows.append(_row([entry.get("position"), f"{entry.get('namespace')}/{entry.get('pod')}", entry.get("cores"),
+                          entry.get("memoryMib"), entry.get("why") or "fits now", other.get("text", "")]))
+    free = [_row(["node", "whole cards free", "largest share free"], "th")]
+    for node in reader.latest.get("nodes", []):
+        share = node.get("largestShare") or {}
+        free.append(_row([node.get("name"), node.get("wholeCardsFree"),
+                          f"{share.get('cores')} % with {share.get('memoryMib')} MiB" if share else "none"]))
+    return f"<table class=\"queue\">{''.join(rows)}</table><h3>Free room per node</h3><table>{''.join(free)}</table>"
 
 
 class AdminPage(HubOAuthenticated, tornado.web.RequestHandler):
@@ -69,3 +90,11 @@ class AdminPage(HubOAuthenticated, tornado.web.RequestHandler):
             raise tornado.web.HTTPError(403, "the GPU reclaimer's page is for admins")
         self.set_header("Cache-Control", "no-store")
         self.finish(render(self.reclaimer))
+
+
+class OAuthCallback(HubOAuthCallbackHandler):
+    """The Hub's OAuth redirect, finished with the reclaimer's own HubOAuth (its Hub URL, token and
+    client), not the process-wide default one built from the environment."""
+
+    def initialize(self, reclaimer: Any) -> None:
+        self.hub_auth = reclaimer.hub_oauth

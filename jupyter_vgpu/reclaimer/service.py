@@ -52,6 +52,7 @@ from .policy import (
     postpone,
     step,
 )
+from .queue import QueueReader
 from .record import (
     EVENT_CLEARED,
     EVENT_POSTPONED,
@@ -105,6 +106,10 @@ class VGPUReclaimer(Application):
     node_scrape_port = Int(5679, help="The node daemons' scrape port (node_selector).").tag(config=True)
     scrape_token = Unicode("", help="The node daemons' scrape token (prefer scrape_token_file).").tag(config=True)
     scrape_token_file = Unicode("", help="File holding the scrape token (a mounted Secret key).").tag(config=True)
+    queue_url = Unicode("", help="The scheduler extender's queue listener (http://vgpu-scheduler-queue.vgpu-system:3457):"
+                                 " its waiting pods are listed on the admin page. Empty: not shown.").tag(config=True)
+    queue_token = Unicode("", help="The extender's queue token (prefer queue_token_file).").tag(config=True)
+    queue_token_file = Unicode("", help="File holding the queue token (a mounted Secret key).").tag(config=True)
     kubeconfig = Unicode("", help="Kubeconfig for Events and node discovery; empty: $KUBECONFIG, else the "
                                   "in-cluster service account.").tag(config=True)
     record_events = Bool(True, help="Record each step as a Kubernetes Event on the notebook pod.").tag(config=True)
@@ -182,6 +187,7 @@ class VGPUReclaimer(Application):
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._hub: HubClient | None = None
         self._nodes: NodeReader | None = None
+        self._queue: QueueReader | None = None
         self._events: EventRecorder | None = None
         self._hub_auth: Any = None
         self.passes = 0
@@ -216,6 +222,12 @@ class VGPUReclaimer(Application):
         if self._hub is None:
             self._hub = HubClient(self.hub_api_url, self.api_token)
         return self._hub
+
+    @property
+    def queue(self) -> QueueReader | None:
+        if self._queue is None and self.queue_url:
+            self._queue = QueueReader(self.queue_url, ScrapeToken(self.queue_token, self.queue_token_file))
+        return self._queue
 
     @property
     def nodes(self) -> NodeReader:
@@ -267,6 +279,8 @@ class VGPUReclaimer(Application):
         servers = await self.hub.active_servers()
         urls = await self.node_urls_now()
         usage = await self.nodes.read(urls)
+        if self.queue is not None:
+            await self.queue.read()
         everyone_answered = not any(url in self.nodes.problems for url in urls)
         self.counters.nodes_unreachable.set(sum(url in self.nodes.problems for url in urls))
         seen = set()
@@ -451,15 +465,13 @@ class VGPUReclaimer(Application):
         return self._hub_oauth
 
     def make_app(self) -> tornado.web.Application:
-        from jupyterhub.services.auth import HubOAuthCallbackHandler
-
-        from .admin import AdminPage
+        from .admin import AdminPage, OAuthCallback
 
         prefix = "/" + self.service_prefix.strip("/") + "/"
         context = {"reclaimer": self}
         return tornado.web.Application([
             (prefix + r"admin/?", AdminPage, context),
-            (prefix + r"oauth_callback", HubOAuthCallbackHandler),
+            (prefix + r"oauth_callback", OAuthCallback, context),
             (prefix + r"api/v1/servers/?", AllHandler, context),
             (prefix + r"api/v1/servers/([^/]+)(?:/([^/]*))?/keep/?", KeepHandler, context),
             (prefix + r"api/v1/servers/([^/]+)(?:/([^/]*))?/?", ServerHandler, context),

@@ -63,6 +63,62 @@ class Requester(abc.ABC):
         """After this server was (re)started by a request: that request and its outcome."""
         return None
 
+    def waiting(self) -> Waiting | None:
+        """Where the request in flight waits for the scheduler (its position, why, what fits now),
+        if this requester can tell; None while it is not waiting in the queue."""
+        return None
+
+    def withdraw(self) -> bool:
+        """Ask the request in flight to give up (its ``request`` then returns a failed outcome and
+        undoes what it started); False when this requester cannot withdraw one."""
+        return False
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """One pending request's place in the scheduler's queue, in the extender's words (no other pod
+    named): ``alternative`` is the largest share no larger than the request that would start now."""
+
+    position: int
+    waiting: int
+    why: str
+    cores: int
+    memory_mib: int
+    alternative: Alternative | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"position": self.position, "waiting": self.waiting, "why": self.why, "cores": self.cores,
+                "memoryMib": self.memory_mib,
+                "alternative": None if self.alternative is None else self.alternative.to_dict()}
+
+
+@dataclass(frozen=True)
+class Alternative:
+    cores: int
+    memory_mib: int
+    nodes: int
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cores": self.cores, "memoryMib": self.memory_mib, "nodes": self.nodes, "text": self.text}
+
+
+def waiting_from_queue(answer: Any) -> Waiting | None:
+    """A ``Waiting`` from the extender's one-pod ``GET /queue?namespace=&pod=`` answer (queue_access.py);
+    None when the pod is not in the queue or fits now. Anything malformed is None, never an error."""
+    try:
+        entries = answer["pending"]
+        if not entries or not entries[0].get("why"):
+            return None
+        entry = entries[0]
+        other = entry.get("alternative")
+        alternative = None if not other else Alternative(int(other["cores"]), int(other["memoryMib"]),
+                                                         int(other["nodes"]), str(other["text"]))
+        return Waiting(int(entry["position"]), int(answer["waiting"]), str(entry["why"]), int(entry["cores"]),
+                       int(entry["memoryMib"]), alternative)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+        return None
+
 
 # --- validation -------------------------------------------------------------------------
 

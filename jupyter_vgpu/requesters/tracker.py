@@ -14,7 +14,7 @@ import uuid
 from dataclasses import asdict
 
 from jupyter_vgpu.core.contract import RequestError
-from jupyter_vgpu.requesters.base import Outcome, Requester, ShareRequest, describe_share
+from jupyter_vgpu.requesters.base import Outcome, Requester, ShareRequest, Waiting, describe_share
 
 
 class RequestTracker:
@@ -108,6 +108,29 @@ class RequestTracker:
             self._requests[earlier.id] = earlier
             if earlier.state != "pending":
                 self._done[earlier.id].set()
+
+    def _in_flight(self, request_id: str) -> ShareRequest | None:
+        with self._lock:
+            request = self._requests.get(request_id)
+            return request if request is not None and request.state == "pending" and not request.handed_over else None
+
+    def waiting(self, request_id: str) -> Waiting | None:
+        """Where the pending request ``request_id`` stands in the scheduler's queue (None: not waiting there)."""
+        if self._in_flight(request_id) is None or self.requester is None:
+            return None
+        return self.requester.waiting()
+
+    def switch(self, request_id: str, cores: int, memory_units: int, timeout: float = 60.0) -> ShareRequest:
+        """Withdraw the pending request and ask for (cores, memory_units) instead (already validated).
+        RequestError when it is not pending here or the requester cannot withdraw it."""
+        if self._in_flight(request_id) is None:
+            raise RequestError(f"request {request_id} is not waiting here; ask for the share as a new request")
+        if self.requester is None or not self.requester.withdraw():
+            raise RequestError(f"request {request_id} cannot be withdrawn; wait for its outcome first")
+        done = self._done[request_id]
+        if not done.wait(timeout):
+            raise RequestError(f"request {request_id} was not withdrawn within {timeout:.0f} s; try again")
+        return self.submit(cores, memory_units)
 
     def wait(self, request_id: str, timeout: float | None = None) -> ShareRequest | None:
         done = self._done.get(request_id)

@@ -106,6 +106,46 @@ class RequestHandler(VGPUHandler):
         self.reply(request.to_dict())
 
 
+class WaitingHandler(VGPUHandler):
+    """Where a pending request waits for the scheduler: position, why, what would start now.
+    204 while it is not waiting in the queue (placed, finished, or nothing to tell)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, request_id: str) -> None:
+        waiting = await self.app.off_loop(self.app.tracker.waiting, request_id)
+        if waiting is None:
+            self.set_status(204)
+            self.set_header("Cache-Control", "no-store")
+            self.finish()
+            return
+        self.reply(waiting.to_dict())
+
+
+class SwitchHandler(VGPUHandler):
+    """Withdraw a pending request and ask for another share instead (the waiting view's one click)."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, request_id: str) -> None:
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            raise web.HTTPError(400, 'the body is not JSON; send {"cores": 10, "memory": "8GiB"}') from None
+        if not isinstance(body, dict) or "cores" not in body:
+            raise web.HTTPError(400, 'send {"cores": N, "memory": "4GiB" | units}: the share to switch to')
+        try:
+            cores, units = parse_share(body.get("cores"), body.get("memory"), os.environ)  # the Hub's ceiling
+        except RequestError as error:
+            raise web.HTTPError(400, str(error)) from None
+        try:
+            request = await self.app.off_loop(self.app.tracker.switch, request_id, cores, units)
+        except RequestError as error:
+            raise web.HTTPError(409, str(error)) from None
+        self.set_header("Location", self.request.path.rsplit("/", 2)[0] + "/" + request.id)
+        self.reply(request.to_dict(), status=202)
+
+
 class UsageStreamHandler(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHandler):
     """One JSON message per sample: {"state", "source", "message", "current", "limits"}."""
 
@@ -151,4 +191,6 @@ def routes() -> list[tuple[str, type, dict[str, Any]] | tuple[str, type]]:
         (rf"{API}/usage/stream/?", UsageStreamHandler),
         (rf"{API}/requests/?", RequestsHandler),
         (rf"{API}/requests/([A-Za-z0-9-]+)/?", RequestHandler),
+        (rf"{API}/requests/([A-Za-z0-9-]+)/waiting/?", WaitingHandler),
+        (rf"{API}/requests/([A-Za-z0-9-]+)/switch/?", SwitchHandler),
     ]

@@ -154,6 +154,14 @@ export class VgpuModel {
     }
   }
 
+  /** Follow a request started elsewhere (the waiting view's switch) instead of the current one. */
+  adopt(request: ShareRequest): void {
+    this._stopRequestPoll();
+    this.requestView = { request, startedAt: request.state === 'pending' ? Date.now() : null, error: null };
+    this._emit();
+    this._followRequest(request);
+  }
+
   dispose(): void {
     if (this._disposed) {
       return;

@@ -11,6 +11,7 @@ import { describeCards } from './format';
 import { FactsState, FactsView, factsState } from './facts-view';
 import { VgpuModel } from './model';
 import { describeRequest, validateRequestForm } from './request';
+import { WaitingView } from './waiting';
 
 /** The panel's overall state, also exposed as `data-vgpu-state` for styling and tests. */
 export type PanelState = FactsState;
@@ -26,9 +27,11 @@ export class VgpuPanel extends Widget {
   private _formError = h('div', { class: 'jp-vgpu-form-error', role: 'alert', id: 'jp-vgpu-form-error' });
   private _progress = h('div', { class: 'jp-vgpu-request-progress', role: 'status', 'aria-live': 'polite' });
   private _tick: ReturnType<typeof setInterval> | null = null;
+  private _waiting: WaitingView;
 
   constructor(readonly model: VgpuModel) {
     super();
+    this._waiting = new WaitingView(request => model.adopt(request));
     this.id = 'jp-vgpu-panel';
     this.addClass('jp-vgpu-panel');
     this.title.caption = 'vGPU: your GPU share';
@@ -89,7 +92,8 @@ export class VgpuPanel extends Widget {
       { class: 'jp-vgpu-section jp-vgpu-request', 'aria-labelledby': 'jp-vgpu-request-title' },
       h('h3', { id: 'jp-vgpu-request-title' }, 'Request a different share'),
       form,
-      this._progress
+      this._progress,
+      this._waiting.node
     );
 
     this.node.append(
@@ -107,6 +111,7 @@ export class VgpuPanel extends Widget {
 
   dispose(): void {
     this._stopTick();
+    this._waiting.dispose();
     this.model.changed.disconnect(this._render, this);
     super.dispose();
   }
@@ -150,6 +155,7 @@ export class VgpuPanel extends Widget {
   private _renderRequest(): void {
     const view = this.model.requestView;
     const pending = view.startedAt !== null && (view.request === null || view.request.state === 'pending');
+    this._waiting.follow(pending && view.request && !view.request.handed_over ? view.request.id : null);
     this._submit.disabled = pending;
     this._release.disabled = pending || this.state !== 'allocated';
     this._progress.className = 'jp-vgpu-request-progress';

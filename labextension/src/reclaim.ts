@@ -103,10 +103,10 @@ export class ReclaimBanner {
   async keep(): Promise<void> {
     this._keep.disabled = true;
     try {
+      // the answer decides the button: disabled once no postpone is left
       this.apply(await this._call('reclaim/keep', { method: 'POST', body: '{}' }));
     } catch (error) {
       this._text.textContent = `Could not keep the GPU: ${(error as Error).message}`;
-    } finally {
       this._keep.disabled = false;
     }
   }

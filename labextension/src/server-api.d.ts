@@ -113,6 +113,43 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/requests/{id}/waiting": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Where a pending request waits for the scheduler (position, why, what would start now)
+         * @description Asked of the scheduler extender's queue for this request's own pod only (no other pod is named): its position among the pending vGPU pods (priority, then age), why it cannot be placed now in the extender's words, and the largest share no larger than the request that would start now. Only requesters that keep the request here while it waits can tell (the simulated cluster's); under JupyterHub the server stops while the Hub restarts it, and the spawn page shows the same lines.
+         */
+        get: operations["getWaiting"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/requests/{id}/switch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Withdraw a pending request and ask for another share instead (the waiting view's one click) */
+        post: operations["switchRequest"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/reclaim": {
         parameters: {
             query?: never;
@@ -358,6 +395,27 @@ export interface components {
             created: number;
             /** @description Unix seconds. */
             updated: number;
+        };
+        Waiting: {
+            /** @description 1: placed next (priority, then age). */
+            position: number;
+            /** @description How many vGPU pods wait in all. */
+            waiting: number;
+            /** @description Why it cannot be placed now, in the extender's words. */
+            why: string;
+            /** @description The share asked for. */
+            cores: number;
+            memoryMib: number;
+            /** @description The largest share no larger than the request that would start now (null when none). */
+            alternative: components["schemas"]["WaitingAlternative"] | null;
+        };
+        WaitingAlternative: {
+            cores: number;
+            memoryMib: number;
+            /** @description On how many nodes it fits now. */
+            nodes: number;
+            /** @description e.g. 'a 25 % share with 8 GiB fits on 3 nodes'. */
+            text: string;
         };
         ShareRequestBody: {
             /** @description vcuda-core units: 1-99 on one card, or 100 x n for n whole cards; 0 releases the share. */
@@ -622,6 +680,83 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             /** @description No request with this id. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getWaiting: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request waits in the scheduler's queue. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Waiting"];
+                };
+            };
+            /** @description The request is not waiting in the queue (placed, finished, unknown, or nothing to tell; no body). */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            403: components["responses"]["Forbidden"];
+        };
+    };
+    switchRequest: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ShareRequestBody"];
+            };
+        };
+        responses: {
+            /** @description The pending request was withdrawn (it ends `failed`, saying so) and the new one started; poll it at `Location`. */
+            202: {
+                headers: {
+                    /** @description The new request's URL. */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ShareRequest"];
+                };
+            };
+            /** @description The body is not a share, or the share is over the user's limit. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: components["responses"]["Forbidden"];
+            /** @description The request is not pending here, or cannot be withdrawn. */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -257,6 +257,10 @@ def _ingress_allowed(policies: list[dict], pod_labels: dict, port_name: str) -> 
     return sources
 
 
+HUB_POD = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "jupyterhub", "component": "hub"}}}
+"""Zero to JupyterHub's Hub pod, where the Hub's services (the GPU reclaimer) run."""
+
+
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
 def test_network_policies_admit_only_whom_each_port_is_for(kustomization):
     objects = render(kustomization)
@@ -265,15 +269,42 @@ def test_network_policies_admit_only_whom_each_port_is_for(kustomization):
     (deny,) = [p for p in policies if p["spec"]["podSelector"] == {} and not p["spec"].get("ingress")]
     assert deny["spec"]["policyTypes"] == ["Ingress"]
     node_labels = find(objects, "DaemonSet", "vgpu-node")["spec"]["template"]["metadata"]["labels"]
-    named_ports = {p["name"] for p in container(objects, "DaemonSet", "vgpu-node", "node")["ports"]}
-    for policy in policies:
-        for rule in policy["spec"].get("ingress") or []:
-            assert {p["port"] for p in rule.get("ports") or []} <= named_ports, policy["metadata"]["name"]
-    assert _ingress_allowed(policies, node_labels, "node-api") == [None]  # notebooks on any node
-    (sources,) = _ingress_allowed(policies, node_labels, "metrics")
-    assert sources == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
     scheduler_labels = find(objects, "Deployment", "vgpu-scheduler")["spec"]["template"]["metadata"]["labels"]
+    named_ports = {
+        "vgpu-node": {p["name"] for p in container(objects, "DaemonSet", "vgpu-node", "node")["ports"]},
+        "vgpu-scheduler": {p["name"] for c in ("kube-scheduler", "extender")
+                           for p in container(objects, "Deployment", "vgpu-scheduler", c).get("ports") or []},
+    }
+    for policy in policies:
+        target = (policy["spec"]["podSelector"].get("matchLabels") or {}).get("app.kubernetes.io/name")
+        for rule in policy["spec"].get("ingress") or []:
+            assert {p["port"] for p in rule.get("ports") or []} <= named_ports[target], policy["metadata"]["name"]
+    assert _ingress_allowed(policies, node_labels, "node-api") == [None]  # notebooks on any node
+    sources = _ingress_allowed(policies, node_labels, "metrics")
+    assert sorted(sources, key=str) == sorted([
+        [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+        [HUB_POD]], key=str)  # Prometheus, and the GPU reclaimer in the Hub's pod
+    # the scheduler pod: the extender's queue port from the Hub's pod, nothing else
+    assert _ingress_allowed(policies, scheduler_labels, "queue") == [[HUB_POD]]
     assert _ingress_allowed(policies, scheduler_labels, "any") == []
+
+
+def test_the_queue_port_is_the_extenders_token_protected_listener():
+    objects = render("base")
+    extender = container(objects, "Deployment", "vgpu-scheduler", "extender")
+    env = env_of(extender)
+    (port,) = [p for p in extender["ports"] if p["name"] == "queue"]
+    assert env["VGPU_EXTENDER_METRICS_PORT"] == str(port["containerPort"])
+    assert env["VGPU_EXTENDER_ADDRESS"] == "127.0.0.1"  # filter/prioritize/bind stay on the loopback
+    mounts = {m["name"]: m for m in extender["volumeMounts"]}
+    volumes = {v["name"]: v for v in find(objects, "Deployment", "vgpu-scheduler")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["queue-token"]["secret"]["secretName"] == "vgpu-queue-token"
+    assert env["VGPU_EXTENDER_QUEUE_TOKEN_FILE"] == mounts["queue-token"]["mountPath"] + "/token"
+    assert mounts["queue-token"]["readOnly"] is True
+    service = find(objects, "Service", "vgpu-scheduler-queue")
+    assert service["spec"]["selector"].items() <= find(objects, "Deployment", "vgpu-scheduler")[
+        "spec"]["template"]["metadata"]["labels"].items()
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(port["containerPort"], "queue")]
 
 
 def test_grafana_dashboard_uses_real_metric_names():

@@ -76,11 +76,12 @@ def rbac_for(http_method: str, path: str, watched: bool) -> list[Need]:
     return needs
 
 
-def code_needs(packages: tuple[str, ...]) -> dict[Need, list[str]]:
-    """(group, resource, verb) -> where in the code it is needed."""
+def code_needs(packages: tuple[str, ...], files: list | None = None) -> dict[Need, list[str]]:
+    """(group, resource, verb) -> where in the code it is needed (``files``: these instead)."""
     methods = client_methods()
     needs: dict[Need, list[str]] = {}
-    files = [PLUGIN / f for f in SHARED] + [p for pkg in packages for p in sorted((PLUGIN / pkg).rglob("*.py"))]
+    if files is None:
+        files = [PLUGIN / f for f in SHARED] + [p for pkg in packages for p in sorted((PLUGIN / pkg).rglob("*.py"))]
     for path in files:
         if path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
             continue
@@ -233,3 +234,28 @@ def test_no_account_can_patch_pod_specs_or_arbitrary_node_fields(component):
             verdict = evaluator.admit(req, new, old)
             assert not verdict.allowed, f"{component} ({user}) could {what}"
             assert not any(m.startswith("evaluation error") for m in verdict.denied), verdict.denied
+
+
+def test_the_reclaimers_roles_grant_exactly_what_its_code_calls():
+    """The GPU reclaimer runs in the Hub's pod as the Hub's service account: deploy/z2jh/reclaimer
+    grants it what jupyter_vgpu/reclaimer calls (node daemon pods in vgpu-system, Events on
+    notebook pods in the Hub's namespace), and nothing else."""
+    needs = code_needs((), sorted((REPO / "jupyter_vgpu" / "reclaimer").glob("*.py")))
+    assert needs, "found no Kubernetes calls in jupyter_vgpu/reclaimer"
+    objects = render("z2jh/reclaimer")
+    grants: dict[Need, str] = {}
+    for role in [o for o in objects if o["kind"] == "Role"]:
+        binding = find(objects, "RoleBinding", role["metadata"]["name"])
+        assert binding["metadata"]["namespace"] == role["metadata"]["namespace"]
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                      "name": role["metadata"]["name"]}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": "jhub"}]
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        grants[(group, resource, verb)] = role["metadata"]["namespace"]
+    assert set(grants) == set(needs), (sorted(grants), needs)
+    assert grants[("", "pods", "list")] == "vgpu-system"  # the node daemons, nowhere else
+    assert grants[("", "events", "create")] == "jhub"  # the notebooks' namespace
+    assert not any(o["kind"].startswith("Cluster") for o in objects)

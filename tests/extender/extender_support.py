@@ -85,9 +85,11 @@ def post(url: str, body: Any, timeout: float = 30) -> tuple[int, Any]:
             return error.code, payload.decode(errors="replace")
 
 
-def get(url: str, timeout: float = 30) -> tuple[int, bytes]:
+def get(url: str, timeout: float = 30, token: str | None = None) -> tuple[int, bytes]:
+    """GET, with ``Authorization: Bearer <token>`` when a token is given (the queue)."""
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()

@@ -189,7 +189,7 @@ def test_multi_card_pods_prefer_the_better_linked_node_and_cards(cluster, topolo
     assert all(s.cores == 100 and s.memory_units == 16 * GIB_UNITS for s in allocation.containers[0].cards)
 
 
-def test_metrics_listener_serves_only_metrics_and_health(cluster):
+def test_metrics_listener_serves_only_metrics_health_and_the_queue(cluster):
     cluster.add_node(node("gpu-a", count=1))
     cluster.start_extender(metrics_port=0, metrics_address="127.0.0.1")
     metrics = f"http://127.0.0.1:{cluster.extender.metrics_port}"
@@ -200,4 +200,5 @@ def test_metrics_listener_serves_only_metrics_and_health(cluster):
     created = cluster.add_pod(pod("nb", cores=10, memory_units=GIB_UNITS))
     assert post(f"{metrics}/scheduler/bind", binding_args(created, "gpu-a"))[0] == 404
     assert get(f"{metrics}/inspect")[0] == 404
+    assert get(f"{metrics}/queue")[0] == 401  # the queue is there, for the queue token only
     assert not cluster.read_pod("nb")["spec"].get("nodeName")

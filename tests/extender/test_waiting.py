@@ -10,13 +10,22 @@ from extender_support import get, node, pod
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from simkube.waiting import wait_for
-from vgpu_plugin.extender.waiting import Alternative, alternative, pending_pods, queue_report, why
+from vgpu_plugin.extender.waiting import (
+    Alternative,
+    FreeRoom,
+    alternative,
+    fits,
+    pending_pods,
+    queue_report,
+    why,
+)
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.core.claims import FreeCard
 from jupyter_vgpu.core.contract import DEFAULT_NAMES, Request
 
 GIB = 4  # memory units per GiB
+QUEUE_TOKEN = "queue-token-for-the-waiting-tests"
 SCHEDULERS = frozenset({contract.SCHEDULER_NAME})
 
 
@@ -41,6 +50,26 @@ def test_why_and_what_fits_now() -> None:
     assert Alternative(200, 0, 1).describe() == "2 whole cards fits on 1 node"
     assert why(Request(50, GIB), {}) == "no GPU node is known to the scheduler"
     assert alternative(Request(50, GIB), {"a": ()}) is None
+
+
+cards = st.builds(lambda i, c, u, w: FreeCard(i, 100 if w else c, u, w), st.integers(0, 7), st.integers(0, 100),
+                  st.integers(0, 320), st.booleans())
+requests = st.one_of(st.builds(Request, st.integers(1, 99), st.integers(1, 320)),
+                     st.builds(lambda n, u: Request(100 * n, u), st.integers(1, 4), st.sampled_from([0, 64, 400])))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from("abcdef"), st.lists(cards, max_size=8), max_size=6), requests)
+def test_the_reduced_room_fits_exactly_as_the_extender_does(free_by_node, request) -> None:
+    """The queue's once-per-report summary answers as fits_alone over every card, node by node."""
+    room = FreeRoom.of(free_by_node)
+    for name, free in free_by_node.items():
+        assert room.fits_on(name, request) == fits(free, request)
+    best = alternative(request, room)
+    if best is not None:  # what it offers fits where it says, and is no larger than the request
+        wanted = Request(best.cores, best.memory_units)
+        assert best.nodes == sum(fits(free, wanted) for free in free_by_node.values()) > 0
+        assert best.cores <= request.cores and (request.is_share or best.memory_units == 0)
 
 
 def pending(name: str, priority: int, second: int, **kwargs) -> dict:
@@ -73,13 +102,13 @@ def test_a_burst_of_50_has_one_consistent_order(specs: list[tuple[int, int]], sh
 def test_get_queue_from_the_extender(cluster) -> None:
     for name in ("gpu-a", "gpu-b", "gpu-c"):
         cluster.add_node(node(name, count=2, memory_gib=8))
-    cluster.start_extender()
+    cluster.start_extender(queue_token=QUEUE_TOKEN)
     big = cluster.add_pod(pending("big", 0, 0, cores=50, memory_units=20 * GIB))
     burst = [cluster.add_pod(pending(f"b{i:02d}", i % 3, i, cores=10, memory_units=GIB)) for i in range(50)]
     url = cluster.extender.base_url + "/queue"
 
     def listed():
-        status, body = get(url)
+        status, body = get(url, token=QUEUE_TOKEN)
         report = json.loads(body)
         return report if status == 200 and len(report["pending"]) == 51 else None
 
@@ -103,7 +132,7 @@ def test_each_waiting_pod_is_told_where_it_stands(cluster) -> None:
     shows on the spawn page) whose position is the one GET /queue gives."""
     for name in ("gpu-a", "gpu-b", "gpu-c"):
         cluster.add_node(node(name, count=2, memory_gib=8))
-    extender = cluster.start_extender(queue_notice_interval=0.2)
+    extender = cluster.start_extender(queue_notice_interval=0.2, queue_token=QUEUE_TOKEN)
     for i in range(50):
         cluster.add_pod(pending(f"w{i:02d}", i % 4, i, cores=50, memory_units=20 * GIB))
 
@@ -112,7 +141,7 @@ def test_each_waiting_pod_is_told_where_it_stands(cluster) -> None:
         return events if len({e.involved_object.name for e in events}) == 50 else None
 
     def queued():
-        status, body = get(extender.base_url + "/queue")
+        status, body = get(extender.base_url + "/queue", token=QUEUE_TOKEN)
         pending = json.loads(body)["pending"] if status == 200 else []
         return {e["pod"]: e["position"] for e in pending} if len(pending) == 50 else None
 

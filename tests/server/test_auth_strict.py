@@ -101,5 +101,10 @@ class TestAuthorisation:
         refused = run(jp_fetch("vgpu", "api", "requests", method="POST", body='{"cores": 25, "memory": 16}',
                                raise_error=False))
         assert refused.code == 403
+        # where a request waits is a view; switching it is a request
+        assert run(jp_fetch("vgpu", "api", "requests", "r1-x", "waiting")).code == 204
+        switch = run(jp_fetch("vgpu", "api", "requests", "r1-x", "switch", method="POST",
+                              body='{"cores": 10, "memory": 16}', raise_error=False))
+        assert switch.code == 403
         asked = {a for a in self.authorizer.asked if a[1] == "vgpu"}
         assert asked == {("read", "vgpu"), ("write", "vgpu")}

@@ -119,6 +119,7 @@ class SimCluster:
         self.names = names
         self.ready_timeout = ready_timeout
         self.scrape_token = secrets.token_hex(16)  # what Prometheus would send to every node's scrape port
+        self.queue_token = secrets.token_hex(16)  # what the extender's GET /queue wants (the Hub, the demo lab)
         # Unix socket paths must stay under ~100 characters: keep the work dir short.
         self._own_workdir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="vgsim-", dir="/tmp")
@@ -199,7 +200,7 @@ class SimCluster:
         from ..extender.server import Extender
 
         self.extender = Extender(port=port, address="127.0.0.1", policy=self.policy, names=self.names,
-                                 api_client=self.api_client()).start()
+                                 api_client=self.api_client(), queue_token=self.queue_token).start()
         if self.extender.view is not None and not self.extender.view.wait_synced(self.ready_timeout):
             raise ClusterError("the extender did not sync its node and pod caches")
 
@@ -328,6 +329,17 @@ class SimCluster:
         node = self.node(name)
         node.kubelet.restart()
         self._wait_node_ready(node)
+
+    def queue_environment(self) -> dict[str, str]:
+        """What the demo's share requester needs to show a waiting request's place in the queue:
+        the extender's address and a file (mode 0600) holding the queue token."""
+        path = os.path.join(self.workdir, "queue-token")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(fd, "w", encoding="utf-8") as handle:
+            handle.write(self.queue_token)
+        from .requester import ENV_QUEUE_TOKEN_FILE, ENV_QUEUE_URL
+
+        return {ENV_QUEUE_URL: self.extender.base_url, ENV_QUEUE_TOKEN_FILE: path}
 
     def restart_extender(self) -> None:
         """The extender's Deployment pod restarting on the same address (its state is rebuilt)."""

@@ -190,6 +190,7 @@ class Demo:
         assert self.cluster is not None
         return {
             c.ENV_NOTEBOOK_KUBECONFIG: self.cluster.kubeconfig,
+            **self.cluster.queue_environment(),
             "JUPYTER_CONFIG_DIR": config,
             "JUPYTER_DATA_DIR": self._workdir("data"),
             "JUPYTER_RUNTIME_DIR": self._workdir("runtime"),

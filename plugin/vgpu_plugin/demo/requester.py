@@ -8,6 +8,13 @@ Make before break: a new pod (same spec, new vGPU limits) is created first and
 watched until the device plugin has served it (``gpu-assigned: "true"`` and the
 allocation record) or the scheduler gives up on it; only then is the old pod deleted.
 A refusal leaves the user on their current share. ``kubernetes`` is imported lazily.
+
+Where the extender's queue is given ($VGPU_DEMO_QUEUE_URL, the token in the file
+$VGPU_DEMO_QUEUE_TOKEN_FILE: the simulated cluster's single-user lab, whose kubeconfig
+already reads every pod), a new pod the scheduler cannot place waits in the queue instead
+of failing: ``waiting()`` says its position, why and what fits now (the extender's
+one-pod answer, no other pod named), and ``withdraw()`` deletes it so the user can ask
+for that share instead.
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ import json
 import re
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,8 +38,14 @@ from jupyter_vgpu.requesters.base import (
     RequesterSettings,
     RequesterUnavailable,
     ShareRequest,
+    Waiting,
     describe_share,
+    waiting_from_queue,
 )
+
+ENV_QUEUE_URL = "VGPU_DEMO_QUEUE_URL"
+ENV_QUEUE_TOKEN_FILE = "VGPU_DEMO_QUEUE_TOKEN_FILE"
+WITHDRAWN = "withdrawn: you asked for another share instead"
 
 _GENERATION = re.compile(r"^(.*)-v([0-9]+)$")
 
@@ -47,7 +63,8 @@ class KubeRecreateRequester(Requester):
 
     def __init__(self, kubeconfig: str, namespace: str, pod: str, container: str | None = None, *,
                  names: contract.Names = contract.DEFAULT_NAMES, timeout: float = 300.0,
-                 poll_interval: float = 0.5, retire_delay: float = 3.0, unschedulable_grace: float = 5.0) -> None:
+                 poll_interval: float = 0.5, retire_delay: float = 3.0, unschedulable_grace: float = 5.0,
+                 queue_url: str = "", queue_token_file: str = "") -> None:
         self.kubeconfig = kubeconfig
         self.namespace = namespace
         self.pod = pod
@@ -57,6 +74,10 @@ class KubeRecreateRequester(Requester):
         self._poll = poll_interval
         self._retire_delay = retire_delay
         self._unschedulable_grace = unschedulable_grace
+        self.queue_url = queue_url.rstrip("/")
+        self._queue_token_file = queue_token_file
+        self._pending: str | None = None  # the new pod while it waits for the scheduler
+        self._withdrawn = threading.Event()
 
     @classmethod
     def from_settings(cls, settings: RequesterSettings) -> KubeRecreateRequester:
@@ -74,7 +95,9 @@ class KubeRecreateRequester(Requester):
         namespace = environ.get(contract.ENV_POD_NAMESPACE) or "default"
         if not (kubeconfig and pod):
             return None
-        return cls(kubeconfig, namespace, pod, environ.get(contract.ENV_CONTAINER) or None, **kwargs)
+        return cls(kubeconfig, namespace, pod, environ.get(contract.ENV_CONTAINER) or None,
+                   queue_url=environ.get(ENV_QUEUE_URL, ""), queue_token_file=environ.get(ENV_QUEUE_TOKEN_FILE, ""),
+                   **kwargs)
 
     def _api(self) -> Any:
         from kubernetes import client, config
@@ -139,9 +162,14 @@ class KubeRecreateRequester(Requester):
             body = self.new_pod(old, cores, memory_units)
             new_name = body["metadata"]["name"]
             progress(f"creating pod {new_name} with {describe_share(cores, memory_units)}")
+            self._withdrawn.clear()
             api.create_namespaced_pod(self.namespace, body)
             index = self.container_index(body["spec"])
-            outcome = self._watch(api, new_name, index, cores > 0, progress)
+            self._pending = new_name
+            try:
+                outcome = self._watch(api, new_name, index, cores > 0, progress)
+            finally:
+                self._pending = None
             if outcome.state != "scheduled":
                 api.delete_namespaced_pod(new_name, self.namespace)
                 return outcome
@@ -152,6 +180,31 @@ class KubeRecreateRequester(Requester):
         except ApiException as error:
             return Outcome("failed", f"the Kubernetes API refused: {error.status} {error.reason}: "
                                      f"{_api_message(error)}")
+
+    def waiting(self) -> Waiting | None:
+        """The pending new pod's place in the extender's queue (its own entry only)."""
+        pending = self._pending
+        if pending is None or not self.queue_url:
+            return None
+        try:
+            with open(self._queue_token_file, encoding="utf-8") as handle:
+                token = handle.read().strip()
+        except OSError:
+            return None
+        query = urllib.parse.urlencode({"namespace": self.namespace, "pod": pending})
+        request = urllib.request.Request(f"{self.queue_url}/queue?{query}",
+                                         headers={"Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return waiting_from_queue(json.loads(response.read()))
+        except (OSError, ValueError):
+            return None
+
+    def withdraw(self) -> bool:
+        if self._pending is None:
+            return False
+        self._withdrawn.set()
+        return True
 
     def _retire(self, name: str) -> None:
         try:
@@ -195,6 +248,8 @@ class KubeRecreateRequester(Requester):
         refused_since: float | None = None
         said = ""
         while time.monotonic() < deadline:
+            if self._withdrawn.is_set():
+                return Outcome("failed", WITHDRAWN)
             pod = api.api_client.sanitize_for_serialization(api.read_namespaced_pod(name, self.namespace))
             metadata = pod.get("metadata") or {}
             annotations = metadata.get("annotations") or {}
@@ -211,13 +266,14 @@ class KubeRecreateRequester(Requester):
                                          else "waiting for the scheduler")
             else:
                 refused_since = refused_since or time.monotonic()
-                if time.monotonic() - refused_since >= self._unschedulable_grace:
+                # with the queue to show, the user waits and sees where they stand (or withdraws)
+                if not self.queue_url and time.monotonic() - refused_since >= self._unschedulable_grace:
                     return Outcome("failed", f"no node can take {name}'s share: {refusal}")
                 now = f"pod {name}: the scheduler cannot place it yet: {refusal}"
             if now != said:
                 progress(now)
                 said = now
-            time.sleep(self._poll)
+            self._withdrawn.wait(self._poll)
         return Outcome("failed", f"pod {name} was not scheduled within {self._timeout:.0f} s")
 
     def _refusal(self, api: Any, pod: dict[str, Any]) -> str | None:

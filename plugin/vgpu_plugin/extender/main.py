@@ -35,8 +35,8 @@ def parser() -> argparse.ArgumentParser:
                    help="address to listen on; the default suits a sidecar of kube-scheduler, which "
                         f"keeps bind off the network (env {ENV_PREFIX}ADDRESS)")
     p.add_argument("--metrics-port", type=int, default=_env("METRICS_PORT"),
-                   help="also serve only /metrics and /healthz on this port, on every address, for "
-                        f"Prometheus and probes (default: off; env {ENV_PREFIX}METRICS_PORT)")
+                   help="also serve only /metrics, /healthz and /queue (queue token) on this port, on every "
+                        f"address, for Prometheus, probes and the Hub (default: off; env {ENV_PREFIX}METRICS_PORT)")
     p.add_argument("--tls-cert", default=_env("TLS_CERT"),
                    help=f"serve HTTPS with this certificate (PEM; env {ENV_PREFIX}TLS_CERT)")
     p.add_argument("--tls-key", default=_env("TLS_KEY"), help=f"its private key (env {ENV_PREFIX}TLS_KEY)")
@@ -71,6 +71,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--queue-notices", type=float, default=_env("QUEUE_NOTICES", "5"),
                    help="seconds between Events telling each waiting vGPU pod its position, why it waits and "
                         f"what fits now (0: off; env {ENV_PREFIX}QUEUE_NOTICES)")
+    p.add_argument("--queue-token-file", default=_env("QUEUE_TOKEN_FILE"),
+                   help="file holding the bearer token GET /queue wants (a mounted Secret key, re-read when it "
+                        "changes); without it /queue refuses everyone (env "
+                        f"{ENV_PREFIX}QUEUE_TOKEN_FILE)")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"),
                    help=f"logging level (env {ENV_PREFIX}LOG_LEVEL)")
     return p
@@ -111,7 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     extender = Extender(port=args.port, address=args.address, prefix=args.prefix, policy=args.policy,
                         names=names, api_client=api_client, metrics_port=args.metrics_port,
                         tls_cert=args.tls_cert, tls_key=args.tls_key, client_ca=args.client_ca,
-                        scheduler_names=schedulers, queue_notice_interval=args.queue_notices or None)
+                        scheduler_names=schedulers, queue_notice_interval=args.queue_notices or None,
+                        queue_token_file=args.queue_token_file or None)
     try:
         extender.start()
     except OSError as error:

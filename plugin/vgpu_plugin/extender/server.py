@@ -37,6 +37,7 @@ from .decisions import Decisions, PodAPI, PodProblem
 from .headroom import HostHeadroom
 from .ledger import Ledger
 from .notices import QueueNotifier
+from .queue_access import QueueAuth, QueueCache, one_pod, valid_name
 from .waiting import queue_report
 from .wire import (
     WireError,
@@ -210,10 +211,27 @@ class InspectHandler(_Handler):
 
 
 class QueueHandler(_Handler):
-    """``GET /queue``: pending vGPU pods in order, why each waits, what fits now (waiting.py)."""
+    """``GET /queue[?namespace=&pod=]``: pending vGPU pods in order, why each waits, what fits
+    now (waiting.py); to the queue token's bearer only (queue_access.py)."""
+
+    def prepare(self) -> None:
+        refused = self.extender.queue_auth.check(self.request.headers.get("Authorization"))
+        if refused is not None:
+            status, reason = refused
+            self.set_header("Cache-Control", "no-store")
+            if status == 401:
+                self.set_header("WWW-Authenticate", 'Bearer realm="vgpu-queue"')
+            self.write_json({"Error": reason}, status)
 
     def get(self) -> None:
-        self.write_json(self.extender.queue_report())
+        namespace = self.get_query_argument("namespace", None)
+        pod = self.get_query_argument("pod", None)
+        self.set_header("Cache-Control", "no-store")
+        if namespace is None and pod is None:
+            return self.write_json(self.extender.queue.report())
+        if not (namespace and pod and valid_name(namespace) and valid_name(pod)):
+            return self.write_json({"Error": "give both ?namespace= and ?pod=, as Kubernetes names"}, 400)
+        self.write_json(one_pod(self.extender.queue.report(), namespace, pod))
 
 
 def inspect(ledger: Ledger, policy: str, synced: bool, only: str | None = None) -> dict[str, Any]:
@@ -281,8 +299,10 @@ class Extender:
     cluster. ``ledger``/``api`` can be given instead for an extender fed by hand.
 
     ``metrics_port`` (None: off) opens a second listener, by default on every address,
-    with only ``/metrics`` and ``/healthz``: Prometheus and probes can reach those while
-    filter/prioritize/bind (and ``/inspect``, which names pods) stay on the loopback.
+    with only ``/metrics``, ``/healthz`` and ``/queue``: Prometheus, probes and the Hub can
+    reach those while filter/prioritize/bind (and ``/inspect``, which names pods) stay on the
+    loopback. ``/queue`` wants ``queue_token`` (or the file ``queue_token_file`` holding it)
+    on either listener; with neither it refuses everyone.
 
     ``tls_cert``/``tls_key`` serve the scheduler's listener over HTTPS (kube-scheduler's
     ``enableHTTPS``); with ``client_ca`` a client certificate signed by that CA is
@@ -303,7 +323,9 @@ class Extender:
                  tls_cert: str | None = None, tls_key: str | None = None,
                  client_ca: str | None = None,
                  scheduler_names: Collection[str] = (contract.SCHEDULER_NAME,),
-                 queue_notice_interval: float | None = 5.0) -> None:
+                 queue_notice_interval: float | None = 5.0,
+                 queue_token: str | None = None, queue_token_file: str | None = None,
+                 queue_max_age: float = 1.0) -> None:
         self.ssl_context = server_tls(tls_cert, tls_key, client_ca)
         self.port = port
         self.address = address
@@ -321,9 +343,11 @@ class Extender:
                                     schedulers=scheduler_names, hosts=hosts)
             api = api or KubePodAPI(api_client)
         self.decisions = Decisions(self.ledger, api, names, policy, scheduler_names, hosts=hosts)
+        self.queue_auth = QueueAuth(queue_token, queue_token_file)
+        self.queue = QueueCache(self.queue_report, queue_max_age)
         self.notifier: QueueNotifier | None = None
         if api_client is not None and queue_notice_interval:
-            self.notifier = QueueNotifier(self.queue_report, api_client, queue_notice_interval)
+            self.notifier = QueueNotifier(self.queue.report, api_client, queue_notice_interval)
         self.metrics = ExtenderMetrics(self.ledger)
         self.executor: ThreadPoolExecutor | None = None
         self._bind_workers = bind_workers
@@ -365,8 +389,8 @@ class Extender:
 
     def metrics_application(self) -> tornado.web.Application:
         kwargs = {"extender": self}
-        return tornado.web.Application([("/healthz", HealthHandler, kwargs), ("/metrics", MetricsHandler, kwargs)],
-                                       log_function=_log_request)
+        return tornado.web.Application([("/healthz", HealthHandler, kwargs), ("/metrics", MetricsHandler, kwargs),
+                                        ("/queue", QueueHandler, kwargs)], log_function=_log_request)
 
     def start(self) -> Extender:
         if self._thread is not None:

@@ -106,11 +106,55 @@ def fits(free: Sequence[FreeCard], request: Request) -> bool:
     return fits_alone(free, request)
 
 
-def why(request: Request, free_by_node: Mapping[str, Sequence[FreeCard]]) -> str | None:
+Room = tuple[tuple[tuple[int, int], ...], tuple[int, ...]]
+"""One node's free room: its (free cores, free memory) pairs no other of its cards beats, and its
+untouched cards' memory, largest first."""
+
+
+@dataclass(frozen=True)
+class FreeRoom:
+    """Every node's free cards, reduced once per report to what the fit rule looks at, with nodes
+    of the same room counted together (full nodes, empty nodes: most of a cluster). ``fits_on``
+    is ``fits_alone`` exactly; asking it for 500 waiting pods over 1,000 nodes costs a pass over
+    the distinct rooms, not over every card each time."""
+
+    rooms: Mapping[str, Room]
+    counts: Mapping[Room, int]
+
+    @classmethod
+    def of(cls, free_by_node: Mapping[str, Sequence[FreeCard]]) -> FreeRoom:
+        rooms: dict[str, Room] = {}
+        counts: dict[Room, int] = {}
+        for name, free in free_by_node.items():
+            distinct = {(f.free_cores, f.free_memory_units) for f in free}
+            pairs = tuple(sorted(p for p in distinct
+                                 if not any(q != p and q[0] >= p[0] and q[1] >= p[1] for q in distinct)))
+            room = (pairs, tuple(sorted((f.free_memory_units for f in free if f.whole), reverse=True)))
+            rooms[name] = room
+            counts[room] = counts.get(room, 0) + 1
+        return cls(rooms, counts)
+
+    @staticmethod
+    def room_fits(room: Room, request: Request) -> bool:
+        pairs, intact = room
+        if request.is_share:
+            return any(c >= request.cores and u >= request.memory_units for c, u in pairs)
+        n = request.cards
+        return len(intact) >= n and (not request.memory_units or sum(intact[:n]) >= request.memory_units)
+
+    def fits_on(self, node: str, request: Request) -> bool:
+        return self.room_fits(self.rooms[node], request)
+
+    def nodes_fitting(self, request: Request) -> int:
+        return sum(count for room, count in self.counts.items() if self.room_fits(room, request))
+
+
+def why(request: Request, free_by_node: Mapping[str, Sequence[FreeCard]] | FreeRoom) -> str | None:
     """Why the request fits on no node now (None when it fits somewhere)."""
-    if any(fits(free, request) for free in free_by_node.values()):
+    room = free_by_node if isinstance(free_by_node, FreeRoom) else FreeRoom.of(free_by_node)
+    if any(room.room_fits(each, request) for each in room.counts):
         return None
-    if not free_by_node:
+    if not room.rooms:
         return "no GPU node is known to the scheduler"
     if request.is_share:
         return (f"no card on any node has {request.cores} % and "
@@ -119,24 +163,26 @@ def why(request: Request, free_by_node: Mapping[str, Sequence[FreeCard]]) -> str
     return f"no node has {n} whole card{'s' if n > 1 else ''} free"
 
 
-def alternative(request: Request, free_by_node: Mapping[str, Sequence[FreeCard]]) -> Alternative | None:
+def alternative(request: Request, free_by_node: Mapping[str, Sequence[FreeCard]] | FreeRoom) -> Alternative | None:
     """The largest share (or fewest whole cards) no larger than ``request`` that fits now on at
     least one node, and the number of nodes it fits on; None when nothing smaller fits."""
+    room = free_by_node if isinstance(free_by_node, FreeRoom) else FreeRoom.of(free_by_node)
     if request.is_share:
-        candidates = {(min(f.free_cores, request.cores), min(f.free_memory_units, request.memory_units))
-                      for free in free_by_node.values() for f in free}
+        # a pair another card of the same node beats never gives a larger candidate
+        candidates = {(min(c, request.cores), min(u, request.memory_units))
+                      for pairs, _ in room.counts for c, u in pairs}
         candidates = {(c, u) for c, u in candidates if c > 0 and u > 0}
         if not candidates:
             return None
         cores, units = max(candidates, key=lambda cu: (cu[0] * cu[1], cu[0], cu[1]))
         wanted = Request(cores, units)
     else:
-        most = max((sum(f.whole for f in free) for free in free_by_node.values()), default=0)
+        most = max((len(intact) for _, intact in room.counts), default=0)
         if most == 0:
             return None
         most = min(most, request.cards)
         wanted = Request(most * CORES_PER_CARD, 0)
-    nodes = sum(fits(free, wanted) for free in free_by_node.values())
+    nodes = room.nodes_fitting(wanted)
     return Alternative(wanted.cores, wanted.memory_units, nodes) if nodes else None
 
 
@@ -145,10 +191,14 @@ def queue_report(pods: Iterable[Mapping[str, Any]], free_by_node: Mapping[str, S
     """``GET /queue``: every pending vGPU pod with its position, why it waits and what fits now;
     and per node the largest share one card can still give."""
     pending = pending_pods(pods, names, schedulers)
+    room = FreeRoom.of(free_by_node)
+    answers: dict[Request, tuple[str | None, Alternative | None]] = {}  # waiting pods share a few shapes
     entries = []
     for position, pod in enumerate(pending, start=1):
-        reason = why(pod.request, free_by_node)
-        other = alternative(pod.request, free_by_node) if reason else None
+        if pod.request not in answers:
+            reason = why(pod.request, room)
+            answers[pod.request] = (reason, alternative(pod.request, room) if reason else None)
+        reason, other = answers[pod.request]
         entries.append({
             "namespace": pod.namespace, "pod": pod.name, "uid": pod.uid, "position": position,
             "priority": pod.priority, "cores": pod.request.cores,

@@ -31,13 +31,18 @@ class ScrapeAuth:
     ``token`` is a literal (tests, the simulated cluster); ``token_file`` a mounted Secret key,
     re-read whenever its modification time changes. ``required=False`` (the daemon's
     ``--metrics-require-token=false``, debugging only) lets every scrape through.
+    Subclasses name another token in the refusals (the extender's queue token).
     """
+
+    WHAT = "scrape token"
+    NOT_CONFIGURED = "this node has no scrape token configured (--metrics-scrape-token-file)"
+    HOW = "send 'Authorization: Bearer <scrape token>' (the Secret the ServiceMonitor names)"
 
     def __init__(self, token: str | None = None, token_file: str | None = None, *, required: bool = True) -> None:
         if token is not None and token_file:
-            raise ValueError("give the scrape token or a file holding it, not both")
+            raise ValueError(f"give the {self.WHAT} or a file holding it, not both")
         if token is not None and len(token.strip()) < MIN_TOKEN_LENGTH:
-            raise ValueError(f"the scrape token must be at least {MIN_TOKEN_LENGTH} characters")
+            raise ValueError(f"the {self.WHAT} must be at least {MIN_TOKEN_LENGTH} characters")
         self.required = required
         self._literal = token.strip() if token is not None else None
         self._file = token_file or None
@@ -53,20 +58,20 @@ class ScrapeAuth:
             return "bearer token"
         if self._file:
             return f"bearer token from {self._file}"
-        return "closed (no scrape token configured)"
+        return f"closed (no {self.WHAT} configured)"
 
     def _token(self) -> tuple[str | None, str | None]:
         """(token, why there is none)."""
         if self._literal is not None:
             return self._literal, None
         if not self._file:
-            return None, "this node has no scrape token configured (--metrics-scrape-token-file)"
+            return None, self.NOT_CONFIGURED
         with self._lock:
             try:
                 status = os.stat(self._file)
             except OSError as error:
                 self._file_stamp, self._file_token = None, None
-                self._file_problem = f"the scrape token file cannot be read ({error.strerror})"
+                self._file_problem = f"the {self.WHAT} file cannot be read ({error.strerror})"
                 return None, self._file_problem
             stamp = (status.st_mtime, status.st_size)
             if stamp != self._file_stamp:
@@ -75,14 +80,14 @@ class ScrapeAuth:
                     with open(self._file, encoding="utf-8") as handle:
                         text = handle.read().strip()
                 except (OSError, UnicodeDecodeError) as error:
-                    text, self._file_problem = "", f"the scrape token file cannot be read ({error})"
+                    text, self._file_problem = "", f"the {self.WHAT} file cannot be read ({error})"
                 else:
                     self._file_problem = None
                 if self._file_problem is None and len(text) < MIN_TOKEN_LENGTH:
-                    self._file_problem = f"the scrape token file holds fewer than {MIN_TOKEN_LENGTH} characters"
+                    self._file_problem = f"the {self.WHAT} file holds fewer than {MIN_TOKEN_LENGTH} characters"
                 self._file_token = text if self._file_problem is None else None
                 if self._file_problem:
-                    log.warning("%s: every scrape is refused until it is fixed", self._file_problem)
+                    log.warning("%s: every request for it is refused until it is fixed", self._file_problem)
             return self._file_token, self._file_problem
 
     def check(self, authorization: str | None) -> tuple[int, str] | None:
@@ -91,12 +96,12 @@ class ScrapeAuth:
             return None
         expected, problem = self._token()
         if expected is None:
-            return 401, problem or "no scrape token"
+            return 401, problem or f"no {self.WHAT}"
         scheme, _, value = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not value.strip():
-            return 401, "send 'Authorization: Bearer <scrape token>' (the Secret the ServiceMonitor names)"
+            return 401, self.HOW
         if not hmac.compare_digest(value.strip().encode(), expected.encode()):
-            return 403, "the scrape token is not valid"
+            return 403, f"the {self.WHAT} is not valid"
         return None
 
 

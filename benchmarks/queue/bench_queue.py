@@ -1,0 +1,135 @@
+"""The cost of the extender's GET /queue (issue 17: "cheap to call").
+
+A real extender (its HTTP server and token check) over a hand-fed ledger of N nodes x 8 cards,
+most of them full, and a pod cache holding P waiting vGPU pods plus B bound ones (the pods an
+informer would hold). Measured: one recompute of the report (one pass over the pod cache, done
+at most once per ``queue_max_age``), and the latency of GET /queue (whole queue) and
+GET /queue?namespace=&pod= (one pod's entry) over HTTP while the report is cached.
+
+    .venv/bin/python benchmarks/queue/bench_queue.py --nodes 1000 --waiting 500 --bound 20000 --calls 300
+    .venv/bin/python benchmarks/queue/bench_queue.py --nodes 1000 --waiting 500 --bound 20000 --calls 300 \
+        --distinct-nodes --shapes 500   # the worst case
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from vgpu_plugin.extender.ledger import Ledger, node_cards  # noqa: E402
+from vgpu_plugin.extender.server import Extender  # noqa: E402
+
+from jupyter_vgpu.core import contract  # noqa: E402
+from jupyter_vgpu.core.inventory import Card, NodeInventory  # noqa: E402
+
+TOKEN = "bench-queue-token-0123456789abcdef"
+
+
+class PodCache:
+    """What ``Extender.queue_report`` reads of the informer: ``items()``."""
+
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self.pods = pods
+
+    def items(self) -> list[dict[str, Any]]:
+        return self.pods
+
+
+class View:
+    synced = True
+    sync_seconds = 0.0
+
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self.pods = PodCache(pods)
+
+    def start(self) -> None:
+        """Filled by hand: nothing to list or watch."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+
+def pod(name: str, cores: int, units: int, node: str | None, second: int) -> dict[str, Any]:
+    limits = {contract.DEFAULT_NAMES.core_resource: str(cores), contract.DEFAULT_NAMES.memory_resource: str(units)}
+    spec: dict[str, Any] = {"schedulerName": contract.SCHEDULER_NAME, "priority": second % 3,
+                            "containers": [{"name": "notebook", "resources": {"limits": limits}}]}
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": {"name": name, "namespace": "jhub", "uid": f"uid-{name}",
+                         "creationTimestamp": f"2026-11-26T{second // 3600 % 24:02d}:{second // 60 % 60:02d}:"
+                                              f"{second % 60:02d}Z"},
+            "spec": spec, "status": {"phase": "Running" if node else "Pending"}}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--waiting", type=int, default=500)
+    parser.add_argument("--bound", type=int, default=20000)
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--shapes", type=int, default=8,
+                        help="distinct request shapes among the waiting pods (a Hub's profile list: a few)")
+    parser.add_argument("--distinct-nodes", action="store_true",
+                        help="give every node a room of its own (worst case; default: identical nodes)")
+    args = parser.parse_args()
+
+    ledger = Ledger()
+    for n in range(args.nodes):
+        name = f"gpu-{n:04d}"
+        memory = 16384 + (256 * n if args.distinct_nodes else 0)
+        cards = tuple(Card(index=i, uuid=f"GPU-{name}-{i}", model="A100", memory_mib=memory, minor=i)
+                      for i in range(8))
+        inventory = NodeInventory(node=name, cards=cards, topology=None)
+        node = {"metadata": {"name": name, "annotations": {contract.DEFAULT_NAMES.node_inventory: inventory.to_json()}}}
+        ledger.set_node(name, node_cards(node, contract.DEFAULT_NAMES))
+    pods = [pod(f"bound-{i}", 0, 0, f"gpu-{i % args.nodes:04d}", i) for i in range(args.bound)]
+    # every waiting pod asks more memory than any card has (each gets a reason and an alternative)
+    top = 16384 // 256 + (args.nodes if args.distinct_nodes else 0)
+    pods += [pod(f"waiting-{i}", 1 + i % args.shapes % 99, top + 1 + i % args.shapes // 99, None, i)
+             for i in range(args.waiting)]
+    extender = Extender(port=0, ledger=ledger, queue_token=TOKEN, queue_max_age=3600, queue_notice_interval=None)
+    extender.view = View(pods)  # type: ignore[assignment]
+
+    computes = []
+    for _ in range(5):
+        started = time.perf_counter()
+        report = extender.queue_report()
+        computes.append(time.perf_counter() - started)
+    assert len(report["pending"]) == args.waiting and len(report["nodes"]) == args.nodes, (len(report["pending"]), len(report["nodes"]))
+
+    extender.start()
+    try:
+        def get(path: str) -> float:
+            request = urllib.request.Request(extender.base_url + path, headers={"Authorization": f"Bearer {TOKEN}"})
+            started = time.perf_counter()
+            with urllib.request.urlopen(request, timeout=30) as response:
+                response.read()
+            return time.perf_counter() - started
+
+        get("/queue")  # the one recompute; the rest are served from the cache
+        whole = [get("/queue") for _ in range(args.calls)]
+        one = [get(f"/queue?namespace=jhub&pod=waiting-{i % args.waiting}") for i in range(args.calls)]
+    finally:
+        extender.stop()
+    print(f"{args.nodes} {'distinct' if args.distinct_nodes else 'identical'} nodes x 8 cards, "
+          f"{args.waiting} waiting pods in {args.shapes} shapes + {args.bound} bound pods")
+    print(f"recompute (one pass over the pod cache): median {statistics.median(computes) * 1000:.1f} ms, "
+          f"max {max(computes) * 1000:.1f} ms; passes during the HTTP calls: {extender.queue.computed}")
+    for label, values in (("GET /queue (whole)", whole), ("GET /queue?namespace=&pod= (one pod)", one)):
+        print(f"{label}: p50 {percentile(values, 0.5) * 1000:.2f} ms, p99 {percentile(values, 0.99) * 1000:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
