@@ -10,7 +10,7 @@ step() { echo "== $*"; "$@" || status=1; }
 step .venv/bin/ruff check jupyter_vgpu plugin tests benchmarks
 step .venv/bin/mypy
 if [ -f labextension/package.json ]; then
-  (cd labextension && { [ -d node_modules ] || npm install --no-audit --no-fund; } && npm test --silent) || { echo "frontend unit tests failed"; status=1; }
+  (cd labextension && { [ node_modules/.package-lock.json -nt package.json ] && [ node_modules/.package-lock.json -nt package-lock.json ] || npm install --no-audit --no-fund; } && npm test --silent) || { echo "frontend unit tests failed"; status=1; }
 fi
 echo "== pytest"
 mkdir -p tests/artifacts
