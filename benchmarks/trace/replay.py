@@ -47,7 +47,7 @@ CARD_GIB = {"P100": 16, "T4": 16, "V100M16": 16, "V100M32": 32, "A10": 24, "G2":
 UNIT_MIB = 256
 SIM_POLICIES = ("FGD", "BestFit", "DotProduct", "GpuPacking", "GpuClustering", "Random")
 OUR_POLICIES = ("binpack", "fragment")
-# Research rows (README.md, "Tried after"): FGD's measure with a typical pod counted as many
+# Research rows (README.md, "Second round"): FGD's measure with a typical pod counted as many
 # times as the node's free CPU can host it, alone and first of list (as FGD), and the same
 # measure as an extender could deploy it (11 levels x weight over a MostAllocated profile).
 COPIES_POLICIES = ("FGD-copies", "FGD-copies-deployed")
@@ -316,7 +316,7 @@ def _best_fit_cards(st: State, node: int, milli: int, num: int, tasks: Tasks, t:
     return [int(g) for g in free[:num]]
 
 
-# --- FGD's measure with CPU-counted copies (research, README.md "Tried after") ---------------
+# --- FGD's measure with CPU-counted copies (research, README.md "Second round") ---------------
 
 
 def _copies_per_card(left: np.ndarray, typ) -> tuple[np.ndarray, np.ndarray]:
@@ -330,10 +330,11 @@ def _copies_per_card(left: np.ndarray, typ) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _copies_frag(total: np.ndarray, usable: np.ndarray, fitting: np.ndarray, cpu: np.ndarray, typ,
-                 access: np.ndarray) -> np.ndarray:
+                 access: np.ndarray, blend: float = 0.0) -> np.ndarray:
     """FGD's expected fragment where a typical pod can use at most as much GPU as the copies of
     it that the node's free CPU can host (FGD itself: one copy is enough for all of it).
-    ``usable``/``fitting`` are the per-card sums [..., T], ``total`` the free milli [...]."""
+    ``usable``/``fitting`` are the per-card sums [..., T], ``total`` the free milli [...];
+    ``blend``: the weight of FGD's own fragment in a mix of the two."""
     w, tcpu, tmilli, tnum, _ = typ
     share = (tmilli < 1000) & (tmilli > 0)
     by_gpu = np.where(share | (fitting >= tnum), usable, 0.0)
@@ -342,10 +343,12 @@ def _copies_frag(total: np.ndarray, usable: np.ndarray, fitting: np.ndarray, cpu
     copies = np.where(tcpu > 0, np.floor(free_cpu / np.maximum(tcpu, 1)), 1e9)
     by_cpu = copies * np.where(share, tmilli, tnum * 1000.0)
     ok = access & hosts & (copies >= 1) & (tmilli > 0)
-    return (np.where(ok, total[..., None] - np.minimum(by_gpu, by_cpu), total[..., None]) * w).sum(-1)
+    left = (1 - blend) * np.minimum(by_gpu, by_cpu) + blend * by_gpu  # what the pod could use
+    return (np.where(ok, total[..., None] - left, total[..., None]) * w).sum(-1)
 
 
-def copies_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, rng, typ) -> tuple[int, list[int]]:
+def copies_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, rng, typ,
+                  blend: float = 0.0) -> tuple[int, list[int]]:
     reps, back = _distinct(st, nodes)
     milli, num, cpu, mem = int(tasks.milli[t]), int(tasks.num[t]), int(tasks.cpu[t]), int(tasks.mem[t])
     left = np.maximum(st.cores[reps] * 10, 0).astype(float)
@@ -353,10 +356,10 @@ def copies_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarra
     rows = np.arange(len(reps))
     usable, fits = _copies_per_card(left, typ)
     total = left.sum(1)
-    before = _copies_frag(total, usable.sum(2), fits.sum(2), st.cpu[reps], typ, access)
+    before = _copies_frag(total, usable.sum(2), fits.sum(2), st.cpu[reps], typ, access, blend)
     cpu_after, mem_after = st.cpu[reps] - cpu, st.mem[reps] - mem
     if num == 0:
-        after = _copies_frag(total, usable.sum(2), fits.sum(2), cpu_after, typ, access)
+        after = _copies_frag(total, usable.sum(2), fits.sum(2), cpu_after, typ, access, blend)
         cards: list[list[int]] = [[] for _ in reps]
     elif milli < 1000:  # per card: only the chosen card's terms change
         need_u = int(tasks.units[t]) if st.project_units else 0
@@ -366,7 +369,7 @@ def copies_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarra
         u = usable.sum(2)[:, None, :] - usable.transpose(0, 2, 1) + usable2.transpose(0, 2, 1)  # [K,G,T]
         f = fits.sum(2)[:, None, :] - fits.transpose(0, 2, 1) + fits2.transpose(0, 2, 1)
         each = _copies_frag(total[:, None] - left + left2, u, f, np.repeat(cpu_after[:, None], G, 1), typ,
-                            np.repeat(access[:, None, :], G, 1))
+                            np.repeat(access[:, None, :], G, 1), blend)
         g = np.where(ok, np.round(each, 6) + 1e-4 * left / 1000, np.inf).argmin(1)  # then the tightest card
         after = each[rows, g]
         cards = [[int(x)] for x in g]
@@ -375,7 +378,7 @@ def copies_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarra
         taken = _first_free(st.cores[reps] * 10, num)
         trial[rows[:, None], taken] = 0
         usable2, fits2 = _copies_per_card(trial, typ)
-        after = _copies_frag(trial.sum(1), usable2.sum(2), fits2.sum(2), cpu_after, typ, access)
+        after = _copies_frag(trial.sum(1), usable2.sum(2), fits2.sum(2), cpu_after, typ, access, blend)
         cards = [[int(x) for x in c] for c in taken]
     fell = before - after
     if policy == "FGD-copies":  # FGD's score and tie rule
@@ -573,7 +576,7 @@ def _first_free_2d(cores, units, cap, num):
 
 def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = True, weight: int = 5,
         span: float = FRAGMENT_SPAN, decay: float = 0.999, packing: float = FRAGMENT_PACKING,
-        coverage: float = 0.95) -> dict[str, float]:
+        coverage: float = 0.95, blend: float = 0.0) -> dict[str, float]:
     cluster = load_cluster()
     rows = inflate(load_tasks(trace, cluster), cluster, seed)
     tasks = build_tasks(rows, cluster)
@@ -600,7 +603,7 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
                 if policy in SIM_POLICIES:
                     node, cards = sim_choose(policy, st, t, tasks, nodes, rng, typ, frag_cache)
                 elif policy in COPIES_POLICIES:
-                    node, cards = copies_choose(policy, st, t, tasks, nodes, rng, typ)
+                    node, cards = copies_choose(policy, st, t, tasks, nodes, rng, typ, blend)
                 elif not gpu_pod:  # never reaches the extender: kube-scheduler's defaults alone
                     total = default_scores(st, nodes, int(tasks.cpu[t]), int(tasks.mem[t]), most=most is True)
                     node, cards = int(nodes[_pick_index(total, rng)]), []
@@ -677,6 +680,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--packing", type=float, default=FRAGMENT_PACKING, help="fragment: FRAGMENT_PACKING")
     p.add_argument("--coverage", type=float, default=0.95,
                    help="the simulator's typical pods: the most frequent shapes covering this share of tasks")
+    p.add_argument("--blend", type=float, default=0.0,
+                   help="FGD-copies: the weight of FGD's own fragment mixed with the CPU-counted one")
     p.add_argument("--csv", help="append one row per run to this file")
     p.add_argument("--check", type=int, default=0,
                    help="compare this many of the extender scores with the core's score_node (first tasks)")
@@ -689,12 +694,12 @@ def main(argv: list[str] | None = None) -> int:
                     started = time.time()
                     CHECKS.update(left=args.check, done=0, differ=0)
                     r = run(trace, policy, seed, regime, not args.paper_units, args.weight, args.span,
-                            packing=args.packing, coverage=args.coverage)
+                            packing=args.packing, coverage=args.coverage, blend=args.blend)
                     results.append(r)
                     if args.csv:
                         with open(args.csv, "a") as f:
                             f.write(",".join(str(x) for x in (trace, regime, policy, seed, args.weight, args.span,
-                                                             args.packing, args.coverage,
+                                                             args.packing, args.coverage, args.blend,
                                                              int(args.paper_units),
                                                              *(round(r[f"unalloc_{x}"], 3) for x in (90, 100, 110, 130)),
                                                              r["failed"], round(time.time() - started, 1))) + "\n")
