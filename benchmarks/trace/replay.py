@@ -10,6 +10,9 @@ Random), each the only scorer, ties broken at random as kube-scheduler does; and
 project's extender policies (binpack, fragment) scored as deployed: the extender's 0-10
 score x weight x 10 added to kube-scheduler's default NodeResourcesFit (LeastAllocated)
 and NodeResourcesBalancedAllocation scores.
+Research rows (README "Second round"): FGD-copies (FGD's measure with a typical pod
+counted as many times as the node's free CPU hosts it) and FGD-copies-deployed (the same as
+extender levels over a MostAllocated profile).
 
     .venv/bin/python benchmarks/trace/replay.py --trace default --seeds 42 43 --policies FGD fragment
 """
@@ -44,6 +47,10 @@ CARD_GIB = {"P100": 16, "T4": 16, "V100M16": 16, "V100M32": 32, "A10": 24, "G2":
 UNIT_MIB = 256
 SIM_POLICIES = ("FGD", "BestFit", "DotProduct", "GpuPacking", "GpuClustering", "Random")
 OUR_POLICIES = ("binpack", "fragment")
+# Research rows (README.md, "Second round"): FGD's measure with a typical pod counted as many
+# times as the node's free CPU can host it, alone and first of list (as FGD), and the same
+# measure as an extender could deploy it (11 levels x weight over a MostAllocated profile).
+COPIES_POLICIES = ("FGD-copies", "FGD-copies-deployed")
 
 
 @dataclass
@@ -309,13 +316,96 @@ def _best_fit_cards(st: State, node: int, milli: int, num: int, tasks: Tasks, t:
     return [int(g) for g in free[:num]]
 
 
+# --- FGD's measure with CPU-counted copies (research, README.md "Second round") ---------------
+
+
+def _copies_per_card(left: np.ndarray, typ) -> tuple[np.ndarray, np.ndarray]:
+    """[K,T,G]: the milli of each card a typical pod could use (FGD: all of it if the pod fits),
+    and whether it fits."""
+    _, _, tmilli, _, _ = typ
+    share = ((tmilli < 1000) & (tmilli > 0))[None, :, None]
+    cards = left[:, None, :]
+    fits = np.where(share, cards >= np.maximum(tmilli, 1)[None, :, None], cards >= 1000)
+    return cards * fits, fits
+
+
+def _copies_frag(total: np.ndarray, usable: np.ndarray, fitting: np.ndarray, cpu: np.ndarray, typ,
+                 access: np.ndarray, blend: float = 0.0) -> np.ndarray:
+    """FGD's expected fragment where a typical pod can use at most as much GPU as the copies of
+    it that the node's free CPU can host (FGD itself: one copy is enough for all of it).
+    ``usable``/``fitting`` are the per-card sums [..., T], ``total`` the free milli [...];
+    ``blend``: the weight of FGD's own fragment in a mix of the two."""
+    w, tcpu, tmilli, tnum, _ = typ
+    share = (tmilli < 1000) & (tmilli > 0)
+    by_gpu = np.where(share | (fitting >= tnum), usable, 0.0)
+    hosts = np.where(share, fitting >= 1, fitting >= tnum)
+    free_cpu = np.maximum(cpu, 0)[..., None]
+    copies = np.where(tcpu > 0, np.floor(free_cpu / np.maximum(tcpu, 1)), 1e9)
+    by_cpu = copies * np.where(share, tmilli, tnum * 1000.0)
+    ok = access & hosts & (copies >= 1) & (tmilli > 0)
+    left = (1 - blend) * np.minimum(by_gpu, by_cpu) + blend * by_gpu  # what the pod could use
+    return (np.where(ok, total[..., None] - left, total[..., None]) * w).sum(-1)
+
+
+def copies_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, rng, typ,
+                  blend: float = 0.0) -> tuple[int, list[int]]:
+    reps, back = _distinct(st, nodes)
+    milli, num, cpu, mem = int(tasks.milli[t]), int(tasks.num[t]), int(tasks.cpu[t]), int(tasks.mem[t])
+    left = np.maximum(st.cores[reps] * 10, 0).astype(float)
+    access = typ[4][reps]
+    rows = np.arange(len(reps))
+    usable, fits = _copies_per_card(left, typ)
+    total = left.sum(1)
+    before = _copies_frag(total, usable.sum(2), fits.sum(2), st.cpu[reps], typ, access, blend)
+    cpu_after, mem_after = st.cpu[reps] - cpu, st.mem[reps] - mem
+    if num == 0:
+        after = _copies_frag(total, usable.sum(2), fits.sum(2), cpu_after, typ, access, blend)
+        cards: list[list[int]] = [[] for _ in reps]
+    elif milli < 1000:  # per card: only the chosen card's terms change
+        need_u = int(tasks.units[t]) if st.project_units else 0
+        ok = (st.cores[reps] * 10 >= milli) & (st.units[reps] >= need_u)
+        left2 = np.maximum(left - milli, 0)
+        usable2, fits2 = _copies_per_card(left2, typ)
+        u = usable.sum(2)[:, None, :] - usable.transpose(0, 2, 1) + usable2.transpose(0, 2, 1)  # [K,G,T]
+        f = fits.sum(2)[:, None, :] - fits.transpose(0, 2, 1) + fits2.transpose(0, 2, 1)
+        each = _copies_frag(total[:, None] - left + left2, u, f, np.repeat(cpu_after[:, None], G, 1), typ,
+                            np.repeat(access[:, None, :], G, 1), blend)
+        g = np.where(ok, np.round(each, 6) + 1e-4 * left / 1000, np.inf).argmin(1)  # then the tightest card
+        after = each[rows, g]
+        cards = [[int(x)] for x in g]
+    else:
+        trial = left.copy()
+        taken = _first_free(st.cores[reps] * 10, num)
+        trial[rows[:, None], taken] = 0
+        usable2, fits2 = _copies_per_card(trial, typ)
+        after = _copies_frag(trial.sum(1), usable2.sum(2), fits2.sum(2), cpu_after, typ, access, blend)
+        cards = [[int(x) for x in c] for c in taken]
+    fell = before - after
+    if policy == "FGD-copies":  # FGD's score and tie rule
+        i = _pick_first(((100 / (1 + np.exp(-fell / 1000))).astype(int))[back], rng)
+        return int(nodes[i]), cards[back[i]]
+    # deployed: the extender's 0-10 (a change of one card spans the range) x weight 11 x 10 over a
+    # profile whose only other score is NodeResourcesFit MostAllocated over CPU, memory and GPU
+    level = np.round(10 * np.clip(0.5 + fell / 1000, 0, 1))
+    most = ((1 - cpu_after / st.c.cpu_cap[reps]) + (1 - mem_after / st.c.mem_cap[reps])
+            + (1 - (total - milli * num) / (st.c.ngpu[reps] * 1000.0))) / 3
+    i = _pick_index((level * 110 + np.floor(most * 100))[back], rng)
+    return int(nodes[i]), cards[back[i]]
+
+
 # --- this project's extender, scored as deployed ---------------------------------------------
 
 
-def default_scores(st: State, nodes: np.ndarray, cpu: int, mem: int, most: bool = False) -> np.ndarray:
-    """kube-scheduler's NodeResourcesFit (LeastAllocated, or MostAllocated) + BalancedAllocation."""
+def default_scores(st: State, nodes: np.ndarray, cpu: int, mem: int, most: bool | str = False,
+                   gpu_milli: int = 0) -> np.ndarray:
+    """kube-scheduler's NodeResourcesFit (LeastAllocated, or MostAllocated) + BalancedAllocation;
+    ``most="vgpu"``: the vgpu profile (deploy/scheduler), NodeResourcesFit MostAllocated over CPU,
+    memory and vcuda-core alone."""
     fc = 1 - (st.cpu[nodes] - cpu) / st.c.cpu_cap[nodes]
     fm = 1 - (st.mem[nodes] - mem) / st.c.mem_cap[nodes]
+    if most == "vgpu":
+        fg = 1 - (np.maximum(st.cores[nodes], 0).sum(1) * 10 - gpu_milli) / (st.c.ngpu[nodes] * 1000)
+        return np.floor((fc + fm + fg) / 3 * 100).astype(int)
     fit = ((fc + fm) / 2 * 100).astype(int) if most else (((1 - fc) + (1 - fm)) / 2 * 100).astype(int)
     balanced = ((1 - np.abs(fc - fm) / 2) * 100).astype(int)
     return fit + balanced
@@ -365,7 +455,7 @@ def our_frag_each_card(cores, units, cap, c: int, u: int, cpu, mem, mx) -> np.nd
 
 
 def ours_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, rng, mx, weight: int,
-                span: float, most: bool = False, packing: float = FRAGMENT_PACKING) -> tuple[int, list[int]]:
+                span: float, most: bool | str = False, packing: float = FRAGMENT_PACKING) -> tuple[int, list[int]]:
     reps, back = _distinct(st, nodes)
     if policy == "fragment-exact":  # the extender's measure alone, unquantised, first of list on ties
         total, cards = _ours("fragment", st, t, tasks, reps, mx, weight, span, most, packing, exact=True)
@@ -373,14 +463,15 @@ def ours_choose(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray,
         return int(nodes[i]), [int(x) for x in cards[back[i]]]
     total, cards = _ours(policy, st, t, tasks, reps, mx, weight, span, most, packing)
     if CHECKS["left"] > 0 and span == FRAGMENT_SPAN and packing == FRAGMENT_PACKING:
-        _check_against_core(policy, st, t, tasks, reps, total - default_scores(st, reps, int(tasks.cpu[t]),
-                                                                              int(tasks.mem[t]), most), weight)
+        plugins = default_scores(st, reps, int(tasks.cpu[t]), int(tasks.mem[t]), most,
+                                 int(tasks.milli[t]) * max(1, int(tasks.num[t])))
+        _check_against_core(policy, st, t, tasks, reps, total - plugins, weight)
     i = _pick_index(total[back], rng)
     return int(nodes[i]), [int(x) for x in cards[back[i]]]
 
 
 def _ours(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, mx, weight: int,
-          span: float, most: bool, packing: float = FRAGMENT_PACKING,
+          span: float, most: bool | str, packing: float = FRAGMENT_PACKING,
           exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The deployed total score of each node (kube-scheduler's plugins + extender x weight x 10)
     and the card(s) the extender would bind."""
@@ -447,7 +538,7 @@ def _ours(policy: str, st: State, t: int, tasks: Tasks, nodes: np.ndarray, mx, w
     if exact:
         return -(after - before) if policy == "fragment" else fit, cards
     ext = 1 + np.round(9 * np.clip(fit, 0, 1)).astype(int)
-    return default_scores(st, nodes, cpu, mem, most) + weight * 10 * ext, cards
+    return default_scores(st, nodes, cpu, mem, most, milli * max(1, num)) + weight * 10 * ext, cards
 
 
 CHECKS: dict[str, Any] = {"left": 0, "done": 0, "differ": 0}
@@ -484,17 +575,20 @@ def _first_free_2d(cores, units, cap, num):
 
 
 def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = True, weight: int = 5,
-        span: float = FRAGMENT_SPAN, decay: float = 0.999, packing: float = FRAGMENT_PACKING) -> dict[str, float]:
+        span: float = FRAGMENT_SPAN, decay: float = 0.999, packing: float = FRAGMENT_PACKING,
+        coverage: float = 0.95, blend: float = 0.0) -> dict[str, float]:
     cluster = load_cluster()
     rows = inflate(load_tasks(trace, cluster), cluster, seed)
     tasks = build_tasks(rows, cluster)
-    typ = typical_pods(build_tasks(load_tasks(trace, cluster), cluster), cluster)
+    typ = typical_pods(build_tasks(load_tasks(trace, cluster), cluster), cluster, coverage)
     st = State(cluster, project_units)
     rng = np.random.default_rng(seed + 1000)
     learner = MixLearner(decay=decay)
     frag_cache = fgd_frag(st.cores * 10, st.cpu, typ, typ[4]) if policy == "FGD" else None
     cap = cluster.gpu_milli
-    most = regime.endswith("pack")  # a scheduler profile scoring NodeResourcesFit MostAllocated
+    # a scheduler profile scoring NodeResourcesFit MostAllocated (with BalancedAllocation), or
+    # the vgpu profile: MostAllocated over CPU, memory and GPU alone (vGPU pods only)
+    most: bool | str = "vgpu" if regime.endswith("vgpu") else regime.endswith("pack")
     arrived, out, failed, m = 0, {}, 0, 0
     observed, mx = 0, None
     for t in range(len(rows)):
@@ -508,8 +602,10 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
             else:
                 if policy in SIM_POLICIES:
                     node, cards = sim_choose(policy, st, t, tasks, nodes, rng, typ, frag_cache)
+                elif policy in COPIES_POLICIES:
+                    node, cards = copies_choose(policy, st, t, tasks, nodes, rng, typ, blend)
                 elif not gpu_pod:  # never reaches the extender: kube-scheduler's defaults alone
-                    total = default_scores(st, nodes, int(tasks.cpu[t]), int(tasks.mem[t]), most=most)
+                    total = default_scores(st, nodes, int(tasks.cpu[t]), int(tasks.mem[t]), most=most is True)
                     node, cards = int(nodes[_pick_index(total, rng)]), []
                 else:
                     learner.observe(Shape(min(100, milli // 10), int(tasks.units[t]), max(1, num),
@@ -570,9 +666,10 @@ def _apply(st: State, tasks: Tasks, t: int, node: int, cards: list[int]) -> None
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trace", nargs="+", default=["default"])
-    p.add_argument("--policies", nargs="+", default=list(SIM_POLICIES + OUR_POLICIES))
+    p.add_argument("--policies", nargs="+", default=list(SIM_POLICIES + OUR_POLICIES),
+                   choices=SIM_POLICIES + OUR_POLICIES + COPIES_POLICIES + ("fragment-exact",))
     p.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
-    p.add_argument("--regime", nargs="+", default=["spread"], choices=["spread", "pack", "taint", "taint-pack"],
+    p.add_argument("--regime", nargs="+", default=["spread"], choices=["spread", "pack", "taint", "taint-pack", "vgpu", "taint-vgpu"],
                    help="spread: kube-scheduler's default profile, CPU-only pods on the GPU nodes too; "
                         "pack: a profile scoring NodeResourcesFit MostAllocated; taint: GPU nodes tainted, "
                         "CPU-only pods go elsewhere (the simulator's own policies: the same pods dropped)")
@@ -581,6 +678,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--weight", type=int, default=5, help="the extender's weight in kube-scheduler")
     p.add_argument("--span", type=float, default=FRAGMENT_SPAN, help="fragment: FRAGMENT_SPAN")
     p.add_argument("--packing", type=float, default=FRAGMENT_PACKING, help="fragment: FRAGMENT_PACKING")
+    p.add_argument("--coverage", type=float, default=0.95,
+                   help="the simulator's typical pods: the most frequent shapes covering this share of tasks")
+    p.add_argument("--blend", type=float, default=0.0,
+                   help="FGD-copies: the weight of FGD's own fragment mixed with the CPU-counted one")
     p.add_argument("--csv", help="append one row per run to this file")
     p.add_argument("--check", type=int, default=0,
                    help="compare this many of the extender scores with the core's score_node (first tasks)")
@@ -593,12 +694,12 @@ def main(argv: list[str] | None = None) -> int:
                     started = time.time()
                     CHECKS.update(left=args.check, done=0, differ=0)
                     r = run(trace, policy, seed, regime, not args.paper_units, args.weight, args.span,
-                            packing=args.packing)
+                            packing=args.packing, coverage=args.coverage, blend=args.blend)
                     results.append(r)
                     if args.csv:
                         with open(args.csv, "a") as f:
                             f.write(",".join(str(x) for x in (trace, regime, policy, seed, args.weight, args.span,
-                                                             args.packing,
+                                                             args.packing, args.coverage, args.blend,
                                                              int(args.paper_units),
                                                              *(round(r[f"unalloc_{x}"], 3) for x in (90, 100, 110, 130)),
                                                              r["failed"], round(time.time() - started, 1))) + "\n")
