@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +30,7 @@ from simkube.waiting import wait_for
 from jupyter_vgpu.data import TOPOLOGY_DIR
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hub"))
-from hub_support import Hub, free_port, running_hub, sim_cluster_config  # noqa: E402 (tests/hub's Hub helpers)
+from hub_support import Hub, free_port, hub_cluster, running_hub, sim_cluster_config  # noqa: E402 (tests/hub's Hub helpers)
 
 RECLAIMER_TOKEN = "vgpu-reclaimer-browser-" + "2" * 32
 PREFIX = "/services/vgpu-reclaimer/"
@@ -42,16 +40,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 @pytest.fixture
 def cluster() -> Iterator[Any]:
-    from vgpu_plugin.demo.cluster import NodeSpec, SimCluster
+    from vgpu_plugin.demo.cluster import NodeSpec
 
     node = NodeSpec("gpu-a", "a100-sxm-4gpu-nv4.txt", model="NVIDIA A100-SXM4-80GB", memory_mib=81920)
-    workdir = tempfile.mkdtemp(prefix="vgadm-", dir="/tmp")
-    try:
-        with SimCluster([node], workdir=workdir, fixtures_dir=TOPOLOGY_DIR, run_processes=True,
-                        enforcement="none", metrics_period=0.2) as running:
-            yield running
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    with hub_cluster([node], TOPOLOGY_DIR, "vgadm-", metrics_period=0.2) as running:
+        yield running
 
 
 @pytest.fixture

@@ -9,16 +9,14 @@ shows) through KubeSpawner's pod event watch.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import tempfile
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hub_support import ADMIN_TOKEN, Hub, free_port, running_hub
+from hub_support import ADMIN_TOKEN, Hub, free_port, hub_cluster, running_hub
 
 from jupyter_vgpu.core import contract
 
@@ -29,16 +27,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 @pytest.fixture
 def cluster(topology_fixtures: Path) -> Iterator[Any]:
-    from vgpu_plugin.demo.cluster import NodeSpec, SimCluster
+    from vgpu_plugin.demo.cluster import NodeSpec
 
     node = NodeSpec("gpu-a", "a100-sxm-4gpu-nv4.txt", model="NVIDIA A100-SXM4-80GB", memory_mib=81920)
-    workdir = tempfile.mkdtemp(prefix="vgwait-", dir="/tmp")
-    try:
-        with SimCluster([node], workdir=workdir, fixtures_dir=topology_fixtures, run_processes=True,
-                        enforcement="none", metrics_period=0.5) as running:
-            yield running
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    with hub_cluster([node], topology_fixtures, "vgwait-", metrics_period=0.5) as running:
+        yield running
 
 
 @pytest.fixture

@@ -39,7 +39,9 @@ def vgpu_config(cluster, monkeypatch):
         cluster.create_notebook_pod(f"filler-{card}", cores=70, memory="20GiB")
     for card in range(4):
         cluster.wait_for_pod("default", f"filler-{card}")
-    cluster.create_notebook_pod("zed", cores=100)  # someone else, waiting ahead of wendy
+    # someone else, waiting ahead of wendy: older, or created in the same second (creationTimestamp has
+    # whole seconds) and first by name, so the order does not depend on the clock
+    cluster.create_notebook_pod("abel", cores=100)
     for key, value in {**env, contract.ENV_NOTEBOOK_KUBECONFIG: cluster.kubeconfig,
                        **cluster.queue_environment()}.items():
         monkeypatch.setenv(key, value)
@@ -61,7 +63,7 @@ def test_a_waiting_request_shows_where_it_stands_and_switching_starts_the_other_
         "memoryMib": 8192,
         "alternative": {"cores": 30, "memoryMib": 8192, "nodes": 1, "text": "a 30 % share with 8 GiB fits on 1 node"}}
     raw = run(jp_fetch("vgpu", "api", "requests", request_id, "waiting")).body
-    assert b"zed" not in raw and b"filler" not in raw  # nobody else is named
+    assert b"abel" not in raw and b"filler" not in raw  # nobody else is named
     assert as_json(run(jp_fetch("vgpu", "api", "requests", request_id)))["state"] == "pending"  # it waits
 
     # a switch to something that is not a share is refused; the request keeps waiting
