@@ -133,7 +133,7 @@ def build_ledger(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> Any
 # --- servers (child processes) -----------------------------------------------------------
 
 class InMemoryPods:
-    """Bind's three API calls answered from memory: isolates the extender's own bind cost."""
+    """Bind's API calls (GET, POST Binding with the annotations) answered from memory: the extender's own bind cost."""
 
     def __init__(self) -> None:
         self.pods: dict[str, dict[str, Any]] = {}
@@ -153,8 +153,15 @@ class InMemoryPods:
         pod["metadata"]["resourceVersion"] = str(self.rv)
         return pod
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        self.pods[name]["spec"]["nodeName"] = node
+    def cached_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return None  # no watch here: bind reads the pod with get_pod
+
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Any = None) -> None:
+        pod = self.pods[name]
+        self.rv += 1
+        pod["metadata"]["annotations"].update(annotations or {})
+        pod["metadata"]["resourceVersion"] = str(self.rv)
+        pod["spec"]["nodeName"] = node
 
 
 def serve(kind: str, port: int, nodes: int, gpus: int, pods: int, seed: int, policy: str = "binpack") -> None:

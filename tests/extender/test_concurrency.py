@@ -192,7 +192,8 @@ def test_api_server_restart_loses_nothing(cluster):
     status, reply = post(f"{cluster.url}/filter", {"Pod": second, "NodeNames": list(NODES)})
     assert status == 200 and reply["NodeNames"] == list(NODES)
     status, reply = post(f"{cluster.url}/bind", binding_args(second, "n0"))
-    assert status == 200 and "cannot read pod default/second" in reply["Error"]
+    # the pod is read from the watch's copy; the Binding is what cannot reach the API
+    assert status == 200 and "cannot bind pod default/second" in reply["Error"]
     assert cluster.extender.ledger.claims() == claims
     # while it is down, the first pod goes away
     from simkube.store import resource_type

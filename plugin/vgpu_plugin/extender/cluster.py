@@ -42,11 +42,13 @@ LIVE_PODS = ",".join(f"status.phase!={phase}" for phase in FINISHED_PHASES)
 class KubePodAPI:
     """Bind's Kubernetes calls through the official client, on plain dicts."""
 
-    def __init__(self, api_client: Any, timeout: float = 10.0) -> None:
+    def __init__(self, api_client: Any, timeout: float = 10.0, pods: Informer | None = None) -> None:
+        """``pods``: the watch's cache bind may read a pod from instead of a GET."""
         from kubernetes import client
 
         self._core = client.CoreV1Api(api_client)
         self._timeout = timeout
+        self._pods = pods
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         from kubernetes.client.exceptions import ApiException
@@ -70,15 +72,21 @@ class KubePodAPI:
                 return None
             raise
 
+    def cached_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._pods.get(namespace, name) if self._pods is not None else None
+
     def patch_annotations(self, namespace: str, name: str,
                           annotations: Mapping[str, str | None]) -> dict[str, Any]:
         return self._call("annotating the pod", self._core.patch_namespaced_pod, name, namespace,
                           {"metadata": {"annotations": dict(annotations)}})
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        metadata = {"name": name, "namespace": namespace}
+    def bind(self, namespace: str, name: str, uid: str, node: str,
+             annotations: Mapping[str, str] | None = None) -> None:
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
         if uid:
             metadata["uid"] = uid  # the API server refuses the binding if the pod was replaced
+        if annotations:
+            metadata["annotations"] = dict(annotations)  # copied onto the pod with nodeName, in one write
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         self._call("binding the pod", self._core.create_namespaced_pod_binding, name, namespace, body)
