@@ -627,8 +627,9 @@ class SimKubelet:
                            for t in ("Initialized", "ContainersReady", "Ready", "PodScheduled")],
         }
         try:
-            self._core.patch_namespaced_pod_status(admitted.name, admitted.namespace, {"status": status},
-                                                   _request_timeout=30)
+            reply = self._core.patch_namespaced_pod_status(admitted.name, admitted.namespace, {"status": status},
+                                                           _request_timeout=30, _preload_content=False)
+            reply.data  # noqa: B018 - read to the end (the connection goes back to the pool), no client models
         except Exception as error:
             log.warning("kubelet %s: cannot mark %s/%s running: %s", self.node, admitted.namespace, admitted.name, error)
         log.info("kubelet %s: %s/%s running at %s", self.node, admitted.namespace, admitted.name, admitted.pod_ip)

@@ -374,8 +374,10 @@ class NodeDaemon:
             if not desired:
                 continue
             try:
-                self._core_api.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": desired}},
-                                                    _request_timeout=30)
+                # the reply is read but not turned into client models (several ms per pod)
+                reply = self._core_api.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": desired}},
+                                                            _request_timeout=30, _preload_content=False)
+                reply.data  # noqa: B018 - read to the end: the connection goes back to the pool
                 log.info("pod %s/%s: %s=%s, allocation record written", namespace, name,
                          self.config.names.gpu_assigned, desired.get(self.config.names.gpu_assigned))
             except ApiException as error:
