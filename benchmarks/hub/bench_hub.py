@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT / "tests" / "hub"))  # the Hub end-to-end tests' hel
 from hub_support import hub_cluster, running_hub, sim_cluster_config  # noqa: E402
 from simkube.waiting import wait_for  # noqa: E402
 
+from jupyter_vgpu.core import contract  # noqa: E402
 from jupyter_vgpu.data import TOPOLOGY_DIR  # noqa: E402
 
 SIM_NOTEBOOK = str(Path(__file__).resolve().parent / "sim_notebook.py")
@@ -47,9 +48,12 @@ from jupyter_vgpu.hub import VGPUHub
 
 c.KubeSpawner.cmd = [sys.executable, {notebook!r}]   # a simulated notebook (see bench_hub.py)
 c.KubeSpawner.args = []
+# every pod through the simulated cluster's scheduler (the deployed kube-scheduler's vgpu profile), as
+# the storm does: kube-scheduler calls the extender only for pods that ask for a vGPU
+c.KubeSpawner.scheduler_name = {scheduler!r}
 c.JupyterHub.concurrent_spawn_limit = 0
 c.JupyterHub.active_server_limit = 0
-c.JupyterHub.log_level = "WARNING"
+c.JupyterHub.log_level = "WARN"
 VGPUHub(config=c).configure(c)
 """
 
@@ -151,7 +155,7 @@ def main() -> int:
     try:
         started = time.monotonic()
         with hub_cluster(nodes, TOPOLOGY_DIR, "vgbench-", metrics_period=5.0) as cluster:
-            config = sim_cluster_config(CONFIG.format(notebook=SIM_NOTEBOOK))
+            config = sim_cluster_config(CONFIG.format(notebook=SIM_NOTEBOOK, scheduler=contract.SCHEDULER_NAME))
             with running_hub(root, config, env={"KUBECONFIG": cluster.kubeconfig}, users=tuple(users)) as hub:
                 print(f"cluster and Hub up in {time.monotonic() - started:.1f} s (load {os.getloadavg()})", flush=True)
                 for round_no in range(args.rounds):
