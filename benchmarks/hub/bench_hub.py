@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -89,7 +90,9 @@ def spawn_all(hub: Any, users: list[str], kind: str, args: argparse.Namespace) -
                 refused[user] = f"{status}: {body}"
 
     load_start = os.getloadavg()
-    with ThreadPoolExecutor(8) as pool:
+    # one client thread per user: the Hub holds a spawn's POST open until the server is up or
+    # slow_spawn_timeout (10 s) passes, so a small pool would throttle the spawns
+    with ThreadPoolExecutor(len(users)) as pool:
         futures = [pool.submit(spawn, i, u) for i, u in enumerate(users)]
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline:
@@ -144,6 +147,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
+    # stopped with SIGTERM, still stop the Hub, the cluster and the notebook processes
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     from vgpu_plugin.demo.cluster import NodeSpec
 
