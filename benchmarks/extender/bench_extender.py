@@ -406,7 +406,7 @@ def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
         node_rt, pod_rt, ns_rt = (resource_type("", "v1", "nodes"), resource_type("", "v1", "pods"),
                                   resource_type("", "v1", "namespaces"))
 
-        def load() -> None:
+        def load_nodes() -> None:
             store = api.store
             try:
                 store.create(ns_rt, None, {"metadata": {"name": "bench"}})
@@ -414,12 +414,16 @@ def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
                 pass  # the simulated API may create namespaces on demand
             for node in nodes:
                 store.create(node_rt, None, node)
-            for pod in pods:
+
+        def load_pods(chunk: list[dict[str, Any]]) -> None:
+            for pod in chunk:
                 pod = json.loads(json.dumps(pod))
                 del pod["metadata"]["uid"], pod["metadata"]["resourceVersion"]
-                store.create(pod_rt, "bench", pod)
+                api.store.create(pod_rt, "bench", pod)
 
-        api.call(load)
+        api.call(load_nodes)
+        for start in range(0, len(pods), 2000):  # each call on the API's loop must end within 30 s
+            api.call(load_pods, pods[start:start + 2000])
         port = free_port()
         exe = shutil.which("jupyter-vgpu", path=os.path.dirname(sys.executable)) or "jupyter-vgpu"
         started = time.perf_counter()
