@@ -309,7 +309,9 @@ class NodeDaemon:
     def _list_pods(self) -> list[dict[str, Any]]:
         response = self._core_api.list_pod_for_all_namespaces(
             field_selector=f"spec.nodeName={self.config.node}", _preload_content=False, _request_timeout=10)
-        return list(json.loads(response.data).get("items") or [])
+        from ..informer import decode
+
+        return list(decode(response.data).get("items") or [])
 
     def _checkpoint_entries(self) -> list[PodDeviceEntry]:
         """kubelet's checkpoint; [] (and a warning each time the complaint changes) when unreadable:
