@@ -76,10 +76,10 @@ def spawn_all(hub: Any, users: list[str], kind: str, args: argparse.Namespace) -
     ready: dict[str, float] = {}
     refused: dict[str, str] = {}
     lock = threading.Lock()
-    start = time.monotonic() + 0.5
+    start = time.monotonic()
 
     def spawn(index: int, user: str) -> None:
-        delay = start + index * args.spread / len(users) - time.monotonic()
+        delay = start + 0.5 + index * args.spread / len(users) - time.monotonic()
         if delay > 0:
             time.sleep(delay)
         began = time.monotonic()
@@ -94,17 +94,20 @@ def spawn_all(hub: Any, users: list[str], kind: str, args: argparse.Namespace) -
     # slow_spawn_timeout (10 s) passes, so a small pool would throttle the spawns
     with ThreadPoolExecutor(len(users)) as pool:
         futures = [pool.submit(spawn, i, u) for i, u in enumerate(users)]
-        deadline = time.monotonic() + args.timeout
-        while time.monotonic() < deadline:
+
+        def all_settled() -> bool:
             seen = time.monotonic()
             for user in ready_servers(hub):
                 with lock:
                     if user in posted:
                         ready.setdefault(user, seen)
             with lock:
-                if len(ready) + len(refused) >= len(users):
-                    break
-            time.sleep(args.poll)
+                return len(ready) + len(refused) >= len(users)
+
+        try:
+            wait_for(all_settled, timeout=args.timeout, interval=args.poll, what="every server ready")
+        except TimeoutError:
+            pass  # reported as timed out below
         for future in futures:
             future.result()
     times = [ready[u] - posted[u] for u in ready]
