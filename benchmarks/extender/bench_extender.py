@@ -153,9 +153,6 @@ class InMemoryPods:
         pod["metadata"]["resourceVersion"] = str(self.rv)
         return pod
 
-    def cached_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return None  # no watch here: bind reads the pod with get_pod
-
     def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Any = None) -> None:
         pod = self.pods[name]
         self.rv += 1
@@ -386,8 +383,8 @@ def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
 
     ``jupyter-vgpu extender`` runs in its own process (so its memory is its own), lists
     1,000 nodes and 20,000 pods through the official client, and then binds pending pods
-    (chosen nodes pass its filter) with 8 concurrent clients; each bind reads the pod from
-    the extender's watch and POSTs one Binding carrying the claim's annotations against the
+    (chosen nodes pass its filter) with 8 concurrent clients; each bind GETs the pod
+    and POSTs one Binding carrying the claim's annotations against the
     simulated API, which runs in this process.
     """
     import shutil

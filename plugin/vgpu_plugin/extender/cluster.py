@@ -42,13 +42,11 @@ LIVE_PODS = ",".join(f"status.phase!={phase}" for phase in FINISHED_PHASES)
 class KubePodAPI:
     """Bind's Kubernetes calls through the official client, on plain dicts."""
 
-    def __init__(self, api_client: Any, timeout: float = 10.0, pods: Informer | None = None) -> None:
-        """``pods``: the watch's cache bind may read a pod from instead of a GET."""
+    def __init__(self, api_client: Any, timeout: float = 10.0) -> None:
         from kubernetes import client
 
         self._core = client.CoreV1Api(api_client)
         self._timeout = timeout
-        self._pods = pods
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         from kubernetes.client.exceptions import ApiException
@@ -71,9 +69,6 @@ class KubePodAPI:
             if error.status == 404:
                 return None
             raise
-
-    def cached_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._pods.get(namespace, name) if self._pods is not None else None
 
     def patch_annotations(self, namespace: str, name: str,
                           annotations: Mapping[str, str | None]) -> dict[str, Any]:

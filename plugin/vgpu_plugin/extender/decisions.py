@@ -16,9 +16,7 @@ records the claim in the ledger at once (so concurrent filters see it), and POST
 Binding whose annotations the API server copies onto the pod together with nodeName
 (kube-apiserver's ``setPodHostAndAnnotations``): the claim and the binding land in one
 write or not at all, so a refused Binding leaves nothing to undo but the ledger's claim.
-The pod is read from the watch's copy when that copy is the pod the scheduler named
-(same UID, not bound yet), else with a GET; the API server, not the copy, decides: a
-stale copy only costs a refused Binding. When an earlier claim left card keys this one
+When an earlier claim left card keys this one
 does not cover, they are removed with a PATCH first (a Binding can only add keys).
 Cards a pod already names (``predicate-gpu-idx-<i>``, written by anyone) are adopted
 only when they still have room for it; otherwise the pod is placed afresh.
@@ -70,8 +68,6 @@ class PodAPI(Protocol):
     """The few Kubernetes calls bind makes (see cluster.KubePodAPI)."""
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-    def cached_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The watch's copy of the pod, if there is one (no API call); None otherwise."""
     def patch_annotations(self, namespace: str, name: str,
                           annotations: Mapping[str, str | None]) -> dict[str, Any]: ...
     def bind(self, namespace: str, name: str, uid: str, node: str,
@@ -528,12 +524,9 @@ class Decisions:
             return self._allocate_and_bind(pod, args, uid, ask)
 
     def _read_pod(self, args: ExtenderBindingArgs) -> dict[str, Any] | None:
-        """The watch's copy when it is the unbound pod the scheduler named, else a GET."""
-        cached = self._api.cached_pod(args.pod_namespace, args.pod_name)
-        if (cached is not None and args.pod_uid
-                and (cached.get("metadata") or {}).get("uid") == args.pod_uid
-                and not (cached.get("spec") or {}).get("nodeName")):
-            return cached
+        """The pod as the API has it now. (Reading the watch's copy instead saves a request but
+        was taken out: with a stale copy, a pod bound meanwhile could leave an assumed claim
+        that only the sweep settles, tests/extender/test_concurrency.py.)"""
         return self._api.get_pod(args.pod_namespace, args.pod_name)
 
     def _state_without(self, entry: NodeEntry, uid: str) -> NodeState:
@@ -641,6 +634,9 @@ class Decisions:
             if patched is not None:
                 self._settle_bound(patched, now)
             return ""
+        elsewhere = ((now or {}).get("spec") or {}).get("nodeName") or ""
+        if elsewhere:  # bound meanwhile to another node (our copy of the pod was older): say so
+            failure = f"{where} is already bound to node {elsewhere}"
         if patched is None:
             return failure  # the annotations predate this call; the claim stays as the API shows it
         if annotations is not None:

@@ -319,7 +319,7 @@ class Extender:
 
             self.view = ClusterView(api_client, self.ledger, names, assume_ttl=assume_ttl,
                                     schedulers=scheduler_names, hosts=hosts)
-            api = api or KubePodAPI(api_client, pods=self.view.pods)
+            api = api or KubePodAPI(api_client)
         self.decisions = Decisions(self.ledger, api, names, policy, scheduler_names, hosts=hosts)
         self.notifier: QueueNotifier | None = None
         if api_client is not None and queue_notice_interval:
