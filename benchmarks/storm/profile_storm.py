@@ -60,6 +60,12 @@ def main() -> None:
     timed(decisions.Decisions, "bind", "extender: bind (all of it)")
     for verb in ("get_pod", "patch_annotations", "bind"):
         timed(cluster.KubePodAPI, verb, f"extender: API {verb}")
+    from vgpu_plugin.deviceplugin import allocator
+
+    timed(allocator.Allocator, "allocate", "device plugin: Allocate (one resource)")
+    timed(allocator.Allocator, "preferred", "device plugin: GetPreferredAllocation")
+    timed(allocator.Allocator, "_fetch_fresh", "device plugin: list the node's pods (cache check)")
+    timed(allocator.Allocator, "desired_annotations", "device plugin: record to write")
     timed(kubelet.SimKubelet, "_admit", "kubelet: admit one pod")
     timed(kubelet.SimKubelet, "_allocate_one", "kubelet: one Allocate (+ preferred)")
     timed(kubelet.SimKubelet, "_write_checkpoint", "kubelet: checkpoint write")

@@ -269,10 +269,21 @@ def _share_candidates(state: NodeState, request: Request, policy: str,
         left = (card.free_cores - cores) / CORES_PER_CARD + (card.free_memory_units - memory) / max(1, card.memory_units)
         return (frag, card.is_free, broken, left, card.index)
 
+    # Cards in the same state strand the same share sizes (the share area depends only on the
+    # cards' free capacity), so it is computed once per distinct state: on a node of idle cards
+    # once instead of once per card (a prioritize scores every candidate node this way).
+    stranded_by_state: dict[tuple[bool, int, int], int] = {}
+    free_now = frozenset(state.free_cards())
+
     def rank(card: CardState) -> tuple[float, ...]:
-        after = [c.holding(cores, memory) if c.index == card.index else c for c in state.cards]
-        stranded = area_before - _share_area(after)  # share sizes that no longer fit anywhere
-        broken = intact_before - _intact(state, frozenset({card.index})) if card.is_free else 0
+        same = (card.healthy, card.free_cores, card.free_memory_units)
+        stranded = stranded_by_state.get(same)
+        if stranded is None:
+            after = [c.holding(cores, memory) if c.index == card.index else c for c in state.cards]
+            stranded = stranded_by_state[same] = area_before - _share_area(after)  # no longer fit anywhere
+        # _intact(state, {card}) with the free set computed once
+        broken = (intact_before - sum(len(group) for group in state.groups if group <= free_now - {card.index})
+                  if card.is_free else 0)
         left_cores = (card.free_cores - cores) / CORES_PER_CARD
         left_memory = (card.free_memory_units - memory) / max(1, card.memory_units)
         if policy == "spread":

@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import orjson
+
 log = logging.getLogger(__name__)
 
 _gc_lock = threading.Lock()
@@ -55,6 +57,17 @@ def cyclic_gc_paused() -> Iterator[None]:
                 gc.enable()
 
 EventCallback = Callable[[str, "dict[str, Any] | None"], None]
+
+
+def decode(data: bytes) -> Any:
+    """An API reply's JSON: orjson (a 100,000-pod list in a fraction of json's time), or json
+    for what orjson refuses (a lone surrogate; a real API server never sends one). orjson turns
+    integers beyond 64 bits into floats, which only matters for input the API server did not
+    validate: every integer field of its objects is int32 or int64."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 def _key(obj: dict[str, Any]) -> tuple[str | None, str]:
@@ -160,7 +173,7 @@ class Informer:
         response = self._list_func(**self._list_kwargs, **self._selectors, _preload_content=False,
                                    _request_timeout=60)
         with cyclic_gc_paused():
-            self._apply_list(json.loads(response.data))
+            self._apply_list(decode(response.data))
 
     def _apply_list(self, body: dict[str, Any]) -> None:
         fresh = {}

@@ -232,3 +232,49 @@ def test_whole_card_sets_on_bigger_symmetric_nodes_are_at_the_exact_optimum(stat
     assert state.set_cost(chosen) == optimum
     fewest_numa = min(len({state.numa(i) for i in c}) for c in combos if state.set_cost(c) == optimum)
     assert len({state.numa(i) for i in chosen}) == fewest_numa
+
+
+def _share_candidates_reference(state: NodeState, request: Request, policy: str) -> list:
+    """binpack's and spread's card ranking as first written: every card's share area and
+    intact groups computed afresh (the code now computes each once per distinct card state)."""
+    from jupyter_vgpu.core.placement import CORES_PER_CARD, _intact, _share_area
+
+    cores, memory = request.cores, request.memory_units
+    fitting = [card for card in state.cards if card.fits_share(cores, memory)]
+    area_before = _share_area(state.cards)
+    intact_before = _intact(state, frozenset())
+
+    def rank(card: CardState) -> tuple:
+        after = [c.holding(cores, memory) if c.index == card.index else c for c in state.cards]
+        stranded = area_before - _share_area(after)
+        broken = intact_before - _intact(state, frozenset({card.index})) if card.is_free else 0
+        left_cores = (card.free_cores - cores) / CORES_PER_CARD
+        left_memory = (card.free_memory_units - memory) / max(1, card.memory_units)
+        if policy == "spread":
+            return (-min(left_cores, left_memory), -(left_cores + left_memory), stranded, broken, card.index)
+        return (card.is_free, broken, stranded, left_cores + left_memory, card.index)
+
+    return [((card.index, cores, memory),) for card in sorted(fitting, key=rank)]
+
+
+@st.composite
+def look_alike_states(draw: st.DrawFn) -> NodeState:
+    """Nodes whose cards often share their free cores or free memory (but not always both)."""
+    topo = draw(st.one_of(st.none(), topologies()))
+    cards = []
+    for i in range(topo.count if topo is not None else draw(st.integers(2, 8))):
+        memory = draw(st.sampled_from([16, 40, 96]))
+        cores = draw(st.sampled_from([0, 10, 30, 60, 90]))
+        used = draw(st.integers(1, memory)) if cores else 0
+        cards.append(CardState(i, memory, draw(st.integers(0, 9)) > 0, cores, used))
+    return NodeState(tuple(cards), topo)
+
+
+@given(st.one_of(states(), look_alike_states()), st.integers(1, 50), st.integers(1, 16),
+       st.sampled_from(["binpack", "spread"]))
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_share_ranking_is_the_reference_ranking(state, cores, memory, policy):
+    from jupyter_vgpu.core.placement import _share_candidates
+
+    request = Request(cores=cores, memory_units=memory)
+    assert _share_candidates(state, request, policy) == _share_candidates_reference(state, request, policy)

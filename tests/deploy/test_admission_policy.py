@@ -173,6 +173,16 @@ def test_a_binding_cannot_smuggle_vgpu_keys(evaluator):
     assert evaluator.admit(request(SCHEDULER, "CREATE", "pods", sub="binding"), plain, None).allowed
 
 
+def test_the_extender_binds_with_its_claim_in_the_binding(evaluator):
+    """The extender's bind is one Binding whose annotations the API server copies onto the pod."""
+    claim = {NAMES.predicate_node: "gpu-a", NAMES.predicate_gpu_idx(0): "1", NAMES.gpu_assigned: "false"}
+    binding = {"apiVersion": "v1", "kind": "Binding",
+               "metadata": {"name": "jupyter-alice", "namespace": "jhub", "annotations": claim},
+               "target": {"kind": "Node", "name": "gpu-a"}}
+    assert evaluator.admit(request(SCHEDULER, "CREATE", "pods", sub="binding"), binding, None).allowed
+    assert not evaluator.admit(request(TENANT, "CREATE", "pods", sub="binding"), binding, None).allowed
+
+
 # --- the scheduler (extender) ---------------------------------------------------------------------
 
 

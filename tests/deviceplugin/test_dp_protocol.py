@@ -342,8 +342,12 @@ def test_a_record_that_disagrees_with_the_request_is_not_believed(daemons, peer,
         ContainerAllocation(0, "c0", (CardShare(1, gpus.inventory()[1].uuid, 90, 150),)),))
     core_v1.patch_namespaced_pod("greedy", "default", {"metadata": {"annotations": {
         NAMES.allocation: inflated.to_json()}}})
-    wait_for(lambda: PodAllocation.from_json(  # the daemon's own cache has the inflated record
-        daemon.informer.get("default", "greedy")["metadata"]["annotations"][NAMES.allocation]).containers[0].cores == 90, timeout=20)
+    def cached_record() -> str | None:
+        cached = daemon.informer.get("default", "greedy")  # None until the daemon's watch delivers it
+        return ((cached or {}).get("metadata") or {}).get("annotations", {}).get(NAMES.allocation)
+
+    wait_for(lambda: cached_record() is not None  # the daemon's own cache has the inflated record
+             and PodAllocation.from_json(cached_record()).containers[0].cores == 90, timeout=20)
     _, core = peer.admit(CORE, 25, all_ids("core"))
     assert core.envs[c.ENV_CORES] == "25" and core.envs[c.ENV_MEMORY_MIB] == str(16 * 256)
     assert core.envs[c.ENV_HAMI_SM_LIMIT] == "25"

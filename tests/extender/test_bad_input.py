@@ -138,14 +138,25 @@ def test_failed_binding_post_rolls_back_annotations_and_ledger(ready):
     assert snapshot(ready)[0] == before[0]
 
 
-def test_failed_patch_leaves_nothing_behind(ready):
-    created = ready.add_pod(pod("nb", cores=10, memory_units=GIB_UNITS))
+def test_keys_of_an_earlier_claim_are_removed_before_binding(ready):
+    """A Binding can only add annotations: a MIG slice key this claim does not cover is PATCHed
+    away first, and a failed PATCH leaves nothing behind."""
+    stale = {NAMES.mig_slice(0): "MIG-0000-old"}
+    created = ready.add_pod(pod("old", cores=10, memory_units=GIB_UNITS, annotations=stale))
     before = snapshot(ready)
-    ready.kube.emulator["patch", "/api/v1/namespaces/default/pods/nb"] << 422
+    ready.kube.emulator["patch", "/api/v1/namespaces/default/pods/old"] << 422
     status, reply = post(f"{ready.url}/bind", binding_args(created, "gpu-a"))
-    assert "cannot annotate pod default/nb" in reply["Error"]
+    assert "cannot annotate pod default/old" in reply["Error"]
     assert snapshot(ready)[0] == before[0]
-    assert not ready.read_pod("nb")["spec"].get("nodeName")
+    assert not ready.read_pod("old")["spec"].get("nodeName")
+    assert ready.read_pod("old")["metadata"]["annotations"] == stale
+    other = ready.add_pod(pod("other", cores=10, memory_units=GIB_UNITS, annotations=stale))
+    status, reply = post(f"{ready.url}/bind", binding_args(other, "gpu-a"))
+    assert reply == {"Error": ""}
+    done = ready.read_pod("other")
+    assert done["spec"]["nodeName"] == "gpu-a"
+    assert NAMES.mig_slice(0) not in done["metadata"]["annotations"]
+    assert NAMES.allocation in done["metadata"]["annotations"]
 
 
 def test_wrong_method_and_unknown_path(ready):

@@ -206,3 +206,55 @@ def test_api_server_restart_loses_nothing(cluster):
     settle(cluster)
     assert cluster.extender.ledger.claims() == {"n0": {second["metadata"]["uid"]: [(0, 0, 40, 4 * GIB_UNITS)]}}
     assert cluster.extender.ledger.overcommitted() == [] and api_overcommit(cluster) == []
+
+
+def test_a_pod_bound_meanwhile_leaves_the_ledger_as_the_api_says(cluster):
+    """The extender's watch has not seen it yet, but the pod was bound meanwhile by another
+    writer (with card 1): bind answers success for that node and the ledger takes the claim
+    the API shows, not one of its own."""
+    cluster.add_node(node("n0", count=2, memory_gib=16))
+    cluster.start_extender()
+    busy = cluster.add_pod(pod("busy", cores=20, memory_units=2 * GIB_UNITS))
+    assert post(f"{cluster.url}/bind", binding_args(busy, "n0"))[1] == {"Error": ""}
+    settle(cluster)
+    assert [share[1] for share in cluster.extender.ledger.claims()["n0"][busy["metadata"]["uid"]]] == [0]
+    created = cluster.add_pod(pod("nb", cores=40, memory_units=4 * GIB_UNITS))
+    pods = cluster.extender.view.pods
+    wait_for(lambda: pods.get("default", "nb"), timeout=20, what="the extender's watch to see the pod")
+    pods.stop()  # from here on the extender's watch sees nothing
+    allocation = contract.PodAllocation("n0", (contract.ContainerAllocation(
+        0, "notebook", (contract.CardShare(1, "GPU-n0-1", 40, 4 * GIB_UNITS),)),), assigned_at_ns=1)
+    reply = cluster.core.create_namespaced_pod_binding("nb", "default", {
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": "nb", "namespace": "default", "annotations": contract.predicate_annotations(allocation)},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n0"}}, _preload_content=False)
+    assert reply.status == 201
+    # binpack would put the pod on card 0, next to "busy"; the API says card 1
+    status, reply = post(f"{cluster.url}/bind", binding_args(created, "n0"))
+    assert reply == {"Error": ""}
+    assert cluster.extender.ledger.claims()["n0"][created["metadata"]["uid"]] == [(0, 1, 40, 4 * GIB_UNITS)]
+    assert cluster.extender.ledger.overcommitted() == [] and api_overcommit(cluster) == []
+
+
+def test_bind_leaves_alone_a_pod_bound_meanwhile_elsewhere(cluster):
+    """A pod whose earlier claim's keys bind would PATCH away first, bound meanwhile to another
+    node (the extender's watch has not seen it): bind refuses and leaves its claim intact."""
+    cluster.add_node(node("n0", count=2, memory_gib=16))
+    cluster.add_node(node("n1", count=2, memory_gib=16))
+    cluster.start_extender()
+    stale = {NAMES.mig_slice(0): "MIG-0000-old"}
+    created = cluster.add_pod(pod("nb", cores=40, memory_units=4 * GIB_UNITS, annotations=stale))
+    pods = cluster.extender.view.pods
+    wait_for(lambda: pods.get("default", "nb"), timeout=20, what="the extender's watch to see the pod")
+    pods.stop()  # from here on the extender's watch sees nothing
+    allocation = contract.PodAllocation("n1", (contract.ContainerAllocation(
+        0, "notebook", (contract.CardShare(1, "GPU-n1-1", 40, 4 * GIB_UNITS),)),), assigned_at_ns=1)
+    claim = contract.predicate_annotations(allocation)
+    reply = cluster.core.create_namespaced_pod_binding("nb", "default", {
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "nb", "namespace": "default", "annotations": claim},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}}, _preload_content=False)
+    assert reply.status == 201
+    status, reply = post(f"{cluster.url}/bind", binding_args(created, "n0"))
+    assert reply["Error"] == "pod default/nb is already bound to node n1"
+    annotations = cluster.read_pod("nb")["metadata"]["annotations"]
+    assert {key: annotations.get(key) for key in claim} == claim  # the claim the API holds is intact

@@ -7,12 +7,15 @@ What it does, as kubelet does:
   ``ListAndWatch`` for each resource, publishing node capacity (all devices) and
   allocatable (healthy devices) through ``nodes/status``;
 - registers its Node if it does not exist;
-- watches the pods bound to its node and admits them one at a time: for each container
-  and each device-plugin resource (one Allocate per container and resource), it picks
-  device IDs from its own accounting of free healthy devices, asking
+- watches the pods bound to its node and admits them one at a time, as kubelet's sync
+  loop does (``HandlePodAdditions``: the device manager's admit handler runs there): for
+  each container and each device-plugin resource (one Allocate per container and
+  resource), it picks device IDs from its own accounting of free healthy devices, asking
   ``GetPreferredAllocation`` first when the plugin offers it and there is a choice,
-  then calls ``Allocate``; it writes its checkpoint (kubelet's format) and marks the pod
-  Running with a 127.0.0.0/8 pod IP and containerStatuses (``containerd://<64 hex>``);
+  then calls ``Allocate``, and writes its checkpoint (kubelet's format);
+- then hands the admitted pod to a pod worker, as kubelet does, so pods start concurrently:
+  the worker starts its containers and marks it Running with a 127.0.0.0/8 pod IP and
+  containerStatuses (``containerd://<64 hex>``);
 - an Allocate error fails the pod with reason ``UnexpectedAdmissionError``;
 - ``restart()`` is a kubelet restart: sockets in the plugin dir are removed, the
   registration socket is re-created, and the allocation accounting is recovered from the
@@ -61,6 +64,9 @@ SIM_PATTERN_ANNOTATION = f"{c.PROJECT_DOMAIN}/sim-usage-pattern"
 "measured": the card follows the CPU time and resident memory of the pod's process tree when
 the kubelet runs it as a real process)."""
 MEASURED = "measured"
+
+POD_WORKERS = 8
+"""Pods started at once after admission (kubelet runs one goroutine per pod)."""
 
 STATUS_PERIOD = 10.0
 """Seconds between node status updates even when nothing changed (kubelet's default)."""
@@ -168,6 +174,8 @@ class SimKubelet:
         self._server: grpc.Server | None = None
         self._informer: Any = None
         self._worker: threading.Thread | None = None
+        self._pod_workers: futures.ThreadPoolExecutor | None = None
+        self._starting: dict[str, futures.Future[None]] = {}  # uid -> its pod worker's start
         self._ips = itertools.count(10)
         self._fake_pids = itertools.count(400_000)
         self.allocate_calls: list[tuple[str, str, str, tuple[str, ...]]] = []  # (pod uid, container, resource, ids)
@@ -198,6 +206,7 @@ class SimKubelet:
         self._informer = Informer(self._core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={self.node}",
                                   on_event=self._on_pod_event)
         self._informer.start()
+        self._pod_workers = futures.ThreadPoolExecutor(POD_WORKERS, thread_name_prefix=f"sim-kubelet-{self.node}-pod")
         self._worker = threading.Thread(target=self._admit_loop, name=f"sim-kubelet-{self.node}", daemon=True)
         self._worker.start()
         return self
@@ -211,6 +220,9 @@ class SimKubelet:
         if self._worker is not None:
             self._worker.join(10)
             self._worker = None
+        if self._pod_workers is not None:
+            self._pod_workers.shutdown(wait=True)  # pods being started finish starting
+            self._pod_workers = None
         self._stop_registration()
         if stop_processes:
             with self._lock:
@@ -507,11 +519,33 @@ class SimKubelet:
             self._fail(pod, f"Pod was rejected: Allocate failed due to {error}, which is unexpected",
                        reason="UnexpectedAdmissionError")
             return True
+        self._merge_env(pod, admitted)
         with self._lock:
             self._pods[uid] = admitted
         self._write_checkpoint()
-        self._run(pod, admitted)
+        workers = self._pod_workers
+        if workers is None:
+            self._run(pod, admitted)
+        else:
+            with self._lock:
+                for done in [u for u, f in self._starting.items() if f.done()]:
+                    del self._starting[done]
+                self._starting[uid] = workers.submit(self._start_pod, pod, admitted)
         return True
+
+    def _start_pod(self, pod: dict[str, Any], admitted: AdmittedPod) -> None:
+        try:
+            self._run(pod, admitted)
+        except Exception:
+            log.exception("kubelet %s: starting %s/%s failed", self.node, admitted.namespace, admitted.name)
+
+    def _merge_env(self, pod: dict[str, Any], admitted: AdmittedPod) -> None:
+        """Each container's environment: its spec's env, then what Allocate returned."""
+        containers = (pod.get("spec") or {}).get("containers") or []
+        for ctr in admitted.containers:
+            container = containers[ctr.index]
+            base_env = {e["name"]: str(e.get("value", "")) for e in container.get("env") or [] if "name" in e}
+            ctr.env = {**base_env, **ctr.env}
 
     def _allocate_one(self, admitted: AdmittedPod, ctr: AdmittedContainer, resource: str, count: int) -> None:
         with self._lock:
@@ -566,15 +600,15 @@ class SimKubelet:
     # --- running ------------------------------------------------------------------------------------
 
     def _run(self, pod: dict[str, Any], admitted: AdmittedPod) -> None:
-        ip = next(self._ips)
+        """The pod worker: start the containers, then report the pod Running."""
+        with self._lock:
+            ip = next(self._ips)
         admitted.pod_ip = f"{self.pod_ip_prefix}.{ip // 250 % 250}.{ip % 250 + 2}"
         spec = pod.get("spec") or {}
         statuses = []
         for ctr in admitted.containers:
             container = (spec.get("containers") or [])[ctr.index]
-            base_env = {e["name"]: str(e.get("value", "")) for e in container.get("env") or [] if "name" in e}
-            env = {**base_env, **ctr.env}
-            ctr.env = env
+            env = ctr.env
             if self.run_processes and (container.get("command") or container.get("args")):
                 ctr.process = self._start_process(admitted, ctr, container, env)
             if self.gpus is not None and c.ENV_DEVICE_INDICES in env:
@@ -593,8 +627,9 @@ class SimKubelet:
                            for t in ("Initialized", "ContainersReady", "Ready", "PodScheduled")],
         }
         try:
-            self._core.patch_namespaced_pod_status(admitted.name, admitted.namespace, {"status": status},
-                                                   _request_timeout=30)
+            reply = self._core.patch_namespaced_pod_status(admitted.name, admitted.namespace, {"status": status},
+                                                           _request_timeout=30, _preload_content=False)
+            reply.data  # noqa: B018 - read to the end (the connection goes back to the pool), no client models
         except Exception as error:
             log.warning("kubelet %s: cannot mark %s/%s running: %s", self.node, admitted.namespace, admitted.name, error)
         log.info("kubelet %s: %s/%s running at %s", self.node, admitted.namespace, admitted.name, admitted.pod_ip)
@@ -673,6 +708,10 @@ class SimKubelet:
                 ctr.gpu_pid = None
 
     def _forget(self, uid: str) -> None:
+        with self._lock:
+            starting = self._starting.pop(uid, None)
+        if starting is not None:
+            futures.wait([starting])  # its containers are started before they are stopped
         with self._lock:
             pod = self._pods.pop(uid, None)
             self._failed.pop(uid, None)

@@ -11,7 +11,9 @@ the simulated kubelet writes it. Format (kubelet >= 1.20):
 
 Older kubelets wrote ``DeviceIDs`` as a plain list; both are read. The checksum is
 kubelet's hash of its Go structure, which cannot be reproduced outside Go; it is not
-verified here, and the simulated kubelet writes an FNV-1a of the JSON ``Data`` instead.
+verified here, and the simulated kubelet writes a 32-bit FNV-1a of the compact, key-sorted
+JSON of ``Data`` instead (in C: ``fnv-hash-fast``; a pure-Python loop over the ~60 KB file
+of a busy node cost 15–100 ms per admission in the classroom storm).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import os
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+import orjson
 
 
 @dataclass(frozen=True)
@@ -112,13 +116,6 @@ def _alloc_response(text: object, where: str) -> bytes:
         raise CheckpointError(f"{where}.AllocResp is not base64") from None
 
 
-def _fnv1a32(data: bytes) -> int:
-    value = 0x811C9DC5
-    for byte in data:
-        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
-    return value
-
-
 def write_checkpoint(path: str, entries: Iterable[PodDeviceEntry],
                      registered: Mapping[str, Iterable[str]], numa_of: Mapping[str, int | None] | None = None) -> None:
     """Write the file atomically in kubelet's format (for the simulated kubelet)."""
@@ -138,12 +135,16 @@ def write_checkpoint(path: str, entries: Iterable[PodDeviceEntry],
         })
     data = {"PodDeviceEntries": pod_entries,
             "RegisteredDevices": {name: sorted(ids) for name, ids in registered.items()}}
-    body = {"Data": data, "Checksum": _fnv1a32(json.dumps(data, sort_keys=True).encode())}
+    # only the simulated kubelet writes: its dependency ("sim"), not the node daemon's
+    from fnv_hash_fast import fnv1a_32
+
+    encoded = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+    body = b'{"Data":' + encoded + b',"Checksum":' + str(fnv1a_32(encoded)).encode() + b"}"
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(body, handle)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(body)
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -309,7 +309,9 @@ class NodeDaemon:
     def _list_pods(self) -> list[dict[str, Any]]:
         response = self._core_api.list_pod_for_all_namespaces(
             field_selector=f"spec.nodeName={self.config.node}", _preload_content=False, _request_timeout=10)
-        return list(json.loads(response.data).get("items") or [])
+        from ..informer import decode
+
+        return list(decode(response.data).get("items") or [])
 
     def _checkpoint_entries(self) -> list[PodDeviceEntry]:
         """kubelet's checkpoint; [] (and a warning each time the complaint changes) when unreadable:
@@ -374,8 +376,10 @@ class NodeDaemon:
             if not desired:
                 continue
             try:
-                self._core_api.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": desired}},
-                                                    _request_timeout=30)
+                # the reply is read but not turned into client models (several ms per pod)
+                reply = self._core_api.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": desired}},
+                                                            _request_timeout=30, _preload_content=False)
+                reply.data  # noqa: B018 - read to the end: the connection goes back to the pool
                 log.info("pod %s/%s: %s=%s, allocation record written", namespace, name,
                          self.config.names.gpu_assigned, desired.get(self.config.names.gpu_assigned))
             except ApiException as error:

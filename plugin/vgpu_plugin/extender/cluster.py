@@ -75,10 +75,13 @@ class KubePodAPI:
         return self._call("annotating the pod", self._core.patch_namespaced_pod, name, namespace,
                           {"metadata": {"annotations": dict(annotations)}})
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        metadata = {"name": name, "namespace": namespace}
+    def bind(self, namespace: str, name: str, uid: str, node: str,
+             annotations: Mapping[str, str] | None = None) -> None:
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
         if uid:
             metadata["uid"] = uid  # the API server refuses the binding if the pod was replaced
+        if annotations:
+            metadata["annotations"] = dict(annotations)  # copied onto the pod with nodeName, in one write
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         self._call("binding the pod", self._core.create_namespaced_pod_binding, name, namespace, body)

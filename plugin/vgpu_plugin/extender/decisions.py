@@ -12,10 +12,14 @@ A pod's own claim never counts against it: a pod whose earlier bind was interrup
 after the claim was written is filtered, scored and bound as if it held nothing.
 
 Bind is the only writer: under the pod's and the node's locks it chooses the card(s),
-records the claim in the ledger at once (so concurrent filters see it), PATCHes the
-pod's annotations, POSTs the Binding, and undoes what it did when a step fails. Cards a
-pod already names (``predicate-gpu-idx-<i>``, written by anyone) are adopted only when
-they still have room for it; otherwise the pod is placed afresh.
+records the claim in the ledger at once (so concurrent filters see it), and POSTs one
+Binding whose annotations the API server copies onto the pod together with nodeName
+(kube-apiserver's ``setPodHostAndAnnotations``): the claim and the binding land in one
+write or not at all, so a refused Binding leaves nothing to undo but the ledger's claim.
+When an earlier claim left card keys this one
+does not cover, they are removed with a PATCH first (a Binding can only add keys).
+Cards a pod already names (``predicate-gpu-idx-<i>``, written by anyone) are adopted
+only when they still have room for it; otherwise the pod is placed afresh.
 """
 
 from __future__ import annotations
@@ -66,7 +70,9 @@ class PodAPI(Protocol):
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     def patch_annotations(self, namespace: str, name: str,
                           annotations: Mapping[str, str | None]) -> dict[str, Any]: ...
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+    def bind(self, namespace: str, name: str, uid: str, node: str,
+             annotations: Mapping[str, str] | None = None) -> None:
+        """POST the Binding; the API server copies its ``annotations`` onto the pod with nodeName."""
 
 
 class PodProblem(ValueError):
@@ -477,7 +483,7 @@ class Decisions:
         # for a moment (benchmarks/storm/README.md), so the lock stays until that is explained.
         with self._pod_locks(f"{args.pod_namespace}/{args.pod_name}"), self._node_locks(args.node):
             try:
-                pod = self._api.get_pod(args.pod_namespace, args.pod_name)
+                pod = self._read_pod(args)
             except APIFailure as error:
                 return f"cannot read {where}: {error}"
             if pod is None:
@@ -516,6 +522,12 @@ class Decisions:
                 log.warning("%s: not adopting the cards it names on %s (%s); placing it afresh",
                             where, args.node, refusal)
             return self._allocate_and_bind(pod, args, uid, ask)
+
+    def _read_pod(self, args: ExtenderBindingArgs) -> dict[str, Any] | None:
+        """The pod as the API has it now. (Reading the watch's copy instead saves a request but
+        was taken out: with a stale copy, a pod bound meanwhile could leave an assumed claim
+        that only the sweep settles, tests/extender/test_concurrency.py.)"""
+        return self._api.get_pod(args.pod_namespace, args.pod_name)
 
     def _state_without(self, entry: NodeEntry, uid: str) -> NodeState:
         """The node's placement state with pod ``uid``'s own claim given back."""
@@ -566,29 +578,50 @@ class Decisions:
             holding = Holding(uid, args.pod_namespace, args.pod_name, args.node, allocation.containers,
                               assumed=True, assumed_at=time.monotonic())
             previous = self.ledger.put(holding)
-        annotations: dict[str, str | None] = dict(contract.predicate_annotations(allocation, self.names))
+        annotations = contract.predicate_annotations(allocation, self.names)
         stale = [key for key in (pod.get("metadata") or {}).get("annotations") or {}
                  if key.startswith((self.names.predicate_gpu_idx_prefix, self.names.mig_slice_prefix))
                  and key not in annotations]
-        annotations.update(dict.fromkeys(stale))  # keys of an earlier claim that this one does not cover
+        if not stale:
+            return self._post_binding(pod, args, uid, patched=holding, annotations=annotations, previous=previous)
+        # keys of an earlier claim that this one does not cover: only a PATCH can remove them
+        patch: dict[str, str | None] = {**annotations, **dict.fromkeys(stale)}
         try:
-            patched = self._api.patch_annotations(args.pod_namespace, args.pod_name, annotations)
+            patched = self._api.patch_annotations(args.pod_namespace, args.pod_name, patch)
         except APIFailure as error:
             self._restore(holding, previous)
             return f"cannot annotate {where}: {error}"
-        rv = _resource_version(patched)
-        if rv is not None:
-            with self.ledger.lock:
-                if self.ledger.holding(uid) is holding:
-                    self.ledger.put(replace(holding, min_resource_version=rv))
+        self._watch_from(holding, _resource_version(patched))
         return self._post_binding(pod, args, uid, patched=holding)
 
+    def _settle_bound(self, ours: Holding, pod: Mapping[str, Any]) -> None:
+        """The pod turned out bound to our node (by this call, its answer lost, or an earlier one):
+        the ledger holds what this version of it names, and the watch from here on."""
+        rv = _resource_version(pod)
+        claim = pod_holding(pod, self.names, self.schedulers)
+        with self.ledger.lock:
+            if self.ledger.holding(ours.uid) is not ours:
+                return
+            if isinstance(claim, Holding) and not claim.same_claim(ours):
+                self.ledger.put(replace(claim, assumed=True, assumed_at=time.monotonic(), min_resource_version=rv))
+            elif rv is not None:
+                self.ledger.put(replace(ours, min_resource_version=rv))
+
+    def _watch_from(self, holding: Holding, rv: int | None) -> None:
+        """Watch events from ``rv`` on say what the pod holds (older ones cannot undo our claim)."""
+        if rv is not None:
+            with self.ledger.lock:
+                if self.ledger.holding(holding.uid) is holding:
+                    self.ledger.put(replace(holding, min_resource_version=rv))
+
     def _post_binding(self, pod: dict[str, Any], args: ExtenderBindingArgs, uid: str, *,
-                      patched: Holding | None) -> str:
-        """POST the Binding; after a failure, undo our annotations and our claim."""
+                      patched: Holding | None, annotations: Mapping[str, str] | None = None,
+                      previous: Holding | None = None) -> str:
+        """POST the Binding (carrying ``annotations`` when given); after a failure, undo our claim
+        and the annotations a PATCH wrote (``patched`` without ``annotations``)."""
         where = f"pod {args.pod_namespace}/{args.pod_name}"
         try:
-            self._api.bind(args.pod_namespace, args.pod_name, uid, args.node)
+            self._api.bind(args.pod_namespace, args.pod_name, uid, args.node, annotations)
             return ""
         except APIFailure as error:
             failure = f"cannot bind {where} to {args.node}: {error}"
@@ -598,9 +631,18 @@ class Decisions:
         except APIFailure:
             now = None
         if now is not None and (now.get("spec") or {}).get("nodeName") == args.node:
+            if patched is not None:
+                self._settle_bound(patched, now)
             return ""
+        elsewhere = ((now or {}).get("spec") or {}).get("nodeName") or ""
+        if elsewhere:  # bound meanwhile to another node (our copy of the pod was older): say so
+            failure = f"{where} is already bound to node {elsewhere}"
         if patched is None:
             return failure  # the annotations predate this call; the claim stays as the API shows it
+        if annotations is not None:
+            # the Binding carried the claim: refused, it wrote nothing
+            self._restore(patched, previous)
+            return failure
         removal: dict[str, str | None] = {
             key: None for key in (self.names.predicate_node, self.names.predicate_time,
                                   self.names.gpu_assigned, self.names.allocation)

@@ -8,6 +8,7 @@ does not parse counts as 0 and is logged, never raised into the informer's threa
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Mapping
@@ -23,14 +24,22 @@ _SUFFIX: dict[str, int | Decimal] = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti"
            "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 
 
+_SUFFIXES = sorted(_SUFFIX, key=len, reverse=True)  # "Mi" before "M"
+
+
 def quantity(value: Any) -> Decimal | None:
     """A Kubernetes resource quantity ("500m", "2", "1Gi", "1e3") as a number; None if invalid."""
     if isinstance(value, bool) or value is None:
         return None
-    text = str(value).strip()
+    return _quantity(str(value).strip())
+
+
+@functools.lru_cache(maxsize=4096)
+def _quantity(text: str) -> Decimal | None:
+    # memoised: the same few texts ("2", "8Gi") repeat over every pod of a 100,000-pod list
     if not text or len(text) > 64:
         return None
-    for suffix in sorted(_SUFFIX, key=len, reverse=True):
+    for suffix in _SUFFIXES:
         if text.endswith(suffix):
             number, scale = text[: -len(suffix)], Decimal(_SUFFIX[suffix])
             break
