@@ -43,6 +43,12 @@ def _text_option(options: Mapping[str, Any], key: str) -> str | None:
     raise RequestError(f"user_options {key!r}: expected a name (text), got {shown(value)}")
 
 
+def _typed_share(unlisted: object) -> Request:
+    if not isinstance(unlisted, str):
+        raise RequestError(f"user_options {UNLISTED_OPTION!r}: expected text such as '30% 8GiB', got {shown(unlisted)}")
+    return parse_share_text(unlisted)
+
+
 def requested(user_options: object, shares: Iterable[Share], *, custom_share: bool,
               allow_runtime_requests: bool) -> Request | None | bool:
     """The share user_options ask for: a Request, None for 'release the GPU', or False when
@@ -54,15 +60,16 @@ def requested(user_options: object, shares: Iterable[Share], *, custom_share: bo
         raise RequestError(f"user_options must be an object of option names and values, got {shown(user_options)}")
     profile = _text_option(user_options, "profile")
     chosen = _text_option(user_options, SHARE_OPTION)
+    unlisted = user_options.get(UNLISTED_OPTION)
+    # checked even when a runtime request wins: KubeSpawner's 'Other…' override reads the same text
+    # when it loads the profile, too late for a 400
+    typed = _typed_share(unlisted) if unlisted else None
     if allow_runtime_requests and is_runtime(user_options):
         return runtime_request(user_options)
-    unlisted = user_options.get(UNLISTED_OPTION)
-    if unlisted:
+    if typed is not None:
         if not custom_share:
             raise RequestError("custom vGPU shares are not enabled on this hub; pick a listed share")
-        if not isinstance(unlisted, str):
-            raise RequestError(f"user_options {UNLISTED_OPTION!r}: expected text such as '30% 8GiB', got {shown(unlisted)}")
-        return parse_share_text(unlisted)
+        return typed
     by_slug = {s.slug: s for s in shares}
     if profile in (VGPU_PROFILE_SLUG, CUSTOM_PROFILE_SLUG):
         if not chosen:  # the form always sends one; KubeSpawner has no default choice to fall back on

@@ -94,6 +94,20 @@ def test_fuzzed_user_options_are_refused_with_a_400_or_spawn_within_the_limit(op
         assert pod.spec.scheduler_name == contract.SCHEDULER_NAME
 
 
+def test_a_bad_typed_share_beside_runtime_options_is_refused_with_a_400():
+    """Found by the fuzzer: runtime keys made apply_user_options skip the typed 'Other…' text,
+    which KubeSpawner then read when loading the profile and failed the spawn without a 400."""
+    options = {UNLISTED: "30% " + "9" * 40 + "GiB", "profile": CUSTOM_PROFILE_SLUG,
+               contract.HUB_OPTION_MEMORY_UNITS: 0}
+
+    async def spawn():
+        return await spawn_pod(make_spawner(hub_config(default_limit=LIMIT)), user_options=options)
+
+    with pytest.raises(web.HTTPError) as refused:
+        asyncio.run(spawn())
+    assert refused.value.status_code == 400 and "too large or malformed" in refused.value.jupyterhub_message
+
+
 @pytest.mark.parametrize(
     "limits, words",
     [
