@@ -81,19 +81,29 @@ class RequestsHandler(VGPUHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
+        cores, units = share_from_body(self.request.body, '{"cores": 25, "memory": "4GiB"}',
+                                       "; cores 0 releases the share")
         try:
-            body = json.loads(self.request.body or b"{}")
-        except ValueError:
-            raise web.HTTPError(400, 'the body is not JSON; send {"cores": 25, "memory": "4GiB"}') from None
-        if not isinstance(body, dict) or "cores" not in body:
-            raise web.HTTPError(400, 'send {"cores": N, "memory": "4GiB" | units}; cores 0 releases the share')
-        try:
-            cores, units = parse_share(body.get("cores"), body.get("memory"), os.environ)  # the Hub's ceiling
             request = self.app.tracker.submit(cores, units)
         except RequestError as error:
             raise web.HTTPError(400, str(error)) from None
         self.set_header("Location", self.request.path.rstrip("/") + "/" + request.id)
         self.reply(request.to_dict(), status=202)
+
+
+def share_from_body(raw: bytes | None, example: str, what: str) -> tuple[int, int]:
+    """The (cores, memory units) a request body asks for, within the Hub's ceiling; a 400 saying
+    what to send otherwise. ``example`` is a body to show, ``what`` ends the hint (what the share is for)."""
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        raise web.HTTPError(400, f"the body is not JSON; send {example}") from None
+    if not isinstance(body, dict) or "cores" not in body:
+        raise web.HTTPError(400, f'send {{"cores": N, "memory": "4GiB" | units}}{what}')
+    try:
+        return parse_share(body.get("cores"), body.get("memory"), os.environ)  # the Hub's ceiling
+    except RequestError as error:
+        raise web.HTTPError(400, str(error)) from None
 
 
 class RequestHandler(VGPUHandler):
@@ -128,16 +138,8 @@ class SwitchHandler(VGPUHandler):
     @web.authenticated
     @authorized
     async def post(self, request_id: str) -> None:
-        try:
-            body = json.loads(self.request.body or b"{}")
-        except ValueError:
-            raise web.HTTPError(400, 'the body is not JSON; send {"cores": 10, "memory": "8GiB"}') from None
-        if not isinstance(body, dict) or "cores" not in body:
-            raise web.HTTPError(400, 'send {"cores": N, "memory": "4GiB" | units}: the share to switch to')
-        try:
-            cores, units = parse_share(body.get("cores"), body.get("memory"), os.environ)  # the Hub's ceiling
-        except RequestError as error:
-            raise web.HTTPError(400, str(error)) from None
+        cores, units = share_from_body(self.request.body, '{"cores": 10, "memory": "8GiB"}',
+                                       ": the share to switch to")
         try:
             request = await self.app.off_loop(self.app.tracker.switch, request_id, cores, units)
         except RequestError as error:
