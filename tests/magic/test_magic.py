@@ -12,15 +12,20 @@ from jupyter_vgpu.core import contract
 from jupyter_vgpu.requesters.hub import NOT_UNDER_HUB
 
 
-@pytest.fixture
-def notebook(shell, real_node, monkeypatch):
-    env = real_node.add_notebook("jupyter-alice", card=2, cores=25, memory_units=40)
+def load_magics_for(shell, env, monkeypatch):
+    """%load_ext in the notebook's environment ``env``, once the node has sampled its process."""
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     shell.run_line_magic("load_ext", "jupyter_vgpu")
     magics = shell.magics_manager.registry["VGPUMagics"]
     wait_for(lambda: (magics.facts.usage(0).get("current") or {}).get("memoryUsedMib"), timeout=60, interval=0.1,
              what="the node to sample the notebook's process")
+
+
+@pytest.fixture
+def notebook(shell, real_node, monkeypatch):
+    env = real_node.add_notebook("jupyter-alice", card=2, cores=25, memory_units=40)
+    load_magics_for(shell, env, monkeypatch)
     return env
 
 
@@ -87,12 +92,7 @@ def test_without_a_widget_frontend_watch_prints_lines(shell, notebook):
 def test_on_a_mig_slice_topo_shows_the_slices_and_watch_says_compute_is_not_available(shell, real_node, monkeypatch):
     made = real_node.gpus.set_mig_layout(1, ["2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"])
     env = real_node.add_notebook("jupyter-ada", card=1, cores=25, memory_units=32, mig_device=made[2].uuid)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    shell.run_line_magic("load_ext", "jupyter_vgpu")
-    magics = shell.magics_manager.registry["VGPUMagics"]
-    wait_for(lambda: (magics.facts.usage(0).get("current") or {}).get("memoryUsedMib"), timeout=60, interval=0.1,
-             what="the node to sample the notebook's process")
+    load_magics_for(shell, env, monkeypatch)
     out, outputs = run(shell, "topo")
     out += "".join(o.data["text/plain"] for o in outputs)
     assert "GPU 1 [..|..|@@|.] yours: MIG 2g.10gb · 1 of 4 slices held" in out
