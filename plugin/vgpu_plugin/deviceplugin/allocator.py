@@ -44,6 +44,7 @@ from .allocate import (
 from .checkpoint import PodDeviceEntry
 from .devices import CORE, card_of, cards_in
 from .enforcement import EnforcementConfig
+from .listed import ListedPods
 from .pods import PodView, Wanted, parse_pod
 from .reconcile import Plan, World, gone_pods, plan_reconcile, plan_restore
 from .records import desired_annotations
@@ -77,11 +78,13 @@ class Allocator:
         enforcement: EnforcementConfig | None = None,
         metrics_url: Callable[[], str] | str = "",
         on_pod_changed: Callable[[str, str], None] | None = None,
-        fresh_pods: Callable[[], list[dict[str, Any]]] | None = None,
+        fresh_pods: Callable[[], dict[str, Any]] | None = None,
         confirm_grace: float = 10.0,
     ) -> None:
-        """``fresh_pods`` lists this node's pods straight from the API: kubelet's watch and ours
-        are independent, so kubelet may admit a pod our cache has not seen bound yet.
+        """``fresh_pods`` lists this node's pods straight from the API (the LIST reply: items and
+        resourceVersion): kubelet's watch and ours are independent, so kubelet may admit a pod our
+        cache has not seen bound yet. A list stands in for the cache until the watch catches up
+        (``listed.py``).
         ``confirm_grace``: how long ``gpu-assigned=true`` waits for kubelet's checkpoint to confirm
         who holds each answer before it is written anyway (with no allocation id: no token works)."""
         self._confirm_grace = confirm_grace
@@ -96,6 +99,7 @@ class Allocator:
         self._on_pod_changed = on_pod_changed or (lambda namespace, name: None)
         self._lock = threading.RLock()
         self._ledger = Ledger()
+        self._listed = ListedPods()  # the last list of the node's pods, while it is newer than the watch
         self._views: dict[str, tuple[str, PodView | None]] = {}  # uid -> (resourceVersion, view)
         self._running: set[str] = set()  # pods kubelet runs (it admitted them), from the last listing
         self._gone: set[str] = set()  # pods deleted or finished since the last reconcile
@@ -113,11 +117,24 @@ class Allocator:
         self._views[uid] = (version, view)
         return view
 
+    def _items(self) -> list[dict[str, Any]]:
+        """The node's pods: the informer's, with a standing list's newer copies."""
+        version = getattr(self._pods, "resource_version", None)  # read first: the items are at least as new
+        return list(self._listed.merged(self._pods.items(), version))
+
+    def _refresh(self, body: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+        """Take a LIST reply in (under the lock); the pods to read for this call when the list cannot
+        stand in for the cache (None: read ``_items()``)."""
+        if body is None:
+            return None
+        items = self._listed.replace(body)
+        return None if self._listed.standing else items
+
     def _all_views(self, pods: list[dict[str, Any]] | None = None) -> list[PodView]:
         views = []
         seen = set()
         running = set()
-        for pod in self._pods.items() if pods is None else pods:
+        for pod in self._items() if pods is None else pods:
             view = self._view(pod)
             uid = (pod.get("metadata") or {}).get("uid") or ""
             seen.add(uid)
@@ -133,8 +150,8 @@ class Allocator:
     def _settled(self, views: list[PodView]) -> set[str]:
         return settled_pods(views, self._ledger, self._running)
 
-    def _fetch_fresh(self) -> list[dict[str, Any]] | None:
-        """The node's pods straight from the API (None: use the cache), for a cache that lags kubelet."""
+    def _fetch_fresh(self) -> dict[str, Any] | None:
+        """The LIST of the node's pods straight from the API (None: use the cache), for a cache that lags kubelet."""
         if self._fresh_pods is None:
             return None
         try:
@@ -160,11 +177,11 @@ class Allocator:
                 return False
         if fresh or self._fresh_pods is None:
             return True
-        pods = self._fetch_fresh()
-        if pods is None:
+        body = self._fetch_fresh()
+        if body is None:
             return False
         with self._lock:
-            return self._rivals(count, self._all_views(pods)) == [key]
+            return self._rivals(count, self._all_views(self._refresh(body))) == [key]
 
     def _no_match(self, kind: str, count: int, views: list[PodView]) -> AllocationError:
         return no_match(self._ledger, self.node, self.names, kind, count, views, self._settled(views))
@@ -189,10 +206,10 @@ class Allocator:
             wanted = self._choose(kind, len(ids), ids, views)
         fresh = False
         if wanted is None:
-            pods = self._fetch_fresh()
-            fresh = pods is not None
+            body = self._fetch_fresh()
+            fresh = body is not None
             with self._lock:
-                views = self._all_views(pods)
+                views = self._all_views(self._refresh(body))
                 wanted = self._choose(kind, len(ids), ids, views)
                 if wanted is None:
                     raise self._no_match(kind, len(ids), views)
@@ -240,11 +257,10 @@ class Allocator:
         with self._lock:
             views = self._all_views()
             wanted = self._choose(kind, size, None, views)
-        if wanted is None:
-            pods = self._fetch_fresh()
+        body = self._fetch_fresh() if wanted is None else None
         with self._lock:
             if wanted is None:
-                views = self._all_views(pods)
+                views = self._all_views(self._refresh(body))
                 wanted = self._choose(kind, size, None, views)
             per_card: dict[int, int] = {}
             if wanted is not None:
@@ -313,7 +329,7 @@ class Allocator:
         """Match the ledger to what kubelet did; returns the pods whose annotations must change."""
         with self._lock:
             views = self._all_views()
-            present = {(p.get("metadata") or {}).get("uid") or "" for p in self._pods.items() if not claims.is_finished(p)}
+            present = {(p.get("metadata") or {}).get("uid") or "" for p in self._items() if not claims.is_finished(p)}
             gone = gone_pods(self._ledger, self._gone, present, time.monotonic())
             self._gone.clear()
             plan = plan_reconcile(self._ledger, entries, self._world(views), gone)

@@ -306,12 +306,14 @@ class NodeDaemon:
             log.warning("removing HAMi-core cache dirs failed: %s", error)
             return []
 
-    def _list_pods(self) -> list[dict[str, Any]]:
+    def _list_pods(self) -> dict[str, Any]:
+        """This node's pods as the API has them now: the LIST reply (items and its resourceVersion)."""
         response = self._core_api.list_pod_for_all_namespaces(
             field_selector=f"spec.nodeName={self.config.node}", _preload_content=False, _request_timeout=10)
         from ..informer import decode
 
-        return list(decode(response.data).get("items") or [])
+        body = decode(response.data)
+        return body if isinstance(body, dict) else {}
 
     def _checkpoint_entries(self) -> list[PodDeviceEntry]:
         """kubelet's checkpoint; [] (and a warning each time the complaint changes) when unreadable:
