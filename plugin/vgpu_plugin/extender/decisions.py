@@ -481,7 +481,9 @@ class Decisions:
         # (the cards are chosen and claimed under the ledger's lock) were tried for the
         # classroom storm: twice as fast, but one storm in five showed a card over-committed
         # for a moment (benchmarks/storm/README.md), so the lock stays until that is explained.
-        with self._pod_locks(f"{args.pod_namespace}/{args.pod_name}"), self._node_locks(args.node):
+        # It guards the claim and the Binding; reading the pod and checking it are about this pod
+        # alone (the pod lock keeps other binds of it out), so they happen before it is taken.
+        with self._pod_locks(f"{args.pod_namespace}/{args.pod_name}"):
             try:
                 pod = self._read_pod(args)
             except APIFailure as error:
@@ -501,27 +503,33 @@ class Decisions:
                 return str(problem)
             if ask.invalid:
                 return f"{where}: {ask.invalid}"
-            current = pod_holding(pod, self.names, self.schedulers)
-            bound = (pod.get("spec") or {}).get("nodeName") or ""
-            if bound:
-                if bound != args.node:
-                    return f"{where} is already bound to node {bound}"
-                if isinstance(current, Holding):
-                    self._adopt(current)
-                    return ""  # a repeated bind: already done, nothing more to allocate
-                return f"{where} is already bound to {bound} without a card assignment"
-            if isinstance(current, Holding) and current.node == args.node:
-                # cards named before this call (an earlier attempt that did not get to bind, or
-                # whoever wrote the pod): reuse them only if they still have room for the pod
-                with self.ledger.lock:
-                    refusal = self._preset_refusal(current, args.node)
-                    if refusal is None:
-                        self._adopt(current)
+            with self._node_locks(args.node):
+                return self._claim_and_bind(pod, args, uid, ask)
+
+    def _claim_and_bind(self, pod: dict[str, Any], args: ExtenderBindingArgs, uid: str, ask: PodAsk) -> str:
+        """Under the pod's and the node's locks: adopt what the pod already holds, or claim cards; then bind."""
+        where = f"pod {args.pod_namespace}/{args.pod_name}"
+        current = pod_holding(pod, self.names, self.schedulers)
+        bound = (pod.get("spec") or {}).get("nodeName") or ""
+        if bound:
+            if bound != args.node:
+                return f"{where} is already bound to node {bound}"
+            if isinstance(current, Holding):
+                self._adopt(current)
+                return ""  # a repeated bind: already done, nothing more to allocate
+            return f"{where} is already bound to {bound} without a card assignment"
+        if isinstance(current, Holding) and current.node == args.node:
+            # cards named before this call (an earlier attempt that did not get to bind, or
+            # whoever wrote the pod): reuse them only if they still have room for the pod
+            with self.ledger.lock:
+                refusal = self._preset_refusal(current, args.node)
                 if refusal is None:
-                    return self._post_binding(pod, args, uid, patched=None)
-                log.warning("%s: not adopting the cards it names on %s (%s); placing it afresh",
-                            where, args.node, refusal)
-            return self._allocate_and_bind(pod, args, uid, ask)
+                    self._adopt(current)
+            if refusal is None:
+                return self._post_binding(pod, args, uid, patched=None)
+            log.warning("%s: not adopting the cards it names on %s (%s); placing it afresh",
+                        where, args.node, refusal)
+        return self._allocate_and_bind(pod, args, uid, ask)
 
     def _read_pod(self, args: ExtenderBindingArgs) -> dict[str, Any] | None:
         """The pod as the API has it now. (Reading the watch's copy instead saves a request but
