@@ -153,7 +153,8 @@ class Store:
     objects: dict[Key, dict[str, Any]] = field(default_factory=dict)
     rv: int = 0
     events: collections.deque[WatchEvent] = field(init=False)
-    listeners: list[Callable[[], None]] = field(default_factory=list)
+    # called with each change as it is committed (watches decide whether it wakes them)
+    listeners: list[Callable[[WatchEvent | None], None]] = field(default_factory=list)
     _service_ips: int = 0
 
     def __post_init__(self) -> None:
@@ -430,9 +431,10 @@ class Store:
         obj["metadata"]["resourceVersion"] = str(self.rv)
         if store:
             self.objects[key] = obj
-        self.events.append(WatchEvent(self.rv, rt.group, rt.plural, kind, obj, old))
+        event = WatchEvent(self.rv, rt.group, rt.plural, kind, obj, old)
+        self.events.append(event)
         for listener in list(self.listeners):
-            listener()
+            listener(event)
         return obj
 
 

@@ -539,3 +539,38 @@ def test_kubectl_prints_the_columns_of_a_real_cluster(kube, core_v1, kubectl):
 def test_ages_print_as_kubectl_prints_them(seconds, printed):
     from simkube.tables import human_duration
     assert human_duration(seconds) == printed
+
+
+def test_a_watch_pinned_to_a_node_sees_its_pods_through_many_changes_it_is_not_woken_for():
+    # the watch is woken only by changes to pods on its node (and every 500 others, to keep its
+    # place in the history): 700 other changes in a history of 600 must not make it fall behind
+    with SimKubeAPI(history=600) as api:
+        core = kubernetes.client.CoreV1Api(api.api_client())
+        seen: list[tuple[str, str, str]] = []
+        start = str(api.resource_version)
+
+        def consume() -> None:
+            pinned = watch.Watch()
+            for event in pinned.stream(core.list_pod_for_all_namespaces, field_selector="spec.nodeName==n1",
+                                       resource_version=start, timeout_seconds=60):
+                obj = event["raw_object"]
+                seen.append((event["type"], obj["metadata"].get("name", ""), obj.get("spec", {}).get("nodeName", "")))
+                if event["type"] in ("DELETED", "ERROR"):
+                    pinned.stop()
+
+        consumer = threading.Thread(target=consume)
+        consumer.start()
+        wait_for(lambda: api.call(lambda: len(api.store.listeners)), timeout=30, interval=0.01,
+                 what="the watch to connect")
+        for name, target in (("here", "n1"), ("there", "n2")):
+            core.create_namespaced_pod("default", pod(name))
+            bind(core, name, target)
+        for i in range(700):
+            core.create_namespaced_config_map("default", {"metadata": {"name": f"cm-{i}"}})
+            if i % 100 == 0:
+                core.patch_namespaced_pod("there", "default", {"metadata": {"annotations": {"i": str(i)}}})
+        core.patch_namespaced_pod("here", "default", {"metadata": {"annotations": {"a": "b"}}})
+        core.delete_namespaced_pod("here", "default", grace_period_seconds=0)
+        consumer.join(30)
+        assert not consumer.is_alive()
+        assert seen == [("ADDED", "here", "n1"), ("MODIFIED", "here", "n1"), ("DELETED", "here", "n1")]
