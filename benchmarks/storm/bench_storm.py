@@ -43,6 +43,7 @@ from simkube.waiting import wait_for  # noqa: E402
 from test_churn import CHURN, Watcher, _agreement, _settled  # noqa: E402
 
 from jupyter_vgpu.core import contract as c  # noqa: E402
+from jupyter_vgpu.core import placement  # noqa: E402
 
 NAMES = c.DEFAULT_NAMES
 STORM = "vgpu.jupyter.org/storm"
@@ -222,6 +223,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", choices=("cpu", "gpu"), help="run one kind of storm (for profiling)")
+    parser.add_argument("--policy", default="binpack", choices=placement.POLICIES,
+                        help="the extender's placement policy (binpack is the default deployed)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
 
@@ -230,10 +233,10 @@ def main() -> None:
     logging.basicConfig(level=logging.ERROR)
     from vgpu_plugin.demo.cluster import SimCluster
 
-    results: dict[str, Any] = {"nodes": args.nodes, "gpus": args.nodes * 8, "pods": args.pods,
+    results: dict[str, Any] = {"nodes": args.nodes, "gpus": args.nodes * 8, "pods": args.pods, "policy": args.policy,
                                "load_start": load_average(), "storms": []}
     started = time.monotonic()
-    with SimCluster(node_specs(args.nodes), metrics_period=30.0, ready_timeout=600) as cluster:
+    with SimCluster(node_specs(args.nodes), metrics_period=30.0, ready_timeout=600, policy=args.policy) as cluster:
         results["cluster_start_s"] = round(time.monotonic() - started, 1)
         print(f"cluster up in {results['cluster_start_s']} s (load {load_average()})", flush=True)
         timeline = Timeline(cluster).start()
