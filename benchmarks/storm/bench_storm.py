@@ -225,6 +225,8 @@ def main() -> None:
     parser.add_argument("--only", choices=("cpu", "gpu"), help="run one kind of storm (for profiling)")
     parser.add_argument("--policy", default="binpack", choices=placement.POLICIES,
                         help="the extender's placement policy (binpack is the default deployed)")
+    parser.add_argument("--api-process", action="store_true",
+                        help="run the simulated API server in a process of its own (its own GIL)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
 
@@ -234,9 +236,11 @@ def main() -> None:
     from vgpu_plugin.demo.cluster import SimCluster
 
     results: dict[str, Any] = {"nodes": args.nodes, "gpus": args.nodes * 8, "pods": args.pods, "policy": args.policy,
+                               "api_process": args.api_process,
                                "load_start": load_average(), "storms": []}
     started = time.monotonic()
-    with SimCluster(node_specs(args.nodes), metrics_period=30.0, ready_timeout=600, policy=args.policy) as cluster:
+    with SimCluster(node_specs(args.nodes), metrics_period=30.0, ready_timeout=600, policy=args.policy,
+                    api_process=args.api_process) as cluster:
         results["cluster_start_s"] = round(time.monotonic() - started, 1)
         print(f"cluster up in {results['cluster_start_s']} s (load {load_average()})", flush=True)
         timeline = Timeline(cluster).start()

@@ -35,6 +35,7 @@ from typing import Any
 
 from simkube import waiting
 from simkube.apiserver import SimKubeAPI
+from simkube.process import SimKubeAPIProcess
 
 from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.data import TOPOLOGY_DIR
@@ -103,7 +104,9 @@ class SimCluster:
                  fixtures_dir: str | os.PathLike[str] | None = None, policy: str = "binpack",
                  enforcement: str = "hami-core", run_processes: bool = False, metrics_period: float = 1.0,
                  scheduler_config: str | os.PathLike[str] | None = None, names: c.Names = c.DEFAULT_NAMES,
-                 kube_port: int = 0, ready_timeout: float = 60.0) -> None:
+                 kube_port: int = 0, ready_timeout: float = 60.0, api_process: bool = False) -> None:
+        """``api_process``: run the API server in a process of its own (``simkube.process``), so
+        it does not share this process's GIL; the store is then out of reach (no ``kube.call``)."""
         if not nodes:
             raise ValueError("a simulated cluster needs at least one node")
         duplicates = {spec.name for spec in nodes if sum(s.name == spec.name for s in nodes) > 1}
@@ -123,7 +126,7 @@ class SimCluster:
         # Unix socket paths must stay under ~100 characters: keep the work dir short.
         self._own_workdir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="vgsim-", dir="/tmp")
-        self.kube = SimKubeAPI(port=kube_port)
+        self.kube: Any = SimKubeAPIProcess(port=kube_port) if api_process else SimKubeAPI(port=kube_port)
         self.kubeconfig = os.path.join(self.workdir, "kubeconfig")
         self.extender: Any = None
         self.scheduler: Any = None
