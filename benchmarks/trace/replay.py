@@ -51,6 +51,12 @@ OUR_POLICIES = ("binpack", "fragment")
 # times as the node's free CPU can host it, alone and first of list (as FGD), and the same
 # measure as an extender could deploy it (11 levels x weight over a MostAllocated profile).
 COPIES_POLICIES = ("FGD-copies", "FGD-copies-deployed")
+# Third round (README.md): the same measure as an extender's filter would deploy it, with the
+# typical pods learned online (core MixLearner, by count, per GPU model) from the GPU tasks seen
+# so far; the filter returns only its best node (FGD's 0-100 score, first in node order on ties),
+# so kube-scheduler does not score.
+FILTER_POLICIES = ("fgd-filter",)
+FILTER_CAPACITY, FILTER_DECAY = 64, 0.999
 
 
 @dataclass
@@ -411,6 +417,16 @@ def default_scores(st: State, nodes: np.ndarray, cpu: int, mem: int, most: bool 
     return fit + balanced
 
 
+def learned_typical(mix, cluster: Cluster):
+    """The learned mix as the simulator's typical pods (w, cpu, milli, cards, access [N,T])."""
+    shapes = mix.shapes
+    w = np.array([x for _, x in shapes], dtype=float)
+    milli = np.array([1000 if s.whole else s.cores * 10 for s, _ in shapes])
+    allowed = np.array([[not s.models or m in s.models for s, _ in shapes] for m in cluster.models], dtype=bool)
+    return (w, np.array([s.cpu_milli for s, _ in shapes], dtype=np.int64), milli,
+            np.array([s.cards for s, _ in shapes]), allowed[cluster.model])
+
+
 def mix_arrays(mix, nodes_n: int):
     shapes = mix.shapes
     w = np.array([x for _, x in shapes])
@@ -576,7 +592,8 @@ def _first_free_2d(cores, units, cap, num):
 
 def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = True, weight: int = 5,
         span: float = FRAGMENT_SPAN, decay: float = 0.999, packing: float = FRAGMENT_PACKING,
-        coverage: float = 0.95, blend: float = 0.0) -> dict[str, float]:
+        coverage: float = 0.95, blend: float = 0.0, filter_decay: float = FILTER_DECAY,
+        filter_capacity: int = FILTER_CAPACITY) -> dict[str, float]:
     cluster = load_cluster()
     rows = inflate(load_tasks(trace, cluster), cluster, seed)
     tasks = build_tasks(rows, cluster)
@@ -584,6 +601,8 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
     st = State(cluster, project_units)
     rng = np.random.default_rng(seed + 1000)
     learner = MixLearner(decay=decay)
+    filter_learner = MixLearner(capacity=filter_capacity, decay=filter_decay, by="count")
+    learned = None
     frag_cache = fgd_frag(st.cores * 10, st.cpu, typ, typ[4]) if policy == "FGD" else None
     cap = cluster.gpu_milli
     # a scheduler profile scoring NodeResourcesFit MostAllocated (with BalancedAllocation), or
@@ -596,6 +615,11 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
         arrived += milli * num
         gpu_pod = num > 0
         if gpu_pod or not regime.startswith("taint"):
+            if policy in FILTER_POLICIES and gpu_pod and _seen_by_extender(st, tasks, t):
+                filter_learner.observe(_filter_shape(tasks, t, cluster))
+                observed += 1
+                if learned is None or observed <= 16 or observed % 16 == 0:  # the extender's snapshot rule
+                    learned = learned_typical(filter_learner.mix(), cluster)
             nodes = _feasible(st, tasks, t)
             if len(nodes) == 0:
                 failed += 1
@@ -604,6 +628,8 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
                     node, cards = sim_choose(policy, st, t, tasks, nodes, rng, typ, frag_cache)
                 elif policy in COPIES_POLICIES:
                     node, cards = copies_choose(policy, st, t, tasks, nodes, rng, typ, blend)
+                elif policy in FILTER_POLICIES:
+                    node, cards = copies_choose("FGD-copies", st, t, tasks, nodes, rng, learned, blend)
                 elif not gpu_pod:  # never reaches the extender: kube-scheduler's defaults alone
                     total = default_scores(st, nodes, int(tasks.cpu[t]), int(tasks.mem[t]), most=most is True)
                     node, cards = int(nodes[_pick_index(total, rng)]), []
@@ -631,6 +657,22 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
         print(f"  vectorised vs core score_node: {CHECKS['differ']} of {CHECKS['done']} sampled scores differ",
               flush=True)
     return out
+
+
+def _seen_by_extender(st: State, tasks: Tasks, t: int) -> bool:
+    """kube-scheduler calls the extender only when its own filters (CPU, memory, the GPU-model
+    node selector) leave a node."""
+    ok = (st.cpu >= tasks.cpu[t]) & (st.mem >= tasks.mem[t]) & tasks.access[t][st.c.model]
+    return bool(ok.any())
+
+
+def _filter_shape(tasks: Tasks, t: int, cluster: Cluster) -> Shape:
+    """What the extender learns of a pod: its GPU request, CPU and allowed GPU models (the
+    measure uses neither the pod's memory nor the share's card memory)."""
+    milli, num = int(tasks.milli[t]), int(tasks.num[t])
+    allowed = tasks.access[t]
+    models = () if allowed.all() else tuple(m for m, ok in zip(cluster.models, allowed, strict=True) if ok)
+    return Shape(min(100, milli // 10), 0, max(1, num), int(tasks.cpu[t]), 0, models)
 
 
 def _feasible(st: State, tasks: Tasks, t: int) -> np.ndarray:
@@ -667,7 +709,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trace", nargs="+", default=["default"])
     p.add_argument("--policies", nargs="+", default=list(SIM_POLICIES + OUR_POLICIES),
-                   choices=SIM_POLICIES + OUR_POLICIES + COPIES_POLICIES + ("fragment-exact",))
+                   choices=SIM_POLICIES + OUR_POLICIES + COPIES_POLICIES + FILTER_POLICIES + ("fragment-exact",))
     p.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
     p.add_argument("--regime", nargs="+", default=["spread"], choices=["spread", "pack", "taint", "taint-pack", "vgpu", "taint-vgpu"],
                    help="spread: kube-scheduler's default profile, CPU-only pods on the GPU nodes too; "
@@ -682,6 +724,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="the simulator's typical pods: the most frequent shapes covering this share of tasks")
     p.add_argument("--blend", type=float, default=0.0,
                    help="FGD-copies: the weight of FGD's own fragment mixed with the CPU-counted one")
+    p.add_argument("--filter-decay", type=float, default=FILTER_DECAY,
+                   help="fgd-filter: the learned mix's decay per GPU pod seen")
+    p.add_argument("--filter-capacity", type=int, default=FILTER_CAPACITY,
+                   help="fgd-filter: the most shapes the learned mix keeps")
     p.add_argument("--csv", help="append one row per run to this file")
     p.add_argument("--check", type=int, default=0,
                    help="compare this many of the extender scores with the core's score_node (first tasks)")
@@ -694,7 +740,8 @@ def main(argv: list[str] | None = None) -> int:
                     started = time.time()
                     CHECKS.update(left=args.check, done=0, differ=0)
                     r = run(trace, policy, seed, regime, not args.paper_units, args.weight, args.span,
-                            packing=args.packing, coverage=args.coverage, blend=args.blend)
+                            packing=args.packing, coverage=args.coverage, blend=args.blend,
+                            filter_decay=args.filter_decay, filter_capacity=args.filter_capacity)
                     results.append(r)
                     if args.csv:
                         with open(args.csv, "a") as f:
@@ -702,7 +749,8 @@ def main(argv: list[str] | None = None) -> int:
                                                              args.packing, args.coverage, args.blend,
                                                              int(args.paper_units),
                                                              *(round(r[f"unalloc_{x}"], 3) for x in (90, 100, 110, 130)),
-                                                             r["failed"], round(time.time() - started, 1))) + "\n")
+                                                             r["failed"], round(time.time() - started, 1),
+                                                             args.filter_decay, args.filter_capacity)) + "\n")
                 cells = []
                 for x in (90, 100, 110, 130):
                     v = [r[f"unalloc_{x}"] for r in results]
