@@ -417,12 +417,18 @@ def default_scores(st: State, nodes: np.ndarray, cpu: int, mem: int, most: bool 
     return fit + balanced
 
 
+def _spec_admits(item: str, model: str) -> bool:
+    return model in item.removeprefix("gpu_spec=").split("|")
+
+
 def learned_typical(mix, cluster: Cluster):
     """The learned mix as the simulator's typical pods (w, cpu, milli, cards, access [N,T])."""
     shapes = mix.shapes
     w = np.array([x for _, x in shapes], dtype=float)
     milli = np.array([1000 if s.whole else s.cores * 10 for s, _ in shapes])
-    allowed = np.array([[not s.models or m in s.models for s, _ in shapes] for m in cluster.models], dtype=bool)
+    # a node's labels: one "gpu_spec=<spec>" per spec of the trace that admits its model
+    allowed = np.array([[not s.selector or _spec_admits(s.selector[0], m) for s, _ in shapes]
+                        for m in cluster.models], dtype=bool)
     return (w, np.array([s.cpu_milli for s, _ in shapes], dtype=np.int64), milli,
             np.array([s.cards for s, _ in shapes]), allowed[cluster.model])
 
@@ -616,7 +622,7 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
         gpu_pod = num > 0
         if gpu_pod or not regime.startswith("taint"):
             if policy in FILTER_POLICIES and gpu_pod and _seen_by_extender(st, tasks, t):
-                filter_learner.observe(_filter_shape(tasks, t, cluster))
+                filter_learner.observe(_filter_shape(tasks, t))
                 observed += 1
                 if learned is None or observed <= 16 or observed % 16 == 0:  # the extender's snapshot rule
                     learned = learned_typical(filter_learner.mix(), cluster)
@@ -666,13 +672,13 @@ def _seen_by_extender(st: State, tasks: Tasks, t: int) -> bool:
     return bool(ok.any())
 
 
-def _filter_shape(tasks: Tasks, t: int, cluster: Cluster) -> Shape:
-    """What the extender learns of a pod: its GPU request, CPU and allowed GPU models (the
-    measure uses neither the pod's memory nor the share's card memory)."""
+def _filter_shape(tasks: Tasks, t: int) -> Shape:
+    """What the extender learns of a pod: its GPU request, CPU and node selector, here its
+    ``gpu_spec`` (the measure uses neither the pod's memory nor the share's card memory).
+    A spec naming several models would be a node affinity in Kubernetes, not a selector."""
     milli, num = int(tasks.milli[t]), int(tasks.num[t])
-    allowed = tasks.access[t]
-    models = () if allowed.all() else tuple(m for m, ok in zip(cluster.models, allowed, strict=True) if ok)
-    return Shape(min(100, milli // 10), 0, max(1, num), int(tasks.cpu[t]), 0, models)
+    spec = tasks.key[t][3]
+    return Shape(min(100, milli // 10), 0, max(1, num), int(tasks.cpu[t]), 0, (f"gpu_spec={spec}",) if spec else ())
 
 
 def _feasible(st: State, tasks: Tasks, t: int) -> np.ndarray:

@@ -33,7 +33,7 @@ class Shape:
     """One pod's demand: ``cores`` 1-99 with ``memory_units`` on one card, or ``cards`` whole cards.
 
     ``cpu_milli`` and ``memory_mib`` are the pod's CPU and memory requests (0: unknown);
-    ``models`` the GPU models it may run on, sorted (empty: any), as its node selector says.
+    ``selector`` the node labels it needs (its node selector, sorted ``key=value`` items; empty: any node).
     """
 
     cores: int
@@ -41,13 +41,13 @@ class Shape:
     cards: int = 1
     cpu_milli: int = 0
     memory_mib: int = 0
-    models: tuple[str, ...] = ()
+    selector: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.cards < 1 or self.cpu_milli < 0 or self.memory_mib < 0 or self.memory_units < 0:
             raise ValueError(f"invalid shape {self!r}")
-        if any(not m for m in self.models) or list(self.models) != sorted(set(self.models)):
-            raise ValueError(f"shape models {self.models!r} must be distinct, non-empty and sorted")
+        if any(not m for m in self.selector) or list(self.selector) != sorted(set(self.selector)):
+            raise ValueError(f"shape selector {self.selector!r} must be distinct, non-empty and sorted")
         if not 1 <= self.cores <= CORES_PER_CARD:
             raise ValueError(f"shape cores {self.cores} must be 1-{CORES_PER_CARD} per card")
         if self.cards > 1 and self.cores != CORES_PER_CARD:

@@ -34,7 +34,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from jupyter_vgpu.core import claims, contract, node_placement, placement
+from jupyter_vgpu.core import claims, contract, fgd, node_placement, placement
 from jupyter_vgpu.core.contract import (
     CardShare,
     ContainerAllocation,
@@ -49,6 +49,7 @@ from jupyter_vgpu.core.mig_placement import SlicePlacement
 from jupyter_vgpu.core.placement import CardState, FragmentView, NodeState
 
 from .cache import DecisionCache, NodeMemo, ScoreCache, VerdictCache, remember
+from .fgd_batch import BatchNode, MixArrays, levels
 from .headroom import HostHeadroom, pod_cpu_memory
 from .ledger import Holding, Ledger, NodeEntry, node_cards, pod_holding, pod_key
 from .wire import MAX_EXTENDER_PRIORITY, ExtenderArgs, ExtenderBindingArgs
@@ -218,6 +219,26 @@ def score(entry: NodeEntry, ask: PodAsk, memo: NodeMemo) -> int:
     return value  # type: ignore[no-any-return]
 
 
+def typical_shape(pod: Mapping[str, Any], ask: PodAsk) -> Shape | None:
+    """What fgd-filter learns of a pod: its largest container's GPU request (a share's memory
+    aside: the measure counts compute), its CPU request and its node selector."""
+    cpu, _ = pod_cpu_memory(pod)
+    shape = Shape.of_pod(ask.requests, cpu)
+    if shape is None:
+        return None
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    items = tuple(sorted({f"{k}={v}" for k, v in selector.items() if isinstance(k, str) and k
+                          and isinstance(v, str)})) if isinstance(selector, Mapping) else ()
+    return replace(shape, memory_units=0, selector=items)
+
+
+def _batch_node(state: NodeState) -> BatchNode:
+    healthy = [card for card in state.cards if card.healthy]
+    cpu = state.headroom.cpu_milli if state.headroom is not None else None
+    return BatchNode(tuple(c.free_cores for c in healthy), tuple(c.free_memory_units for c in healthy),
+                     tuple(c.is_free for c in healthy), cpu, state.labels)
+
+
 def preset_refusal(state: NodeState, holding: Holding) -> str | None:
     """Why the cards a pod already names have no room for it on ``state`` (which excludes it), or None."""
     for container, share in holding.shares():
@@ -287,6 +308,12 @@ class Decisions:
         self.schedulers = frozenset(schedulers) if schedulers is not None else None
         self.hosts = hosts if hosts is not None else HostHeadroom()
         self.mix = MixLearner()  # the task mix of the pods seen, for the fragment policy
+        # FGD's typical pods, counted, with their node selectors: learned by the filter from
+        # every vGPU pod it sees (once per uid), for the fgd-filter policy
+        self.typical = MixLearner(fgd.FGD_CAPACITY, fgd.FGD_DECAY, by="count")
+        self._typical_view = (0, MixArrays(Mix()))
+        self._typical_observed = 0
+        self._typical_seen: OrderedDict[str, None] = OrderedDict()
         self._mix_view = (0, Mix())  # (version, snapshot) the fragment policy decides with
         self._observed = 0
         self._seen: OrderedDict[str, None] = OrderedDict()
@@ -321,8 +348,23 @@ class Decisions:
         return self.ledger.holding(uid) if uid else None
 
     def filter(self, args: ExtenderArgs) -> tuple[list[str], dict[str, str], dict[str, str]]:
-        """(passed, failed, failed and unresolvable). PodProblem when the pod asks for no vGPU."""
+        """(passed, failed, failed and unresolvable). PodProblem when the pod asks for no vGPU.
+
+        Under ``fgd-filter`` only the node of the best FGD score passes (the first by name
+        among equal scores): kube-scheduler skips scoring when one node is left."""
         ask = read_ask(args.pod, self.names, self.policy)
+        passed, failed, unresolvable = self._filter(args, ask)
+        if ask.invalid:
+            return passed, failed, unresolvable
+        self._learn_typical(args.pod, ask)
+        if ask.policy == "fgd-filter" and not ask.isolated and len(passed) > 1:
+            best = self._fgd_best(args, ask, passed)
+            failed.update((name, f"fgd-filter chose node {best}, which this pod fragments least")
+                          for name in passed if name != best)
+            passed = [best]
+        return passed, failed, unresolvable
+
+    def _filter(self, args: ExtenderArgs, ask: PodAsk) -> tuple[list[str], dict[str, str], dict[str, str]]:
         names = args.candidate_names
         if ask.invalid:
             return [], {}, dict.fromkeys(names, ask.invalid)
@@ -430,6 +472,77 @@ class Decisions:
                     if self._observed <= _MIX_REFRESH or self._observed % _MIX_REFRESH == 0:
                         self._mix_view = (self._mix_view[0] + 1, self.mix.mix())
         return FragmentView(self._mix_view[1], cpu, memory)
+
+    def _learn_typical(self, pod: Mapping[str, Any], ask: PodAsk) -> None:
+        """Count the pod once (per uid) in the typical-pod mix, with its node selector."""
+        uid = str((pod.get("metadata") or {}).get("uid") or describe_pod(pod))
+        with self._seen_lock:
+            if uid in self._typical_seen:
+                return
+            self._typical_seen[uid] = None
+            if len(self._typical_seen) > _SEEN_PODS:
+                self._typical_seen.popitem(last=False)
+        shape = typical_shape(pod, ask)
+        if shape is None:
+            return
+        self.typical.observe(shape)
+        with self._seen_lock:
+            self._typical_observed += 1
+            refresh = self._typical_observed <= _MIX_REFRESH or self._typical_observed % _MIX_REFRESH == 0
+        if refresh:
+            arrays = MixArrays(self.typical.mix())
+            with self._seen_lock:
+                self._typical_view = (self._typical_view[0] + 1, arrays)
+
+    @property
+    def typical_snapshot(self) -> Mix:
+        """The typical pods the fgd-filter policy decides with now."""
+        return self._typical_view[1].mix
+
+    def _fgd_view(self, pod: Mapping[str, Any]) -> FragmentView:
+        cpu, memory = pod_cpu_memory(pod)
+        return FragmentView(self._typical_view[1].mix, cpu, memory)
+
+    def _fgd_best(self, args: ExtenderArgs, ask: PodAsk, passed: list[str]) -> str:
+        """The passed node of the best fgd_level, the first by name among equals. Levels are
+        memoised per node under (request, pod CPU, mix snapshot, CPU headroom, labels) and
+        computed for many nodes at once (``fgd_batch``)."""
+        version, arrays = self._typical_view
+        view = FragmentView(arrays.mix, *pod_cpu_memory(args.pod))
+        for node in args.nodes or []:  # full Node objects carry allocatable and labels
+            self.hosts.on_node("MODIFIED", node)
+        found: dict[str, int] = {}
+        with self.ledger.lock:
+            own = self._own(args.pod)
+            wanted = set(passed)
+            pending: list[tuple[str, dict[Any, Any], Any, BatchNode]] = []
+            single = next(iter(ask.requests.values())) if len(ask.requests) == 1 else None
+            for name, entry, memo in self._entries(args):
+                if name not in wanted or entry is None or not entry.known:
+                    continue
+                live = memo.live
+                if own is not None and own.node == name:
+                    entry, memo, live = entry.without(own.uid), NodeMemo(), {}
+                headroom, labels = self.hosts.headroom(name), self.hosts.labels(name)
+                key = ("fgd", ask.key, view.cpu_milli, version,
+                       headroom.cpu_milli if headroom is not None else None, labels)
+                cached = live.get(key)
+                if cached is not None:
+                    found[name] = cached
+                    continue
+                state = replace(node_state(entry, memo), headroom=headroom, labels=labels)
+                if single is not None and not on_slices(entry, ask):
+                    pending.append((name, live, key, _batch_node(state)))
+                else:
+                    level = placement.fgd_level(state, ask.requests, view)
+                    found[name] = -1 if level is None else level
+                    remember(live, key, found[name])
+            if pending and single is not None:
+                scored = levels([p[3] for p in pending], single, view.cpu_milli, arrays)
+                for (name, live, key, _), level in zip(pending, scored, strict=True):
+                    found[name] = -1 if level is None else level
+                    remember(live, key, found[name])
+        return min(passed, key=lambda name: (-found.get(name, -1), name))
 
     @property
     def mix_snapshot(self) -> Mix:
@@ -564,10 +677,12 @@ class Decisions:
                 problem = entry.problem if entry is not None and entry.problem else "no vGPU cards known"
                 return f"node {args.node}: {problem}"
             mine = entry.without(uid) if uid and uid in entry.pods else entry
-            if ask.policy == "fragment" and not on_slices(mine, ask):
-                state = replace(self._state_without(entry, uid), headroom=self.hosts.headroom(args.node))
-                found = placement.place_pod(state, ask.requests, ask.policy,
-                                            view=self._fragment_view(pod, ask, learn=False))
+            if ask.policy in ("fragment", "fgd-filter") and not on_slices(mine, ask):
+                state = replace(self._state_without(entry, uid), headroom=self.hosts.headroom(args.node),
+                                labels=self.hosts.labels(args.node))
+                view = (self._fgd_view(pod) if ask.policy == "fgd-filter"
+                        else self._fragment_view(pod, ask, learn=False))
+                found = placement.place_pod(state, ask.requests, ask.policy, view=view)
                 result = found if isinstance(found, placement.Refusal) else node_placement.NodePlacement(
                     found, SlicePlacement({}))
             else:
