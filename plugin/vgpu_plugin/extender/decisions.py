@@ -34,6 +34,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+import numpy as np
+
 from jupyter_vgpu.core import claims, contract, fgd, node_placement, placement
 from jupyter_vgpu.core.contract import (
     CardShare,
@@ -49,7 +51,7 @@ from jupyter_vgpu.core.mig_placement import SlicePlacement
 from jupyter_vgpu.core.placement import CardState, FragmentView, NodeState
 
 from .cache import DecisionCache, NodeMemo, ScoreCache, VerdictCache, remember
-from .fgd_batch import BatchNode, MixArrays, levels
+from .fgd_batch import MixArrays, NodeRows, levels_of
 from .headroom import HostHeadroom, pod_cpu_memory
 from .ledger import Holding, Ledger, NodeEntry, node_cards, pod_holding, pod_key
 from .wire import MAX_EXTENDER_PRIORITY, ExtenderArgs, ExtenderBindingArgs
@@ -232,13 +234,6 @@ def typical_shape(pod: Mapping[str, Any], ask: PodAsk) -> Shape | None:
     return replace(shape, memory_units=0, selector=items)
 
 
-def _batch_node(state: NodeState) -> BatchNode:
-    healthy = [card for card in state.cards if card.healthy]
-    cpu = state.headroom.cpu_milli if state.headroom is not None else None
-    return BatchNode(tuple(c.free_cores for c in healthy), tuple(c.free_memory_units for c in healthy),
-                     tuple(c.is_free for c in healthy), cpu, state.labels)
-
-
 def preset_refusal(state: NodeState, holding: Holding) -> str | None:
     """Why the cards a pod already names have no room for it on ``state`` (which excludes it), or None."""
     for container, share in holding.shares():
@@ -314,6 +309,11 @@ class Decisions:
         self._typical_view = (0, MixArrays(Mix()))
         self._typical_observed = 0
         self._typical_seen: OrderedDict[str, None] = OrderedDict()
+        # every node's cards as array rows for fgd-filter, rewritten when the ledger changes the node
+        self._fgd_rows = NodeRows()
+        self._fgd_plain: dict[str, bool] = {}
+        self._fgd_dirty: set[str] = set()
+        ledger.subscribe(lambda name, _cards_changed: self._fgd_dirty.add(name))
         self._mix_view = (0, Mix())  # (version, snapshot) the fragment policy decides with
         self._observed = 0
         self._seen: OrderedDict[str, None] = OrderedDict()
@@ -504,44 +504,52 @@ class Decisions:
         return FragmentView(self._typical_view[1].mix, cpu, memory)
 
     def _fgd_best(self, args: ExtenderArgs, ask: PodAsk, passed: list[str]) -> str:
-        """The passed node of the best fgd_level, the first by name among equals. Levels are
-        memoised per node under (request, pod CPU, mix snapshot, CPU headroom, labels) and
-        computed for many nodes at once (``fgd_batch``)."""
-        version, arrays = self._typical_view
+        """The passed node of the best fgd_level, the first by name among equals. Every passed
+        node is scored at each call, in one numpy batch over rows of the nodes' cards that are
+        rewritten only when the ledger changes a node (``fgd_batch``); a node with MIG slices or
+        a card-sharing mode, the one holding this pod's own claim, and pods of several
+        containers are scored by the core."""
+        arrays = self._typical_view[1]
         view = FragmentView(arrays.mix, *pod_cpu_memory(args.pod))
         for node in args.nodes or []:  # full Node objects carry allocatable and labels
             self.hosts.on_node("MODIFIED", node)
+        single = next(iter(ask.requests.values())) if len(ask.requests) == 1 else None
         found: dict[str, int] = {}
+        batch: list[str] = []
         with self.ledger.lock:
             own = self._own(args.pod)
-            wanted = set(passed)
-            pending: list[tuple[str, dict[Any, Any], Any, BatchNode]] = []
-            single = next(iter(ask.requests.values())) if len(ask.requests) == 1 else None
-            for name, entry, memo in self._entries(args):
-                if name not in wanted or entry is None or not entry.known:
+            nodes, rows, dirty = self.ledger.nodes, self._fgd_rows, self._fgd_dirty
+            for name in passed:
+                entry = nodes.get(name)
+                if entry is None or not entry.known:
+                    continue  # passed only as a throwaway entry from the request: the core decides below
+                if name in dirty or name not in rows.index:
+                    dirty.discard(name)
+                    state = node_state(entry, self.cache.node(name))
+                    healthy = [card for card in state.cards if card.healthy]
+                    rows.set(name, [c.free_cores for c in healthy], [c.free_memory_units for c in healthy],
+                             [c.is_free for c in healthy])
+                    self._fgd_plain[name] = node_placement.plain(entry.slices, entry.sharing, False)
+                if single is not None and self._fgd_plain[name] and not (own is not None and own.node == name):
+                    batch.append(name)
+            batched = set(batch)
+            core = {name for name in passed if name not in batched}
+            for name, entry, memo in self._entries(args) if core else ():
+                if name not in core or entry is None or not entry.known:
                     continue
-                live = memo.live
                 if own is not None and own.node == name:
-                    entry, memo, live = entry.without(own.uid), NodeMemo(), {}
-                headroom, labels = self.hosts.headroom(name), self.hosts.labels(name)
-                key = ("fgd", ask.key, view.cpu_milli, version,
-                       headroom.cpu_milli if headroom is not None else None, labels)
-                cached = live.get(key)
-                if cached is not None:
-                    found[name] = cached
-                    continue
-                state = replace(node_state(entry, memo), headroom=headroom, labels=labels)
-                if single is not None and not on_slices(entry, ask):
-                    pending.append((name, live, key, _batch_node(state)))
-                else:
-                    level = placement.fgd_level(state, ask.requests, view)
-                    found[name] = -1 if level is None else level
-                    remember(live, key, found[name])
-            if pending and single is not None:
-                scored = levels([p[3] for p in pending], single, view.cpu_milli, arrays)
-                for (name, live, key, _), level in zip(pending, scored, strict=True):
-                    found[name] = -1 if level is None else level
-                    remember(live, key, found[name])
+                    entry, memo = entry.without(own.uid), NodeMemo()
+                state = replace(node_state(entry, memo), headroom=self.hosts.headroom(name),
+                                labels=self.hosts.labels(name))
+                level = placement.fgd_level(state, ask.requests, view)
+                found[name] = -1 if level is None else level
+            index = rows.take(batch)
+            free, memory, whole = rows.free[index], rows.memory[index], rows.whole[index]
+        if batch and single is not None:
+            cpu, labels = self.hosts.facts(batch)
+            scored, fit = levels_of(free, memory, whole, np.array(cpu, dtype=float), arrays.admitted(labels),
+                                    single, view.cpu_milli, arrays)
+            found.update(zip(batch, np.where(fit, scored, -1).tolist(), strict=True))
         return min(passed, key=lambda name: (-found.get(name, -1), name))
 
     @property

@@ -1,13 +1,16 @@
 """``core.placement.fgd_level`` for many nodes at once, with numpy (the filter's 10 ms budget).
 
 The core's measure is the reference (property-tested equal, ``tests/extender``); this is
-the same arithmetic over arrays: nodes x typical pods x cards. For a pod with one
-container; the caller scores anything else (several containers, MIG slices) with the core.
+the same arithmetic over arrays. A card's free cores take 101 values, so what a typical
+pod can use of a node is a sum of table lookups over its cards, and a share's effect on one card is a table lookup per distinct free value
+among the cards it fits. ``NodeRows`` keeps every node's cards as array rows, rewritten
+only when the ledger says a node changed. For pods of one container; the caller scores
+anything else (several containers, MIG slices) with the core.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +18,8 @@ import numpy as np
 from jupyter_vgpu.core import fgd
 from jupyter_vgpu.core.contract import CORES_PER_CARD, Request
 from jupyter_vgpu.core.fragment import Mix, Shape
+
+_VALUES = np.arange(CORES_PER_CARD + 1)
 
 
 @dataclass(frozen=True)
@@ -30,7 +35,7 @@ class BatchNode:
 
 
 class MixArrays:
-    """A mix snapshot as arrays, with each label set's admitted typical pods remembered."""
+    """A mix snapshot as arrays and per-value tables, with each label set's admitted pods."""
 
     def __init__(self, mix: Mix, blend: float = fgd.FGD_BLEND) -> None:
         shapes = [shape for shape, _ in mix.shapes]
@@ -41,14 +46,26 @@ class MixArrays:
         self.cards = np.array([s.cards if s.whole else 1 for s in shapes], dtype=np.int64)
         self.cpu = np.array([s.cpu_milli for s in shapes], dtype=np.int64)
         self.per_copy = np.array([s.cards * CORES_PER_CARD if s.whole else s.cores for s in shapes], dtype=float)
+        # per free value v (0-100) and typical pod: whether a card with v free fits it, and v if so
+        self.fits = (_VALUES[:, None] >= self.need[None, :]).astype(float)
+        self.usable = self.fits * _VALUES[:, None]
         self._shapes = shapes
+        self._relevant = frozenset(item for s in shapes for item in s.selector)
         self._admitted: dict[frozenset[str], np.ndarray] = {}
 
-    def admitted(self, labels: frozenset[str]) -> np.ndarray:
-        row = self._admitted.get(labels)
-        if row is None:
-            row = self._admitted[labels] = np.array([fgd.admits(labels, s) for s in self._shapes], dtype=bool)
-        return row
+    def admitted(self, labels: Iterable[frozenset[str]]) -> np.ndarray:
+        """[K, T]: which typical pods each node's labels admit."""
+        label_sets = list(labels)
+        if not self._relevant:
+            return np.ones((len(label_sets), len(self._shapes)), dtype=bool)
+        rows = []
+        for node_labels in label_sets:
+            key = node_labels & self._relevant
+            row = self._admitted.get(key)
+            if row is None:
+                row = self._admitted[key] = np.array([fgd.admits(key, s) for s in self._shapes], dtype=bool)
+            rows.append(row)
+        return np.stack(rows) if rows else np.zeros((0, len(self._shapes)), dtype=bool)
 
     def fragment(self, total: np.ndarray, count: np.ndarray, fitting: np.ndarray, cpu: np.ndarray,
                  admitted: np.ndarray) -> np.ndarray:
@@ -64,58 +81,94 @@ class MixArrays:
         return np.asarray((np.where(ok, total[..., None] - use, total[..., None]) * self.weight).sum(-1))
 
 
-def levels(nodes: Sequence[BatchNode], request: Request, pod_cpu_milli: int, arrays: MixArrays) -> list[int | None]:
-    """Each node's ``fgd_level`` for a pod of one container asking ``request`` (None: it does not fit)."""
-    k = len(nodes)
-    if k == 0:
-        return []
+def levels_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray, admitted: np.ndarray,
+              request: Request, pod_cpu_milli: int, arrays: MixArrays) -> tuple[np.ndarray, np.ndarray]:
+    """(level [K] int, fits [K] bool) for a pod of one container asking ``request``.
+
+    ``free``/``memory`` [K, G]: each healthy card's free cores and memory units (-1: no card),
+    ``whole`` [K, G]: the card is wholly free, ``cpu`` [K]: CPU headroom (NaN: unknown),
+    ``admitted`` [K, T]: ``arrays.admitted`` of the nodes' labels."""
+    k = free.shape[0]
     if not arrays.mix.shapes:  # nothing learned yet: the pod's own shape, as FragmentView.mix_for
         own = Shape.of_pod({0: request}, pod_cpu_milli)
         arrays = MixArrays(Mix(((own, 1.0),)) if own is not None else Mix(), arrays.blend)
-    width = max(1, max(len(n.free_cores) for n in nodes))
-    free = np.full((k, width), -1, dtype=np.int64)
-    memory = np.full((k, width), -1, dtype=np.int64)
-    whole = np.zeros((k, width), dtype=bool)
-    for i, node in enumerate(nodes):
-        n = len(node.free_cores)
-        free[i, :n] = node.free_cores
-        memory[i, :n] = node.free_memory
-        whole[i, :n] = node.whole_free
-    cpu = np.array([np.nan if n.cpu_milli is None else n.cpu_milli for n in nodes], dtype=float)
-    cpu_after = cpu - pod_cpu_milli
-    admitted = np.stack([arrays.admitted(n.labels) for n in nodes]) if len(arrays.weight) else \
-        np.zeros((k, 0), dtype=bool)
-    cores = np.maximum(free, 0)
-    fits = cores[:, None, :] >= arrays.need[None, :, None]  # [K,T,G]
-    count = fits.sum(2)
-    fitting = (cores[:, None, :] * fits).sum(2).astype(float)
+        admitted = np.ones((k, len(arrays.weight)), dtype=bool)
+    cores = np.clip(free, 0, CORES_PER_CARD)
+    # table lookups summed over the cards (no BLAS: its threads only contend on a busy node)
+    count, fitting = arrays.fits[cores].sum(1), arrays.usable[cores].sum(1)  # [K, T]
     total = cores.sum(1).astype(float)
     before = arrays.fragment(total, count, fitting, cpu, admitted)
+    cpu_after = cpu - pod_cpu_milli
     if request.is_share:
         c, u = request.cores, request.memory_units
         ok = (free >= c) & (memory >= u)
-        left = np.maximum(cores - c, 0)
-        fits_after = left[:, None, :] >= arrays.need[None, :, None]  # [K,T,G]: card g after the share
-        count_g = count[:, :, None] - fits + fits_after
-        fitting_g = fitting[:, :, None] - cores[:, None, :] * fits + left[:, None, :] * fits_after
-        total_g = total[:, None] - c
-        after_g = arrays.fragment(total_g, count_g.transpose(0, 2, 1), fitting_g.transpose(0, 2, 1),
-                                  np.repeat(cpu_after[:, None], width, 1), admitted[:, None, :])  # [K,G]
-        # the card core.placement chooses: least fragment, then the tightest (cores, memory), then index
-        key = np.lexsort((np.broadcast_to(np.arange(width), (k, width)), memory, free,
-                          np.where(ok, np.round(after_g, 6), np.inf)), axis=1)[:, 0]
         fit = ok.any(1)
-        after = after_g[np.arange(k), key]
+        # each node's distinct free values among the cards the share fits: same value, same fragment
+        values = np.sort(np.where(ok, cores, -1), axis=1)
+        first = np.ones(values.shape, dtype=bool)
+        first[:, 1:] = values[:, 1:] != values[:, :-1]
+        node, slot = np.nonzero(first & (values >= 0))
+        v = values[node, slot]
+        after_each = arrays.fragment(total[node] - c,
+                                     count[node] + arrays.fits[v - c] - arrays.fits[v],
+                                     fitting[node] + arrays.usable[v - c] - arrays.usable[v],
+                                     cpu_after[node], admitted[node])
+        after = np.full(k, np.inf)
+        np.minimum.at(after, node, after_each)
     else:
         n = request.cards
         fit = whole.sum(1) >= n
-        taken = float(n * CORES_PER_CARD)
+        taken = float(n * CORES_PER_CARD)  # whole free cards fit every typical pod
         after = arrays.fragment(total - taken, count - n, fitting - taken, cpu_after, admitted)
-    fall = before - after
-    score = (100 / (1 + np.exp(-fall / CORES_PER_CARD))).astype(int)
-    return [int(s) if f else None for s, f in zip(score.tolist(), np.asarray(fit).tolist(), strict=True)]
+    fall = np.where(fit, before - np.where(fit, after, before), 0.0)
+    return (100 / (1 + np.exp(-fall / CORES_PER_CARD))).astype(int), np.asarray(fit)
 
 
-def batch_node(free_cores: Sequence[int], free_memory: Sequence[int], whole_free: Sequence[bool],
-               cpu_milli: int | None, labels: Collection[str]) -> BatchNode:
-    return BatchNode(tuple(free_cores), tuple(free_memory), tuple(whole_free), cpu_milli, frozenset(labels))
+def levels(nodes: Sequence[BatchNode], request: Request, pod_cpu_milli: int, arrays: MixArrays) -> list[int | None]:
+    """Each node's ``fgd_level`` (None: the pod does not fit), from node descriptions."""
+    if not nodes:
+        return []
+    rows = NodeRows()
+    for i, node in enumerate(nodes):
+        rows.set(str(i), node.free_cores, node.free_memory, node.whole_free)
+    index = rows.take([str(i) for i in range(len(nodes))])
+    cpu = np.array([np.nan if n.cpu_milli is None else n.cpu_milli for n in nodes], dtype=float)
+    level, fit = levels_of(rows.free[index], rows.memory[index], rows.whole[index], cpu,
+                           arrays.admitted(n.labels for n in nodes), request, pod_cpu_milli, arrays)
+    return [int(s) if f else None for s, f in zip(level.tolist(), fit.tolist(), strict=True)]
+
+
+class NodeRows:
+    """Every node's healthy cards as rows of growing arrays (free cores, free memory, wholly free)."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+        self.free = np.full((0, 1), -1, dtype=np.int64)
+        self.memory = np.full((0, 1), -1, dtype=np.int64)
+        self.whole = np.zeros((0, 1), dtype=bool)
+
+    def set(self, name: str, free: Sequence[int], memory: Sequence[int], whole: Sequence[bool]) -> None:
+        row = self.index.get(name)
+        if row is None:
+            row = self.index[name] = len(self.index)
+        rows, width = self.free.shape
+        if row >= rows or len(free) > width:
+            grow_rows, grow_width = max(rows, 2 * row + 16), max(width, len(free))
+            self.free = _grown(self.free, grow_rows, grow_width, -1)
+            self.memory = _grown(self.memory, grow_rows, grow_width, -1)
+            self.whole = _grown(self.whole, grow_rows, grow_width, False)
+        self.free[row] = -1
+        self.memory[row] = -1
+        self.whole[row] = False
+        self.free[row, :len(free)] = free
+        self.memory[row, :len(memory)] = memory
+        self.whole[row, :len(whole)] = whole
+
+    def take(self, names: Sequence[str]) -> np.ndarray:
+        return np.array([self.index[name] for name in names], dtype=np.int64)
+
+
+def _grown(array: np.ndarray, rows: int, width: int, fill: object) -> np.ndarray:
+    out = np.full((rows, width), fill, dtype=array.dtype)
+    out[:array.shape[0], :array.shape[1]] = array
+    return out

@@ -135,6 +135,16 @@ class HostHeadroom:
             used[0] -= old[1]
             used[1] -= old[2]
 
+    def facts(self, nodes: list[str]) -> tuple[list[float], list[frozenset[str]]]:
+        """Per node, in one lock: CPU headroom in millicores (NaN: allocatable unknown) and labels."""
+        nan = float("nan")
+        with self._lock:
+            cpu = []
+            for node in nodes:
+                allocatable = self._allocatable.get(node)
+                cpu.append(nan if allocatable is None else allocatable[0] - self._used.get(node, (0, 0))[0])
+            return cpu, [self._labels.get(node, frozenset()) for node in nodes]
+
     def labels(self, node: str) -> frozenset[str]:
         """The node's labels as ``key=value`` items (empty until the node is seen)."""
         with self._lock:
