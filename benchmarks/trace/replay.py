@@ -34,6 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugin")]
 
+from jupyter_vgpu.core.fgd import FGD_BLEND, FGD_CAPACITY, FGD_DECAY  # noqa: E402
 from jupyter_vgpu.core.fragment import MixLearner, Shape  # noqa: E402
 from jupyter_vgpu.core.placement import FRAGMENT_PACKING, FRAGMENT_SPAN  # noqa: E402
 
@@ -56,7 +57,7 @@ COPIES_POLICIES = ("FGD-copies", "FGD-copies-deployed")
 # so far; the filter returns only its best node (FGD's 0-100 score, first in node order on ties),
 # so kube-scheduler does not score.
 FILTER_POLICIES = ("fgd-filter",)
-FILTER_CAPACITY, FILTER_DECAY = 64, 0.999
+FILTER_CAPACITY, FILTER_DECAY = FGD_CAPACITY, FGD_DECAY
 
 
 @dataclass
@@ -728,8 +729,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--packing", type=float, default=FRAGMENT_PACKING, help="fragment: FRAGMENT_PACKING")
     p.add_argument("--coverage", type=float, default=0.95,
                    help="the simulator's typical pods: the most frequent shapes covering this share of tasks")
-    p.add_argument("--blend", type=float, default=0.0,
-                   help="FGD-copies: the weight of FGD's own fragment mixed with the CPU-counted one")
+    p.add_argument("--blend", type=float, default=None,
+                   help="FGD-copies / fgd-filter: the weight of FGD's own fragment mixed with the CPU-counted "
+                        f"one (default 0 for FGD-copies, {FGD_BLEND} for fgd-filter)")
     p.add_argument("--filter-decay", type=float, default=FILTER_DECAY,
                    help="fgd-filter: the learned mix's decay per GPU pod seen")
     p.add_argument("--filter-capacity", type=int, default=FILTER_CAPACITY,
@@ -745,14 +747,16 @@ def main(argv: list[str] | None = None) -> int:
                 for seed in args.seeds:
                     started = time.time()
                     CHECKS.update(left=args.check, done=0, differ=0)
+                    blend = (FGD_BLEND if policy in FILTER_POLICIES else 0.0) if args.blend is None else args.blend
                     r = run(trace, policy, seed, regime, not args.paper_units, args.weight, args.span,
-                            packing=args.packing, coverage=args.coverage, blend=args.blend,
+                            packing=args.packing, coverage=args.coverage,
+                            blend=blend,
                             filter_decay=args.filter_decay, filter_capacity=args.filter_capacity)
                     results.append(r)
                     if args.csv:
                         with open(args.csv, "a") as f:
                             f.write(",".join(str(x) for x in (trace, regime, policy, seed, args.weight, args.span,
-                                                             args.packing, args.coverage, args.blend,
+                                                             args.packing, args.coverage, blend,
                                                              int(args.paper_units),
                                                              *(round(r[f"unalloc_{x}"], 3) for x in (90, 100, 110, 130)),
                                                              r["failed"], round(time.time() - started, 1),

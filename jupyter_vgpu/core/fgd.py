@@ -26,9 +26,9 @@ from jupyter_vgpu.core.contract import CORES_PER_CARD
 from jupyter_vgpu.core.fragment import Mix, Shape
 
 # The weight of FGD's own usable compute in the blend with the CPU-counted one.
-FGD_BLEND = 0.7
+FGD_BLEND = 0.85
 # The learned mix: decay per pod seen, most shapes kept (MixLearner, by count).
-FGD_DECAY = 0.999
+FGD_DECAY = 0.9995
 FGD_CAPACITY = 64
 # The score's scale: a fall of this many cores moves the sigmoid by one unit (FGD: 1000 milli).
 _SCALE = CORES_PER_CARD

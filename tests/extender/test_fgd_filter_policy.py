@@ -82,7 +82,7 @@ def test_typical_pods_are_learned_once_each_with_their_node_selector(three_nodes
     plain = cluster.add_pod(pod("nb-any", cores=50, memory_units=4 * GIB_UNITS))
     assert post(f"{cluster.url}/filter", filter_args(plain, ["gpu-a"]))[0] == 200
     learned = dict(decisions.typical_snapshot.shapes)
-    # counted (decayed by 0.999 per pod), not weighted by GPU demand
+    # counted (decayed per pod seen), not weighted by GPU demand
     assert learned == pytest.approx({Shape(50, 0, 1, 1000, 0, ("gpu=T4",)): 0.5, Shape(50, 0, 1, 1000): 0.5},
                                     abs=1e-3)
     for i in range(decisions.typical.capacity + 5):
