@@ -41,8 +41,7 @@ def test_filter_passes_only_the_best_node_and_bind_fills_the_stranded_card(three
     status, result = post(f"{cluster.url}/filter", filter_args(first, ["gpu-c", "gpu-b", "gpu-a"]))
     assert status == 200 and result["Error"] == ""
     assert result["NodeNames"] == ["gpu-a"]
-    assert set(result["FailedNodes"]) == {"gpu-b", "gpu-c"} and not result["FailedAndUnresolvableNodes"]
-    assert "fgd-filter chose node gpu-a" in result["FailedNodes"]["gpu-b"]
+    assert not result["FailedNodes"] and not result["FailedAndUnresolvableNodes"]  # left out, not failed
     assert post(f"{cluster.url}/bind", binding_args(first, "gpu-a"))[1] == {"Error": ""}
     cluster.wait_ledger(lambda ledger: ledger.node("gpu-a").used_cores[0] == 75, "the 75-core claim")
 

@@ -311,7 +311,6 @@ class Decisions:
         self._typical_seen: OrderedDict[str, None] = OrderedDict()
         # every node's cards as array rows for fgd-filter, rewritten when the ledger changes the node
         self._fgd_rows = NodeRows()
-        self._fgd_plain: dict[str, bool] = {}
         self._fgd_dirty: set[str] = set()
         ledger.subscribe(lambda name, _cards_changed: self._fgd_dirty.add(name))
         self._mix_view = (0, Mix())  # (version, snapshot) the fragment policy decides with
@@ -351,17 +350,16 @@ class Decisions:
         """(passed, failed, failed and unresolvable). PodProblem when the pod asks for no vGPU.
 
         Under ``fgd-filter`` only the node of the best FGD score passes (the first by name
-        among equal scores): kube-scheduler skips scoring when one node is left."""
+        among equal scores): kube-scheduler skips scoring when one node is left. The others
+        are left out of every list (kube-scheduler keeps only the nodes returned; listing a
+        thousand reasons would only cost time, and with a node passing none is shown)."""
         ask = read_ask(args.pod, self.names, self.policy)
         passed, failed, unresolvable = self._filter(args, ask)
         if ask.invalid:
             return passed, failed, unresolvable
         self._learn_typical(args.pod, ask)
         if ask.policy == "fgd-filter" and not ask.isolated and len(passed) > 1:
-            best = self._fgd_best(args, ask, passed)
-            failed.update((name, f"fgd-filter chose node {best}, which this pod fragments least")
-                          for name in passed if name != best)
-            passed = [best]
+            passed = [self._fgd_best(args, ask, passed)]
         return passed, failed, unresolvable
 
     def _filter(self, args: ExtenderArgs, ask: PodAsk) -> tuple[list[str], dict[str, str], dict[str, str]]:
@@ -507,8 +505,8 @@ class Decisions:
         """The passed node of the best fgd_level, the first by name among equals. Every passed
         node is scored at each call, in one numpy batch over rows of the nodes' cards that are
         rewritten only when the ledger changes a node (``fgd_batch``); a node with MIG slices or
-        a card-sharing mode, the one holding this pod's own claim, and pods of several
-        containers are scored by the core."""
+        a card-sharing mode, one the ledger does not know, the one holding this pod's own claim,
+        and pods of several containers are scored by the core."""
         arrays = self._typical_view[1]
         view = FragmentView(arrays.mix, *pod_cpu_memory(args.pod))
         for node in args.nodes or []:  # full Node objects carry allocatable and labels
@@ -518,22 +516,24 @@ class Decisions:
         batch: list[str] = []
         with self.ledger.lock:
             own = self._own(args.pod)
-            nodes, rows, dirty = self.ledger.nodes, self._fgd_rows, self._fgd_dirty
-            for name in passed:
+            nodes, rows = self.ledger.nodes, self._fgd_rows
+            stale = self._fgd_dirty.intersection(passed) if self._fgd_dirty else set()
+            stale.update(itertools.filterfalse(rows.index.__contains__, passed))
+            for name in stale:
                 entry = nodes.get(name)
                 if entry is None or not entry.known:
-                    continue  # passed only as a throwaway entry from the request: the core decides below
-                if name in dirty or name not in rows.index:
-                    dirty.discard(name)
-                    state = node_state(entry, self.cache.node(name))
-                    healthy = [card for card in state.cards if card.healthy]
-                    rows.set(name, [c.free_cores for c in healthy], [c.free_memory_units for c in healthy],
-                             [c.is_free for c in healthy])
-                    self._fgd_plain[name] = node_placement.plain(entry.slices, entry.sharing, False)
-                if single is not None and self._fgd_plain[name] and not (own is not None and own.node == name):
-                    batch.append(name)
-            batched = set(batch)
-            core = {name for name in passed if name not in batched}
+                    continue
+                self._fgd_dirty.discard(name)
+                state = node_state(entry, self.cache.node(name))
+                healthy = [card for card in state.cards if card.healthy]
+                rows.set(name, [c.free_cores for c in healthy], [c.free_memory_units for c in healthy],
+                         [c.is_free for c in healthy], node_placement.plain(entry.slices, entry.sharing, False))
+            index = np.fromiter(map(rows.index.get, passed, itertools.repeat(-1)), dtype=np.int64, count=len(passed))
+            usable = (index >= 0) & rows.plain[np.maximum(index, 0)] if single is not None else index < -1
+            if own is not None and own.node in rows.index:
+                usable &= index != rows.index[own.node]
+            batch = list(itertools.compress(passed, usable.tolist()))
+            core = set(itertools.compress(passed, (~usable).tolist()))
             for name, entry, memo in self._entries(args) if core else ():
                 if name not in core or entry is None or not entry.known:
                     continue
@@ -543,14 +543,19 @@ class Decisions:
                                 labels=self.hosts.labels(name))
                 level = placement.fgd_level(state, ask.requests, view)
                 found[name] = -1 if level is None else level
-            index = rows.take(batch)
-            free, memory, whole = rows.free[index], rows.memory[index], rows.whole[index]
+            picked = index[usable]
+            free, memory, whole = rows.free[picked], rows.memory[picked], rows.whole[picked]
         if batch and single is not None:
             cpu, labels = self.hosts.facts(batch)
             scored, fit = levels_of(free, memory, whole, np.array(cpu, dtype=float), arrays.admitted(labels),
                                     single, view.cpu_milli, arrays)
-            found.update(zip(batch, np.where(fit, scored, -1).tolist(), strict=True))
-        return min(passed, key=lambda name: (-found.get(name, -1), name))
+            scored = np.where(fit, scored, -1)
+            top = int(scored.max())
+            if top >= max(found.values(), default=-1):
+                found = {name: level for name, level in found.items() if level == top}
+                found.update((batch[i], top) for i in np.flatnonzero(scored == top).tolist())
+        best = max(found.values(), default=-1)
+        return min(name for name, level in found.items() if level == best) if found else passed[0]
 
     @property
     def mix_snapshot(self) -> Mix:

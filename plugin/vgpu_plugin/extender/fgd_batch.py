@@ -139,15 +139,18 @@ def levels(nodes: Sequence[BatchNode], request: Request, pod_cpu_milli: int, arr
 
 
 class NodeRows:
-    """Every node's healthy cards as rows of growing arrays (free cores, free memory, wholly free)."""
+    """Every node's healthy cards as rows of growing arrays (free cores, free memory, wholly free),
+    and whether the node places pods as without MIG (``plain``: the batch may score it)."""
 
     def __init__(self) -> None:
         self.index: dict[str, int] = {}
         self.free = np.full((0, 1), -1, dtype=np.int64)
         self.memory = np.full((0, 1), -1, dtype=np.int64)
         self.whole = np.zeros((0, 1), dtype=bool)
+        self.plain = np.zeros(0, dtype=bool)
 
-    def set(self, name: str, free: Sequence[int], memory: Sequence[int], whole: Sequence[bool]) -> None:
+    def set(self, name: str, free: Sequence[int], memory: Sequence[int], whole: Sequence[bool],
+            plain: bool = True) -> None:
         row = self.index.get(name)
         if row is None:
             row = self.index[name] = len(self.index)
@@ -157,12 +160,16 @@ class NodeRows:
             self.free = _grown(self.free, grow_rows, grow_width, -1)
             self.memory = _grown(self.memory, grow_rows, grow_width, -1)
             self.whole = _grown(self.whole, grow_rows, grow_width, False)
+            plains = np.zeros(grow_rows, dtype=bool)
+            plains[:len(self.plain)] = self.plain
+            self.plain = plains
         self.free[row] = -1
         self.memory[row] = -1
         self.whole[row] = False
         self.free[row, :len(free)] = free
         self.memory[row, :len(memory)] = memory
         self.whole[row, :len(whole)] = whole
+        self.plain[row] = plain
 
     def take(self, names: Sequence[str]) -> np.ndarray:
         return np.array([self.index[name] for name in names], dtype=np.int64)
