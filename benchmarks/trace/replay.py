@@ -34,7 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugin")]
 
-from jupyter_vgpu.core.fgd import FGD_BLEND, FGD_CAPACITY, FGD_DECAY  # noqa: E402
+from jupyter_vgpu.core.fgd import FGD_BLEND, FGD_CAPACITY, FGD_DECAY, drifted  # noqa: E402
 from jupyter_vgpu.core.fragment import MixLearner, Shape  # noqa: E402
 from jupyter_vgpu.core.placement import FRAGMENT_PACKING, FRAGMENT_SPAN  # noqa: E402
 
@@ -609,7 +609,7 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
     rng = np.random.default_rng(seed + 1000)
     learner = MixLearner(decay=decay)
     filter_learner = MixLearner(capacity=filter_capacity, decay=filter_decay, by="count")
-    learned = None
+    learned, learned_mix = None, None
     frag_cache = fgd_frag(st.cores * 10, st.cpu, typ, typ[4]) if policy == "FGD" else None
     cap = cluster.gpu_milli
     # a scheduler profile scoring NodeResourcesFit MostAllocated (with BalancedAllocation), or
@@ -626,7 +626,9 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
                 filter_learner.observe(_filter_shape(tasks, t))
                 observed += 1
                 if learned is None or observed <= 16 or observed % 16 == 0:  # the extender's snapshot rule
-                    learned = learned_typical(filter_learner.mix(), cluster)
+                    mix = filter_learner.mix()
+                    if learned is None or drifted(learned_mix, mix):
+                        learned, learned_mix = learned_typical(mix, cluster), mix
             nodes = _feasible(st, tasks, t)
             if len(nodes) == 0:
                 failed += 1

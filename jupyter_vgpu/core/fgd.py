@@ -30,6 +30,9 @@ FGD_BLEND = 0.85
 # The learned mix: decay per pod seen, most shapes kept (MixLearner, by count).
 FGD_DECAY = 0.9995
 FGD_CAPACITY = 64
+# A new snapshot of the learned mix replaces the one decisions use only once it has moved this
+# far from it (total variation): a stable workload keeps one snapshot, so scores stay cached.
+FGD_DRIFT = 0.05
 # The score's scale: a fall of this many cores moves the sigmoid by one unit (FGD: 1000 milli).
 _SCALE = CORES_PER_CARD
 
@@ -68,6 +71,14 @@ def node_fragment(free_cores: Sequence[int], cpu_milli: int | None, labels: Coll
     cards = [max(0, free) for free in free_cores]
     return sum(weight * (total - (usable(shape, cards, cpu_milli, blend) if admits(labels, shape) else 0.0))
                for shape, weight in mix.shapes)
+
+
+def drifted(current: Mix, learned: Mix, threshold: float = FGD_DRIFT) -> bool:
+    """Whether ``learned`` has moved ``threshold`` or more (total variation) from ``current``."""
+    if not current.shapes:
+        return bool(learned.shapes)
+    old, new = dict(current.shapes), dict(learned.shapes)
+    return sum(abs(old.get(s, 0.0) - new.get(s, 0.0)) for s in old.keys() | new.keys()) / 2 >= threshold
 
 
 def fall_score(before: float, after: float) -> int:

@@ -51,7 +51,7 @@ from jupyter_vgpu.core.mig_placement import SlicePlacement
 from jupyter_vgpu.core.placement import CardState, FragmentView, NodeState
 
 from .cache import DecisionCache, NodeMemo, ScoreCache, VerdictCache, remember
-from .fgd_batch import MixArrays, NodeRows, levels_of
+from .fgd_batch import LevelMemo, MixArrays, NodeRows, levels_of
 from .headroom import HostHeadroom, pod_cpu_memory
 from .ledger import Holding, Ledger, NodeEntry, node_cards, pod_holding, pod_key
 from .wire import MAX_EXTENDER_PRIORITY, ExtenderArgs, ExtenderBindingArgs
@@ -285,6 +285,8 @@ _SEEN_PODS = 4096
 # first pods and then every this many, so that its scores can be memoised per node between
 # refreshes (a prioritize over 1,000 nodes would otherwise score every node afresh).
 _MIX_REFRESH = 16
+# fgd-filter: levels memoised for this many (request, pod CPU, snapshot) keys
+_FGD_MEMOS = 32
 
 
 class Decisions:
@@ -311,6 +313,8 @@ class Decisions:
         self._typical_seen: OrderedDict[str, None] = OrderedDict()
         # every node's cards as array rows for fgd-filter, rewritten when the ledger changes the node
         self._fgd_rows = NodeRows()
+        self._fgd_memos: OrderedDict[tuple[Any, ...], LevelMemo] = OrderedDict()
+        self._fgd_lock = threading.Lock()
         self._fgd_dirty: set[str] = set()
         ledger.subscribe(lambda name, _cards_changed: self._fgd_dirty.add(name))
         self._mix_view = (0, Mix())  # (version, snapshot) the fragment policy decides with
@@ -472,7 +476,8 @@ class Decisions:
         return FragmentView(self._mix_view[1], cpu, memory)
 
     def _learn_typical(self, pod: Mapping[str, Any], ask: PodAsk) -> None:
-        """Count the pod once (per uid) in the typical-pod mix, with its node selector."""
+        """Count the pod once (per uid) in the typical-pod mix, with its node selector; at each of
+        the first pods and then every ``_MIX_REFRESH``, take a new snapshot if the mix drifted."""
         uid = str((pod.get("metadata") or {}).get("uid") or describe_pod(pod))
         with self._seen_lock:
             if uid in self._typical_seen:
@@ -488,9 +493,11 @@ class Decisions:
             self._typical_observed += 1
             refresh = self._typical_observed <= _MIX_REFRESH or self._typical_observed % _MIX_REFRESH == 0
         if refresh:
-            arrays = MixArrays(self.typical.mix())
-            with self._seen_lock:
-                self._typical_view = (self._typical_view[0] + 1, arrays)
+            learned = self.typical.mix()
+            if fgd.drifted(self._typical_view[1].mix, learned):
+                arrays = MixArrays(learned)
+                with self._seen_lock:
+                    self._typical_view = (self._typical_view[0] + 1, arrays)
 
     @property
     def typical_snapshot(self) -> Mix:
@@ -502,12 +509,13 @@ class Decisions:
         return FragmentView(self._typical_view[1].mix, cpu, memory)
 
     def _fgd_best(self, args: ExtenderArgs, ask: PodAsk, passed: list[str]) -> str:
-        """The passed node of the best fgd_level, the first by name among equals. Every passed
-        node is scored at each call, in one numpy batch over rows of the nodes' cards that are
-        rewritten only when the ledger changes a node (``fgd_batch``); a node with MIG slices or
+        """The passed node of the best fgd_level, the first by name among equals. Levels are
+        computed in one numpy batch over rows of the nodes' cards (``fgd_batch``), rewritten
+        when the ledger changes a node, and memoised per (request, pod CPU, mix snapshot) until
+        the row or the node's CPU headroom changes (any label change forgets them all); a node with MIG slices or
         a card-sharing mode, one the ledger does not know, the one holding this pod's own claim,
         and pods of several containers are scored by the core."""
-        arrays = self._typical_view[1]
+        version, arrays = self._typical_view
         view = FragmentView(arrays.mix, *pod_cpu_memory(args.pod))
         for node in args.nodes or []:  # full Node objects carry allocatable and labels
             self.hosts.on_node("MODIFIED", node)
@@ -544,18 +552,37 @@ class Decisions:
                 level = placement.fgd_level(state, ask.requests, view)
                 found[name] = -1 if level is None else level
             picked = index[usable]
-            free, memory, whole = rows.free[picked], rows.memory[picked], rows.whole[picked]
+            generation = rows.generation[picked]
+            cpu_list, labels = self.hosts.facts(batch)
+            cpu = np.array(cpu_list, dtype=float)
+            with self._fgd_lock:
+                known = self._fgd_memo((ask.key, view.cpu_milli, version, self.hosts.labels_version))
+                outdated = known.stale(picked, generation, cpu) if batch else np.zeros(0, dtype=bool)
+                if single is not None and outdated.any():
+                    some = picked[outdated]
+                    fresh, fit = levels_of(rows.free[some], rows.memory[some], rows.whole[some], cpu[outdated],
+                                           arrays.admitted(itertools.compress(labels, outdated.tolist())),
+                                           single, view.cpu_milli, arrays)
+                    known.store(some, generation[outdated], cpu[outdated], np.where(fit, fresh, -1))
+                scored = known.level[picked]
         if batch and single is not None:
-            cpu, labels = self.hosts.facts(batch)
-            scored, fit = levels_of(free, memory, whole, np.array(cpu, dtype=float), arrays.admitted(labels),
-                                    single, view.cpu_milli, arrays)
-            scored = np.where(fit, scored, -1)
             top = int(scored.max())
             if top >= max(found.values(), default=-1):
                 found = {name: level for name, level in found.items() if level == top}
                 found.update((batch[i], top) for i in np.flatnonzero(scored == top).tolist())
         best = max(found.values(), default=-1)
         return min(name for name, level in found.items() if level == best) if found else passed[0]
+
+    def _fgd_memo(self, key: tuple[Any, ...]) -> LevelMemo:
+        """The levels memo of one (request, pod CPU, snapshot, labels version), LRU over a few."""
+        memo = self._fgd_memos.get(key)
+        if memo is None:
+            memo = self._fgd_memos[key] = LevelMemo()
+            if len(self._fgd_memos) > _FGD_MEMOS:
+                self._fgd_memos.popitem(last=False)
+        else:
+            self._fgd_memos.move_to_end(key)
+        return memo
 
     @property
     def mix_snapshot(self) -> Mix:

@@ -148,6 +148,7 @@ class NodeRows:
         self.memory = np.full((0, 1), -1, dtype=np.int64)
         self.whole = np.zeros((0, 1), dtype=bool)
         self.plain = np.zeros(0, dtype=bool)
+        self.generation = np.zeros(0, dtype=np.int64)  # bumped at every rewrite of the row
 
     def set(self, name: str, free: Sequence[int], memory: Sequence[int], whole: Sequence[bool],
             plain: bool = True) -> None:
@@ -163,6 +164,9 @@ class NodeRows:
             plains = np.zeros(grow_rows, dtype=bool)
             plains[:len(self.plain)] = self.plain
             self.plain = plains
+            generations = np.zeros(grow_rows, dtype=np.int64)
+            generations[:len(self.generation)] = self.generation
+            self.generation = generations
         self.free[row] = -1
         self.memory[row] = -1
         self.whole[row] = False
@@ -170,9 +174,34 @@ class NodeRows:
         self.memory[row, :len(memory)] = memory
         self.whole[row, :len(whole)] = whole
         self.plain[row] = plain
+        self.generation[row] += 1
 
     def take(self, names: Sequence[str]) -> np.ndarray:
         return np.array([self.index[name] for name in names], dtype=np.int64)
+
+
+class LevelMemo:
+    """Levels computed for one (request, pod CPU, mix snapshot), per node row, with the row's
+    generation and the CPU headroom they were computed with: stale when either changed."""
+
+    def __init__(self) -> None:
+        self.level = np.zeros(0, dtype=np.int64)
+        self.generation = np.full(0, -1, dtype=np.int64)
+        self.cpu = np.zeros(0, dtype=float)
+
+    def stale(self, rows: np.ndarray, generation: np.ndarray, cpu: np.ndarray) -> np.ndarray:
+        size = int(rows.max()) + 1 if len(rows) else 0
+        if size > len(self.level):
+            grow = max(size, 2 * len(self.level))
+            self.level = np.concatenate([self.level, np.zeros(grow - len(self.level), dtype=np.int64)])
+            self.generation = np.concatenate([self.generation, np.full(grow - len(self.generation), -1, dtype=np.int64)])
+            self.cpu = np.concatenate([self.cpu, np.zeros(grow - len(self.cpu))])
+        known = self.cpu[rows]
+        same_cpu = (known == cpu) | (np.isnan(known) & np.isnan(cpu))
+        return np.asarray((self.generation[rows] != generation) | ~same_cpu)
+
+    def store(self, rows: np.ndarray, generation: np.ndarray, cpu: np.ndarray, level: np.ndarray) -> None:
+        self.level[rows], self.generation[rows], self.cpu[rows] = level, generation, cpu
 
 
 def _grown(array: np.ndarray, rows: int, width: int, fill: object) -> np.ndarray:

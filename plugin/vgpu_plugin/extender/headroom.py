@@ -91,6 +91,7 @@ class HostHeadroom:
         self._lock = threading.Lock()
         self._allocatable: dict[str, tuple[int, int]] = {}
         self._labels: dict[str, frozenset[str]] = {}
+        self.labels_version = 0  # bumped whenever a node's labels change
         self._pods: dict[str, tuple[str, int, int]] = {}  # uid -> (node, cpu milli, memory MiB)
         self._used: dict[str, list[int]] = {}
 
@@ -101,15 +102,19 @@ class HostHeadroom:
         with self._lock:
             if kind == "DELETED":
                 self._allocatable.pop(name, None)
-                self._labels.pop(name, None)
+                if self._labels.pop(name, None):
+                    self.labels_version += 1
                 return
             allocatable = (node.get("status") or {}).get("allocatable") or {}
             cpu, memory = _cpu_memory({"requests": allocatable})
             self._allocatable[name] = (cpu, memory)
             labels = (node.get("metadata") or {}).get("labels") or {}
-            self._labels[name] = frozenset(
+            items = frozenset(
                 f"{k}={v}" for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)
             ) if isinstance(labels, Mapping) else frozenset()
+            if self._labels.get(name) != items:
+                self._labels[name] = items
+                self.labels_version += 1
 
     def on_pod(self, kind: str, pod: Mapping[str, Any] | None) -> None:
         if not isinstance(pod, Mapping):
