@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from jupyter_vgpu.core.contract import CORES_PER_CARD, MEMORY_UNIT_MIB, Request
-from jupyter_vgpu.core.fgd import FGD_CAPACITY, FGD_DECAY
-from jupyter_vgpu.core.fragment import MixLearner, Shape
+from jupyter_vgpu.core.fgd import FGD_CAPACITY, FGD_DECAY, drifted
+from jupyter_vgpu.core.fragment import Mix, MixLearner, Shape
 from jupyter_vgpu.core.placement import (
     CardState,
     FragmentView,
@@ -264,6 +264,7 @@ def ours_fgd_filter() -> Scheduler:
     (the first by name among equals), ``place_pod`` there."""
     learner = MixLearner(FGD_CAPACITY, FGD_DECAY, by="count")
     seen: dict[int, Request] = {}  # by identity: one session's retries pass the same object (kept alive)
+    snapshot = [Mix()]  # the extender's rule: a new snapshot at the first 16 pods, then every 16 if drifted
 
     def choose(nodes: dict[str, NodeState], candidates: Sequence[str], request: Request) -> Choice | None:
         pod = {0: request}
@@ -271,7 +272,9 @@ def ours_fgd_filter() -> Scheduler:
         if shape is not None and id(request) not in seen:
             seen[id(request)] = request
             learner.observe(replace(shape, memory_units=0))
-        view = FragmentView(learner.mix())
+            if (len(seen) <= 16 or len(seen) % 16 == 0) and drifted(snapshot[0], learned := learner.mix()):
+                snapshot[0] = learned
+        view = FragmentView(snapshot[0])
         levels = [(level, n) for n in candidates if _could_fit(nodes[n], request)
                   and (level := fgd_level(nodes[n], pod, view)) is not None]
         if not levels:

@@ -637,7 +637,7 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
                     node, cards = sim_choose(policy, st, t, tasks, nodes, rng, typ, frag_cache)
                 elif policy in COPIES_POLICIES:
                     node, cards = copies_choose(policy, st, t, tasks, nodes, rng, typ, blend)
-                elif policy in FILTER_POLICIES:
+                elif policy in FILTER_POLICIES and gpu_pod:
                     node, cards = copies_choose("FGD-copies", st, t, tasks, nodes, rng, learned, blend)
                 elif not gpu_pod:  # never reaches the extender: kube-scheduler's defaults alone
                     total = default_scores(st, nodes, int(tasks.cpu[t]), int(tasks.mem[t]), most=most is True)
