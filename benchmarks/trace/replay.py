@@ -12,7 +12,9 @@ score x weight x 10 added to kube-scheduler's default NodeResourcesFit (LeastAll
 and NodeResourcesBalancedAllocation scores.
 Research rows (README "Second round"): FGD-copies (FGD's measure with a typical pod
 counted as many times as the node's free CPU hosts it) and FGD-copies-deployed (the same as
-extender levels over a MostAllocated profile).
+extender levels over a MostAllocated profile). Third round: fgd-filter, the same measure with
+typical pods learned online (core MixLearner, by count, with node selectors) and the node
+chosen by the extender's filter (the best FGD score, first of list on ties), as deployed.
 
     .venv/bin/python benchmarks/trace/replay.py --trace default --seeds 42 43 --policies FGD fragment
 """
