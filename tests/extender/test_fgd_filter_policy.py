@@ -88,3 +88,24 @@ def test_typical_pods_are_learned_once_each_with_their_node_selector(three_nodes
         other = cluster.add_pod(pod(f"nb-x{i}", cores=1 + i, memory_units=GIB_UNITS))
         assert post(f"{cluster.url}/filter", filter_args(other, ["gpu-b"]))[0] == 200
     assert len(decisions.typical) <= decisions.typical.capacity
+
+
+def test_a_node_whose_cpu_is_taken_stops_winning(cluster):
+    """Two empty nodes score alike, gpu-a first by name; once a CPU-only pod takes 7 of its 8
+    cores, a notebook there would leave no CPU for the next one (its cards stranded), and the
+    filter, asked about the same request shape again, passes gpu-b instead."""
+    for name in ("gpu-a", "gpu-b"):
+        cluster.add_node(node(name, count=2, cpu="8", memory="64Gi"))
+    cluster.policy = "fgd-filter"
+    cluster.start_extender()
+    hosts = cluster.extender.decisions.hosts
+    wait_for(lambda: hosts.headroom("gpu-b") is not None, timeout=20, what="the nodes' allocatable")
+    first = cluster.add_pod(pod("nb-1", cores=25, memory_units=4 * GIB_UNITS))
+    assert post(f"{cluster.url}/filter", filter_args(first, ["gpu-b", "gpu-a"]))[1]["NodeNames"] == ["gpu-a"]
+    busy = pod("cpu-job", cores=None, memory_units=None)
+    busy["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "7", "memory": "8Gi"}}
+    busy["spec"]["nodeName"] = "gpu-a"
+    cluster.add_pod(busy)
+    wait_for(lambda: hosts.headroom("gpu-a").cpu_milli == 1000, timeout=20, what="the CPU-only pod counted")
+    second = cluster.add_pod(pod("nb-2", cores=25, memory_units=4 * GIB_UNITS))
+    assert post(f"{cluster.url}/filter", filter_args(second, ["gpu-b", "gpu-a"]))[1]["NodeNames"] == ["gpu-b"]
