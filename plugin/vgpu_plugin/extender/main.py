@@ -45,8 +45,8 @@ def parser() -> argparse.ArgumentParser:
                         f"tlsConfig.certFile/keyFile (env {ENV_PREFIX}CLIENT_CA)")
     p.add_argument("--kubeconfig", default=_env("KUBECONFIG"),
                    help=f"kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config; env {ENV_PREFIX}KUBECONFIG)")
-    p.add_argument("--policy", choices=placement.POLICIES, default=_env("POLICY", "binpack"),
-                   help="cluster default for placing shares: binpack, spread, fragment (least "
+    p.add_argument("--policy", choices=placement.POLICIES, default=_env("POLICY", "fgd-filter"),
+                   help="cluster default for placing shares (default fgd-filter): binpack, spread, fragment (least "
                         "expected fragmentation under the task mix learned from the pods seen, with "
                         "each node's CPU/memory headroom), or fgd-filter (FGD's fragmentation measure "
                         "over the typical pods learned from the pods seen; the filter passes only the "
