@@ -51,7 +51,7 @@ from jupyter_vgpu.core.mig_placement import SlicePlacement
 from jupyter_vgpu.core.placement import CardState, FragmentView, NodeState
 
 from .cache import DecisionCache, NodeMemo, ScoreCache, VerdictCache, remember
-from .fgd_batch import LevelMemo, MixArrays, NodeRows, levels_of
+from .fgd_batch import CountMemo, LevelMemo, MixArrays, NodeRows, levels_of
 from .headroom import HostHeadroom, pod_cpu_memory
 from .ledger import Holding, Ledger, NodeEntry, node_cards, pod_holding, pod_key
 from .wire import MAX_EXTENDER_PRIORITY, ExtenderArgs, ExtenderBindingArgs
@@ -314,6 +314,7 @@ class Decisions:
         # every node's cards as array rows for fgd-filter, rewritten when the ledger changes the node
         self._fgd_rows = NodeRows()
         self._fgd_memos: OrderedDict[tuple[Any, ...], LevelMemo] = OrderedDict()
+        self._fgd_counts = CountMemo(self._typical_view[1])  # per mix snapshot: what each node offers each typical pod
         self._fgd_lock = threading.Lock()
         self._fgd_dirty: set[str] = set()
         ledger.subscribe(lambda name, _cards_changed: self._fgd_dirty.add(name))
@@ -560,9 +561,11 @@ class Decisions:
                 outdated = known.stale(picked, generation, cpu) if batch else np.zeros(0, dtype=bool)
                 if single is not None and outdated.any():
                     some = picked[outdated]
+                    if self._fgd_counts.arrays is not arrays:
+                        self._fgd_counts = CountMemo(arrays)
                     fresh, fit = levels_of(rows.free[some], rows.memory[some], rows.whole[some], cpu[outdated],
                                            arrays.admitted(itertools.compress(labels, outdated.tolist())),
-                                           single, view.cpu_milli, arrays)
+                                           single, view.cpu_milli, arrays, self._fgd_counts.of(rows, some))
                     known.store(some, generation[outdated], cpu[outdated], np.where(fit, fresh, -1))
                 scored = known.level[picked]
         if batch and single is not None:

@@ -81,21 +81,30 @@ class MixArrays:
         return np.asarray((np.where(ok, total[..., None] - use, total[..., None]) * self.weight).sum(-1))
 
 
+def counts_of(free: np.ndarray, arrays: MixArrays) -> tuple[np.ndarray, np.ndarray]:
+    """Per node and typical pod [K, T]: how many cards fit it, and their free cores."""
+    cores = np.clip(free, 0, CORES_PER_CARD)
+    # table lookups summed over the cards (no BLAS: its threads only contend on a busy node)
+    return arrays.fits[cores].sum(1), arrays.usable[cores].sum(1)
+
+
 def levels_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray, admitted: np.ndarray,
-              request: Request, pod_cpu_milli: int, arrays: MixArrays) -> tuple[np.ndarray, np.ndarray]:
+              request: Request, pod_cpu_milli: int, arrays: MixArrays,
+              counts: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(level [K] int, fits [K] bool) for a pod of one container asking ``request``.
 
     ``free``/``memory`` [K, G]: each healthy card's free cores and memory units (-1: no card),
     ``whole`` [K, G]: the card is wholly free, ``cpu`` [K]: CPU headroom (NaN: unknown),
-    ``admitted`` [K, T]: ``arrays.admitted`` of the nodes' labels."""
+    ``admitted`` [K, T]: ``arrays.admitted`` of the nodes' labels; ``counts``: ``counts_of``
+    (the same for every request, so the caller may keep it per mix snapshot)."""
     k = free.shape[0]
     if not arrays.mix.shapes:  # nothing learned yet: the pod's own shape, as FragmentView.mix_for
         own = Shape.of_pod({0: request}, pod_cpu_milli)
         arrays = MixArrays(Mix(((own, 1.0),)) if own is not None else Mix(), arrays.blend)
         admitted = np.ones((k, len(arrays.weight)), dtype=bool)
+        counts = None
     cores = np.clip(free, 0, CORES_PER_CARD)
-    # table lookups summed over the cards (no BLAS: its threads only contend on a busy node)
-    count, fitting = arrays.fits[cores].sum(1), arrays.usable[cores].sum(1)  # [K, T]
+    count, fitting = counts if counts is not None else counts_of(free, arrays)  # [K, T]
     total = cores.sum(1).astype(float)
     before = arrays.fragment(total, count, fitting, cpu, admitted)
     cpu_after = cpu - pod_cpu_milli
@@ -178,6 +187,31 @@ class NodeRows:
 
     def take(self, names: Sequence[str]) -> np.ndarray:
         return np.array([self.index[name] for name in names], dtype=np.int64)
+
+
+class CountMemo:
+    """``counts_of`` per node row for one mix snapshot, with the row's generation."""
+
+    def __init__(self, arrays: MixArrays) -> None:
+        self.arrays = arrays
+        width = len(arrays.weight)
+        self.count = np.zeros((0, width))
+        self.fitting = np.zeros((0, width))
+        self.generation = np.full(0, -1, dtype=np.int64)
+
+    def of(self, rows: NodeRows, picked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        size = len(rows.generation)
+        if size > len(self.generation):
+            grow = size - len(self.generation)
+            self.count = np.concatenate([self.count, np.zeros((grow, self.count.shape[1]))])
+            self.fitting = np.concatenate([self.fitting, np.zeros((grow, self.fitting.shape[1]))])
+            self.generation = np.concatenate([self.generation, np.full(grow, -1, dtype=np.int64)])
+        generation = rows.generation[picked]
+        changed = picked[self.generation[picked] != generation]
+        if len(changed):
+            self.count[changed], self.fitting[changed] = counts_of(rows.free[changed], self.arrays)
+            self.generation[changed] = rows.generation[changed]
+        return self.count[picked], self.fitting[picked]
 
 
 class LevelMemo:
