@@ -140,3 +140,12 @@ def test_a_share_completes_the_card_that_strands_most():
     placed = place_pod(state, {0: Request(30, 4)}, "fgd-filter", view=view)
     assert isinstance(placed, PodPlacement) and placed.containers[0][0][0] == 1
     assert fgd_level(state, {0: Request(30, 4)}, view) == fgd.fall_score(30, 0)
+
+
+def test_a_snapshot_is_replaced_only_once_the_mix_drifted():
+    a, b = Shape(25, 0, 1), Shape(CORES_PER_CARD, 0, 2)
+    even = Mix.of([(a, 1.0), (b, 1.0)])
+    assert fgd.drifted(Mix(), even) and not fgd.drifted(Mix(), Mix())
+    assert not fgd.drifted(even, Mix.of([(a, 0.52), (b, 0.48)]))  # total variation 0.02
+    assert fgd.drifted(even, Mix.of([(a, 0.56), (b, 0.44)]))  # 0.06
+    assert fgd.drifted(even, Mix.of([(a, 1.0)]))  # a shape gone: 0.5
