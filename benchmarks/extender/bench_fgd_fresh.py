@@ -7,6 +7,7 @@ nodes in one batch: ``Decisions.filter`` timed directly (no HTTP), on nodes with
 each holding a random load, the learned mix being the pods filtered so far.
 
     .venv/bin/python benchmarks/extender/bench_fgd_fresh.py --nodes 1000 --filters 300
+    .venv/bin/python benchmarks/extender/bench_fgd_fresh.py --nodes 1000 --filters 300 --policy binpack
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--filters", type=int, default=300)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--policy", default="fgd-filter", help="binpack: the same filters without fgd-filter's part")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     ledger = Ledger()
@@ -56,7 +58,7 @@ def main() -> int:
                 held += 1
                 share = CardShare(g, "", used, 0 if used == 100 else used * 3)
                 ledger.put(Holding(f"h{held}", "bench", f"h{held}", name, (ContainerAllocation(0, "c", (share,)),)))
-    decisions = Decisions(ledger, None, policy="fgd-filter")
+    decisions = Decisions(ledger, None, policy=args.policy)
     took = []
     for i in range(args.filters + 20):
         # a new shape each time: cores 1-99 with memory, or 1-4 whole cards
@@ -70,11 +72,12 @@ def main() -> int:
         if i >= 20:  # the first filters also build the node rows
             took.append((time.perf_counter() - started) * 1000)
         if passed:
+            # binpack passes every fitting node: bind to the first, as fgd-filter's one
             share = CardShare(0, "", min(cores, 100), memory)
             ledger.put(Holding(f"b{i}", "bench", f"b{i}", passed[0], (ContainerAllocation(0, "c", (share,)),)))
     took.sort()
     p = lambda q: took[min(len(took) - 1, int(q * len(took)))]  # noqa: E731
-    print(f"{args.nodes} nodes, {len(took)} filters, each a new request shape, "
+    print(f"{args.policy}: {args.nodes} nodes, {len(took)} filters, each a new request shape, "
           f"{len(decisions.typical_snapshot.shapes)} typical pods at the end")
     print(f"filter ms: p50 {p(0.5):.2f}  p90 {p(0.9):.2f}  p99 {p(0.99):.2f}  max {took[-1]:.2f}  "
           f"mean {statistics.mean(took):.2f}")
