@@ -30,15 +30,17 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from jupyter_vgpu.core.contract import CORES_PER_CARD, MEMORY_UNIT_MIB, Request
-from jupyter_vgpu.core.fragment import MixLearner, Shape
+from jupyter_vgpu.core.fgd import FGD_CAPACITY, FGD_DECAY, drifted
+from jupyter_vgpu.core.fragment import Mix, MixLearner, Shape
 from jupyter_vgpu.core.placement import (
     CardState,
     FragmentView,
     NodeState,
     PodPlacement,
+    fgd_level,
     place_pod,
     reserve,
     reserved_cards,
@@ -256,10 +258,40 @@ def ours_fragment() -> Scheduler:
     return choose
 
 
+def ours_fgd_filter() -> Scheduler:
+    """fgd-filter as the extender runs it: the typical pods counted online from the pods its
+    filter sees (each once, however often it retries), the node of the best ``fgd_level``
+    (the first by name among equals), ``place_pod`` there."""
+    learner = MixLearner(FGD_CAPACITY, FGD_DECAY, by="count")
+    seen: dict[int, Request] = {}  # by identity: one session's retries pass the same object (kept alive)
+    snapshot = [Mix()]  # the extender's rule: a new snapshot at the first 16 pods, then every 16 if drifted
+
+    def choose(nodes: dict[str, NodeState], candidates: Sequence[str], request: Request) -> Choice | None:
+        pod = {0: request}
+        shape = Shape.of_pod(pod)
+        if shape is not None and id(request) not in seen:
+            seen[id(request)] = request
+            learner.observe(replace(shape, memory_units=0))
+            if (len(seen) <= 16 or len(seen) % 16 == 0) and drifted(snapshot[0], learned := learner.mix()):
+                snapshot[0] = learned
+        view = FragmentView(snapshot[0])
+        levels = [(level, n) for n in candidates if _could_fit(nodes[n], request)
+                  and (level := fgd_level(nodes[n], pod, view)) is not None]
+        if not levels:
+            return None
+        name = min(levels, key=lambda ln: (-ln[0], ln[1]))[1]
+        placement = place_pod(nodes[name], pod, "fgd-filter", view=view)
+        assert isinstance(placement, PodPlacement)
+        return name, placement
+
+    return choose
+
+
 SCHEDULERS: dict[str, Scheduler] = {
     "jupyter-vgpu binpack": ours("binpack"),
     "jupyter-vgpu spread": ours("spread"),
     "jupyter-vgpu fragment": ours_fragment(),
+    "jupyter-vgpu fgd-filter": ours_fgd_filter(),
     "gpu-admission": gpu_admission,
     "HAMi default": hami_default,
     "jupyter-vgpu binpack+reserve": PendingAware(),

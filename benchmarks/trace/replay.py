@@ -12,7 +12,9 @@ score x weight x 10 added to kube-scheduler's default NodeResourcesFit (LeastAll
 and NodeResourcesBalancedAllocation scores.
 Research rows (README "Second round"): FGD-copies (FGD's measure with a typical pod
 counted as many times as the node's free CPU hosts it) and FGD-copies-deployed (the same as
-extender levels over a MostAllocated profile).
+extender levels over a MostAllocated profile). Third round: fgd-filter, the same measure with
+typical pods learned online (core MixLearner, by count, with node selectors) and the node
+chosen by the extender's filter (the best FGD score, first of list on ties), as deployed.
 
     .venv/bin/python benchmarks/trace/replay.py --trace default --seeds 42 43 --policies FGD fragment
 """
@@ -34,6 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugin")]
 
+from jupyter_vgpu.core.fgd import FGD_BLEND, FGD_CAPACITY, FGD_DECAY, drifted  # noqa: E402
 from jupyter_vgpu.core.fragment import MixLearner, Shape  # noqa: E402
 from jupyter_vgpu.core.placement import FRAGMENT_PACKING, FRAGMENT_SPAN  # noqa: E402
 
@@ -51,6 +54,12 @@ OUR_POLICIES = ("binpack", "fragment")
 # times as the node's free CPU can host it, alone and first of list (as FGD), and the same
 # measure as an extender could deploy it (11 levels x weight over a MostAllocated profile).
 COPIES_POLICIES = ("FGD-copies", "FGD-copies-deployed")
+# Third round (README.md): the same measure as an extender's filter would deploy it, with the
+# typical pods learned online (core MixLearner, by count, per GPU model) from the GPU tasks seen
+# so far; the filter returns only its best node (FGD's 0-100 score, first in node order on ties),
+# so kube-scheduler does not score.
+FILTER_POLICIES = ("fgd-filter",)
+FILTER_CAPACITY, FILTER_DECAY = FGD_CAPACITY, FGD_DECAY
 
 
 @dataclass
@@ -411,6 +420,22 @@ def default_scores(st: State, nodes: np.ndarray, cpu: int, mem: int, most: bool 
     return fit + balanced
 
 
+def _spec_admits(item: str, model: str) -> bool:
+    return model in item.removeprefix("gpu_spec=").split("|")
+
+
+def learned_typical(mix, cluster: Cluster):
+    """The learned mix as the simulator's typical pods (w, cpu, milli, cards, access [N,T])."""
+    shapes = mix.shapes
+    w = np.array([x for _, x in shapes], dtype=float)
+    milli = np.array([1000 if s.whole else s.cores * 10 for s, _ in shapes])
+    # a node's labels: one "gpu_spec=<spec>" per spec of the trace that admits its model
+    allowed = np.array([[not s.selector or _spec_admits(s.selector[0], m) for s, _ in shapes]
+                        for m in cluster.models], dtype=bool)
+    return (w, np.array([s.cpu_milli for s, _ in shapes], dtype=np.int64), milli,
+            np.array([s.cards for s, _ in shapes]), allowed[cluster.model])
+
+
 def mix_arrays(mix, nodes_n: int):
     shapes = mix.shapes
     w = np.array([x for _, x in shapes])
@@ -576,7 +601,8 @@ def _first_free_2d(cores, units, cap, num):
 
 def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = True, weight: int = 5,
         span: float = FRAGMENT_SPAN, decay: float = 0.999, packing: float = FRAGMENT_PACKING,
-        coverage: float = 0.95, blend: float = 0.0) -> dict[str, float]:
+        coverage: float = 0.95, blend: float = 0.0, filter_decay: float = FILTER_DECAY,
+        filter_capacity: int = FILTER_CAPACITY) -> dict[str, float]:
     cluster = load_cluster()
     rows = inflate(load_tasks(trace, cluster), cluster, seed)
     tasks = build_tasks(rows, cluster)
@@ -584,6 +610,8 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
     st = State(cluster, project_units)
     rng = np.random.default_rng(seed + 1000)
     learner = MixLearner(decay=decay)
+    filter_learner = MixLearner(capacity=filter_capacity, decay=filter_decay, by="count")
+    learned, learned_mix = None, None
     frag_cache = fgd_frag(st.cores * 10, st.cpu, typ, typ[4]) if policy == "FGD" else None
     cap = cluster.gpu_milli
     # a scheduler profile scoring NodeResourcesFit MostAllocated (with BalancedAllocation), or
@@ -596,6 +624,13 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
         arrived += milli * num
         gpu_pod = num > 0
         if gpu_pod or not regime.startswith("taint"):
+            if policy in FILTER_POLICIES and gpu_pod and _seen_by_extender(st, tasks, t):
+                filter_learner.observe(_filter_shape(tasks, t))
+                observed += 1
+                if learned is None or observed <= 16 or observed % 16 == 0:  # the extender's snapshot rule
+                    mix = filter_learner.mix()
+                    if learned is None or drifted(learned_mix, mix):
+                        learned, learned_mix = learned_typical(mix, cluster), mix
             nodes = _feasible(st, tasks, t)
             if len(nodes) == 0:
                 failed += 1
@@ -604,6 +639,8 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
                     node, cards = sim_choose(policy, st, t, tasks, nodes, rng, typ, frag_cache)
                 elif policy in COPIES_POLICIES:
                     node, cards = copies_choose(policy, st, t, tasks, nodes, rng, typ, blend)
+                elif policy in FILTER_POLICIES and gpu_pod:
+                    node, cards = copies_choose("FGD-copies", st, t, tasks, nodes, rng, learned, blend)
                 elif not gpu_pod:  # never reaches the extender: kube-scheduler's defaults alone
                     total = default_scores(st, nodes, int(tasks.cpu[t]), int(tasks.mem[t]), most=most is True)
                     node, cards = int(nodes[_pick_index(total, rng)]), []
@@ -631,6 +668,22 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
         print(f"  vectorised vs core score_node: {CHECKS['differ']} of {CHECKS['done']} sampled scores differ",
               flush=True)
     return out
+
+
+def _seen_by_extender(st: State, tasks: Tasks, t: int) -> bool:
+    """kube-scheduler calls the extender only when its own filters (CPU, memory, the GPU-model
+    node selector) leave a node."""
+    ok = (st.cpu >= tasks.cpu[t]) & (st.mem >= tasks.mem[t]) & tasks.access[t][st.c.model]
+    return bool(ok.any())
+
+
+def _filter_shape(tasks: Tasks, t: int) -> Shape:
+    """What the extender learns of a pod: its GPU request, CPU and node selector, here its
+    ``gpu_spec`` (the measure uses neither the pod's memory nor the share's card memory).
+    A spec naming several models would be a node affinity in Kubernetes, not a selector."""
+    milli, num = int(tasks.milli[t]), int(tasks.num[t])
+    spec = tasks.key[t][3]
+    return Shape(min(100, milli // 10), 0, max(1, num), int(tasks.cpu[t]), 0, (f"gpu_spec={spec}",) if spec else ())
 
 
 def _feasible(st: State, tasks: Tasks, t: int) -> np.ndarray:
@@ -667,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trace", nargs="+", default=["default"])
     p.add_argument("--policies", nargs="+", default=list(SIM_POLICIES + OUR_POLICIES),
-                   choices=SIM_POLICIES + OUR_POLICIES + COPIES_POLICIES + ("fragment-exact",))
+                   choices=SIM_POLICIES + OUR_POLICIES + COPIES_POLICIES + FILTER_POLICIES + ("fragment-exact",))
     p.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
     p.add_argument("--regime", nargs="+", default=["spread"], choices=["spread", "pack", "taint", "taint-pack", "vgpu", "taint-vgpu"],
                    help="spread: kube-scheduler's default profile, CPU-only pods on the GPU nodes too; "
@@ -680,8 +733,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--packing", type=float, default=FRAGMENT_PACKING, help="fragment: FRAGMENT_PACKING")
     p.add_argument("--coverage", type=float, default=0.95,
                    help="the simulator's typical pods: the most frequent shapes covering this share of tasks")
-    p.add_argument("--blend", type=float, default=0.0,
-                   help="FGD-copies: the weight of FGD's own fragment mixed with the CPU-counted one")
+    p.add_argument("--blend", type=float, default=None,
+                   help="FGD-copies / fgd-filter: the weight of FGD's own fragment mixed with the CPU-counted "
+                        f"one (default 0 for FGD-copies, {FGD_BLEND} for fgd-filter)")
+    p.add_argument("--filter-decay", type=float, default=FILTER_DECAY,
+                   help="fgd-filter: the learned mix's decay per GPU pod seen")
+    p.add_argument("--filter-capacity", type=int, default=FILTER_CAPACITY,
+                   help="fgd-filter: the most shapes the learned mix keeps")
     p.add_argument("--csv", help="append one row per run to this file")
     p.add_argument("--check", type=int, default=0,
                    help="compare this many of the extender scores with the core's score_node (first tasks)")
@@ -693,16 +751,20 @@ def main(argv: list[str] | None = None) -> int:
                 for seed in args.seeds:
                     started = time.time()
                     CHECKS.update(left=args.check, done=0, differ=0)
+                    blend = (FGD_BLEND if policy in FILTER_POLICIES else 0.0) if args.blend is None else args.blend
                     r = run(trace, policy, seed, regime, not args.paper_units, args.weight, args.span,
-                            packing=args.packing, coverage=args.coverage, blend=args.blend)
+                            packing=args.packing, coverage=args.coverage,
+                            blend=blend,
+                            filter_decay=args.filter_decay, filter_capacity=args.filter_capacity)
                     results.append(r)
                     if args.csv:
                         with open(args.csv, "a") as f:
                             f.write(",".join(str(x) for x in (trace, regime, policy, seed, args.weight, args.span,
-                                                             args.packing, args.coverage, args.blend,
+                                                             args.packing, args.coverage, blend,
                                                              int(args.paper_units),
                                                              *(round(r[f"unalloc_{x}"], 3) for x in (90, 100, 110, 130)),
-                                                             r["failed"], round(time.time() - started, 1))) + "\n")
+                                                             r["failed"], round(time.time() - started, 1),
+                                                             args.filter_decay, args.filter_capacity)) + "\n")
                 cells = []
                 for x in (90, 100, 110, 130):
                     v = [r[f"unalloc_{x}"] for r in results]

@@ -32,7 +32,8 @@ _FORGET_BELOW = 1e-4
 class Shape:
     """One pod's demand: ``cores`` 1-99 with ``memory_units`` on one card, or ``cards`` whole cards.
 
-    ``cpu_milli`` and ``memory_mib`` are the pod's CPU and memory requests (0: unknown).
+    ``cpu_milli`` and ``memory_mib`` are the pod's CPU and memory requests (0: unknown);
+    ``selector`` the node labels it needs (its node selector, sorted ``key=value`` items; empty: any node).
     """
 
     cores: int
@@ -40,10 +41,13 @@ class Shape:
     cards: int = 1
     cpu_milli: int = 0
     memory_mib: int = 0
+    selector: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.cards < 1 or self.cpu_milli < 0 or self.memory_mib < 0 or self.memory_units < 0:
             raise ValueError(f"invalid shape {self!r}")
+        if any(not m for m in self.selector) or list(self.selector) != sorted(set(self.selector)):
+            raise ValueError(f"shape selector {self.selector!r} must be distinct, non-empty and sorted")
         if not 1 <= self.cores <= CORES_PER_CARD:
             raise ValueError(f"shape cores {self.cores} must be 1-{CORES_PER_CARD} per card")
         if self.cards > 1 and self.cores != CORES_PER_CARD:
@@ -85,22 +89,26 @@ class Mix:
 
 
 class MixLearner:
-    """The task mix, learned online: exponentially decayed GPU demand of at most ``capacity`` shapes.
+    """The task mix, learned online: exponentially decayed weights of at most ``capacity`` shapes.
 
     Each observation multiplies every weight by ``decay`` and adds the shape's GPU demand
-    (in cards) to it (by rescaling the increment, not the table). Weighting by demand
-    rather than by count (FGD counts pods) makes the expected fragment the share of GPU
-    demand that could not use the node: an 8-card job is rare but asks for a whole node.
+    (in cards; ``by="count"``: 1) to it (by rescaling the increment, not the table).
+    Weighting by demand makes the expected fragment the share of GPU demand that could not
+    use the node: an 8-card job is rare but asks for a whole node. FGD's typical pods are
+    counted, which its measure needs (README of benchmarks/trace, "Second round").
     When a new shape would exceed ``capacity`` the lightest one is dropped. Thread-safe.
     """
 
-    def __init__(self, capacity: int = 32, decay: float = 0.999) -> None:
+    def __init__(self, capacity: int = 32, decay: float = 0.999, by: str = "demand") -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         if not 0 < decay <= 1:
             raise ValueError("decay must be in (0, 1]")
+        if by not in ("demand", "count"):
+            raise ValueError("by must be 'demand' or 'count'")
         self.capacity = capacity
         self.decay = decay
+        self.by = by
         self._weights: dict[Shape, float] = {}
         self._increment = 1.0
         self._lock = threading.Lock()
@@ -117,7 +125,8 @@ class MixLearner:
             if shape not in self._weights and len(self._weights) >= self.capacity:
                 lightest = min(self._weights, key=self._weights.__getitem__)
                 del self._weights[lightest]
-            self._weights[shape] = self._weights.get(shape, 0.0) + self._increment * shape.gpu
+            amount = shape.gpu if self.by == "demand" else 1.0
+            self._weights[shape] = self._weights.get(shape, 0.0) + self._increment * amount
             total = sum(self._weights.values())
             for s in [s for s, w in self._weights.items() if w < _FORGET_BELOW * total]:
                 del self._weights[s]

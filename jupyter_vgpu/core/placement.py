@@ -15,6 +15,10 @@ Inputs are a node's state (cards, what is held on them, topology) and a pod's re
   backtracking if a later container does not fit, so a pod is refused only when no
   combination fits (within a generous search budget).
 
+- ``fgd-filter`` (``core.fgd``): a share goes on the card whose use leaves the least of
+  FGD's expected fragment under the learned typical pods (then the tightest); whole cards
+  as above. The extender's filter returns only the node of the best ``fgd_level``.
+
 Every refusal carries a reason a person can act on.
 """
 
@@ -25,6 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from jupyter_vgpu.core import fgd
 from jupyter_vgpu.core.claims import held_memory_units
 from jupyter_vgpu.core.contract import (
     CORES_PER_CARD,
@@ -37,7 +42,7 @@ from jupyter_vgpu.core.fragment import CardFree, Headroom, Mix, Shape, node_frag
 from jupyter_vgpu.core.inventory import Card, NodeInventory
 from jupyter_vgpu.core.topology import Topology, link_cost
 
-POLICIES = ("binpack", "spread", "fragment")
+POLICIES = ("binpack", "spread", "fragment", "fgd-filter")
 MAX_SCORE = 10
 
 # Multi-container pods: how many partial placements the backtracking search may try.
@@ -78,12 +83,14 @@ class CardState:
 
 @dataclass(frozen=True)
 class NodeState:
-    """A node's cards with what is held on them, its topology (None when unknown), and its
-    CPU and memory headroom: allocatable minus what bound pods request (None when unknown)."""
+    """A node's cards with what is held on them, its topology (None when unknown), its
+    CPU and memory headroom: allocatable minus what bound pods request (None when unknown),
+    and its labels as ``key=value`` items (what the learned pods' node selectors match)."""
 
     cards: tuple[CardState, ...]
     topology: Topology | None = None
     headroom: Headroom | None = None
+    labels: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         indices = [card.index for card in self.cards]
@@ -292,10 +299,54 @@ def _share_candidates(state: NodeState, request: Request, policy: str,
         # binpack: keep whole cards, then whole groups, then the most share sizes; best fit last
         return (card.is_free, broken, stranded, left_cores + left_memory, card.index)
 
+    if policy == "fgd-filter":
+        return [((card.index, cores, memory),) for card in _fgd_share_order(state, fitting, request, view)]
     # fragment: the card whose use leaves the least expected fragment; then keep whole cards
     # and tree groups, then the tightest fit (binpack's order without its share-area count)
     key = fragment_rank if policy == "fragment" else rank
     return [((card.index, cores, memory),) for card in sorted(fitting, key=key)]
+
+
+def _fgd_free(cards: Iterable[CardState]) -> list[int]:
+    return [card.free_cores for card in cards if card.healthy]
+
+
+def _fgd_cpu_after(state: NodeState, view: FragmentView) -> int | None:
+    return state.headroom.cpu_milli - view.cpu_milli if state.headroom is not None else None
+
+
+def _fgd_share_order(state: NodeState, fitting: Sequence[CardState], request: Request,
+                     view: FragmentView | None) -> list[CardState]:
+    """fgd-filter: the card leaving the least fragment first, then the tightest, then by index."""
+    view = view or FragmentView()
+    mix, cpu = view.mix_for({0: request}), _fgd_cpu_after(state, view)
+    by_free: dict[int, float] = {}  # cards with the same free cores leave the same fragment
+
+    def rank(card: CardState) -> tuple[float, int, int, int]:
+        after = by_free.get(card.free_cores)
+        if after is None:
+            free = _fgd_free(c.holding(request.cores, 0) if c.index == card.index else c for c in state.cards)
+            after = by_free[card.free_cores] = round(fgd.node_fragment(free, cpu, state.labels, mix), 6)
+        return (after, card.free_cores, card.free_memory_units, card.index)
+
+    return sorted(fitting, key=rank)
+
+
+def fgd_level(state: NodeState, requests: Mapping[int, Request], view: FragmentView | None = None) -> int | None:
+    """fgd-filter's score of the pod on this node, 0-100 (FGD's resolution), None when it does not fit.
+
+    The fall of FGD's expected fragment (``core.fgd``) under the view's learned mix once the
+    pod's cards (as ``place_pod`` chooses them) and its CPU are taken."""
+    view = view or FragmentView()
+    placement = place_pod(state, requests, "fgd-filter", view=view)
+    if isinstance(placement, Refusal):
+        return None
+    mix = view.mix_for(requests)
+    cpu = state.headroom.cpu_milli if state.headroom is not None else None
+    before = fgd.node_fragment(_fgd_free(state.cards), cpu, state.labels, mix)
+    after = fgd.node_fragment(_fgd_free(state.apply(placement).cards), _fgd_cpu_after(state, view),
+                              state.labels, mix)
+    return fgd.fall_score(before, after)
 
 
 def _share_refusal(state: NodeState, request: Request) -> str:
@@ -556,6 +607,8 @@ def score_node(state: NodeState, requests: Mapping[int, Request], policy: str = 
     fits on a card already in use (no whole card broken) always scores above one that
     breaks a whole card (6..10 against 1..5); whole cards go where the fewest free whole
     cards are left. spread prefers emptier nodes and cards.
+    fgd-filter: FGD's 0-100 score (``fgd_level``) over the 1..10 range (its filter already
+    returned the one node of the best full-resolution score).
     fragment prefers the node whose expected fragment under the task mix grows least
     (falls most) once the pod and its CPU/memory are placed (a change of -FRAGMENT_SPAN/2
     cards or better is its best, +FRAGMENT_SPAN/2 or worse its worst), and, for a
@@ -576,6 +629,8 @@ def score_node(state: NodeState, requests: Mapping[int, Request], policy: str = 
     packed = (node_full + cards_full) / 2
     if policy == "spread":
         fit = 1 - packed
+    elif policy == "fgd-filter":  # the filter decides at full resolution; this is for prioritize
+        fit = (fgd_level(state, requests, view) or 0) / 100
     elif policy == "fragment":
         view = view or FragmentView()
         mix = view.mix_for(requests)

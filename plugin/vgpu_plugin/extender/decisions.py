@@ -34,7 +34,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from jupyter_vgpu.core import claims, contract, node_placement, placement
+import numpy as np
+
+from jupyter_vgpu.core import claims, contract, fgd, node_placement, placement
 from jupyter_vgpu.core.contract import (
     CardShare,
     ContainerAllocation,
@@ -49,6 +51,7 @@ from jupyter_vgpu.core.mig_placement import SlicePlacement
 from jupyter_vgpu.core.placement import CardState, FragmentView, NodeState
 
 from .cache import DecisionCache, NodeMemo, ScoreCache, VerdictCache, remember
+from .fgd_batch import CountMemo, LevelMemo, MixArrays, NodeRows, levels_of
 from .headroom import HostHeadroom, pod_cpu_memory
 from .ledger import Holding, Ledger, NodeEntry, node_cards, pod_holding, pod_key
 from .wire import MAX_EXTENDER_PRIORITY, ExtenderArgs, ExtenderBindingArgs
@@ -218,6 +221,19 @@ def score(entry: NodeEntry, ask: PodAsk, memo: NodeMemo) -> int:
     return value  # type: ignore[no-any-return]
 
 
+def typical_shape(pod: Mapping[str, Any], ask: PodAsk) -> Shape | None:
+    """What fgd-filter learns of a pod: its largest container's GPU request (a share's memory
+    aside: the measure counts compute), its CPU request and its node selector."""
+    cpu, _ = pod_cpu_memory(pod)
+    shape = Shape.of_pod(ask.requests, cpu)
+    if shape is None:
+        return None
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    items = tuple(sorted({f"{k}={v}" for k, v in selector.items() if isinstance(k, str) and k
+                          and isinstance(v, str)})) if isinstance(selector, Mapping) else ()
+    return replace(shape, memory_units=0, selector=items)
+
+
 def preset_refusal(state: NodeState, holding: Holding) -> str | None:
     """Why the cards a pod already names have no room for it on ``state`` (which excludes it), or None."""
     for container, share in holding.shares():
@@ -269,6 +285,8 @@ _SEEN_PODS = 4096
 # first pods and then every this many, so that its scores can be memoised per node between
 # refreshes (a prioritize over 1,000 nodes would otherwise score every node afresh).
 _MIX_REFRESH = 16
+# fgd-filter: levels memoised for this many (request, pod CPU, snapshot) keys
+_FGD_MEMOS = 32
 
 
 class Decisions:
@@ -287,6 +305,19 @@ class Decisions:
         self.schedulers = frozenset(schedulers) if schedulers is not None else None
         self.hosts = hosts if hosts is not None else HostHeadroom()
         self.mix = MixLearner()  # the task mix of the pods seen, for the fragment policy
+        # FGD's typical pods, counted, with their node selectors: learned by the filter from
+        # every vGPU pod it sees (once per uid), for the fgd-filter policy
+        self.typical = MixLearner(fgd.FGD_CAPACITY, fgd.FGD_DECAY, by="count")
+        self._typical_view = (0, MixArrays(Mix()))
+        self._typical_observed = 0
+        self._typical_seen: OrderedDict[str, None] = OrderedDict()
+        # every node's cards as array rows for fgd-filter, rewritten when the ledger changes the node
+        self._fgd_rows = NodeRows()
+        self._fgd_memos: OrderedDict[tuple[Any, ...], LevelMemo] = OrderedDict()
+        self._fgd_counts = CountMemo(self._typical_view[1])  # per mix snapshot: what each node offers each typical pod
+        self._fgd_lock = threading.Lock()
+        self._fgd_dirty: set[str] = set()
+        ledger.subscribe(lambda name, _cards_changed: self._fgd_dirty.add(name))
         self._mix_view = (0, Mix())  # (version, snapshot) the fragment policy decides with
         self._observed = 0
         self._seen: OrderedDict[str, None] = OrderedDict()
@@ -321,8 +352,22 @@ class Decisions:
         return self.ledger.holding(uid) if uid else None
 
     def filter(self, args: ExtenderArgs) -> tuple[list[str], dict[str, str], dict[str, str]]:
-        """(passed, failed, failed and unresolvable). PodProblem when the pod asks for no vGPU."""
+        """(passed, failed, failed and unresolvable). PodProblem when the pod asks for no vGPU.
+
+        Under ``fgd-filter`` only the node of the best FGD score passes (the first by name
+        among equal scores): kube-scheduler skips scoring when one node is left. The others
+        are left out of every list (kube-scheduler keeps only the nodes returned; listing a
+        thousand reasons would only cost time, and with a node passing none is shown)."""
         ask = read_ask(args.pod, self.names, self.policy)
+        passed, failed, unresolvable = self._filter(args, ask)
+        if ask.invalid:
+            return passed, failed, unresolvable
+        self._learn_typical(args.pod, ask)
+        if ask.policy == "fgd-filter" and not ask.isolated and len(passed) > 1:
+            passed = [self._fgd_best(args, ask, passed)]
+        return passed, failed, unresolvable
+
+    def _filter(self, args: ExtenderArgs, ask: PodAsk) -> tuple[list[str], dict[str, str], dict[str, str]]:
         names = args.candidate_names
         if ask.invalid:
             return [], {}, dict.fromkeys(names, ask.invalid)
@@ -430,6 +475,117 @@ class Decisions:
                     if self._observed <= _MIX_REFRESH or self._observed % _MIX_REFRESH == 0:
                         self._mix_view = (self._mix_view[0] + 1, self.mix.mix())
         return FragmentView(self._mix_view[1], cpu, memory)
+
+    def _learn_typical(self, pod: Mapping[str, Any], ask: PodAsk) -> None:
+        """Count the pod once (per uid) in the typical-pod mix, with its node selector; at each of
+        the first pods and then every ``_MIX_REFRESH``, take a new snapshot if the mix drifted."""
+        uid = str((pod.get("metadata") or {}).get("uid") or describe_pod(pod))
+        with self._seen_lock:
+            if uid in self._typical_seen:
+                return
+            self._typical_seen[uid] = None
+            if len(self._typical_seen) > _SEEN_PODS:
+                self._typical_seen.popitem(last=False)
+        shape = typical_shape(pod, ask)
+        if shape is None:
+            return
+        self.typical.observe(shape)
+        with self._seen_lock:
+            self._typical_observed += 1
+            refresh = self._typical_observed <= _MIX_REFRESH or self._typical_observed % _MIX_REFRESH == 0
+        if refresh:
+            learned = self.typical.mix()
+            if fgd.drifted(self._typical_view[1].mix, learned):
+                arrays = MixArrays(learned)
+                with self._seen_lock:
+                    self._typical_view = (self._typical_view[0] + 1, arrays)
+
+    @property
+    def typical_snapshot(self) -> Mix:
+        """The typical pods the fgd-filter policy decides with now."""
+        return self._typical_view[1].mix
+
+    def _fgd_view(self, pod: Mapping[str, Any]) -> FragmentView:
+        cpu, memory = pod_cpu_memory(pod)
+        return FragmentView(self._typical_view[1].mix, cpu, memory)
+
+    def _fgd_best(self, args: ExtenderArgs, ask: PodAsk, passed: list[str]) -> str:
+        """The passed node of the best fgd_level, the first by name among equals. Levels are
+        computed in one numpy batch over rows of the nodes' cards (``fgd_batch``), rewritten
+        when the ledger changes a node, and memoised per (request, pod CPU, mix snapshot) until
+        the row or the node's CPU headroom changes (any label change forgets them all); a node with MIG slices or
+        a card-sharing mode, one the ledger does not know, the one holding this pod's own claim,
+        and pods of several containers are scored by the core."""
+        version, arrays = self._typical_view
+        view = FragmentView(arrays.mix, *pod_cpu_memory(args.pod))
+        for node in args.nodes or []:  # full Node objects carry allocatable and labels
+            self.hosts.on_node("MODIFIED", node)
+        single = next(iter(ask.requests.values())) if len(ask.requests) == 1 else None
+        found: dict[str, int] = {}
+        batch: list[str] = []
+        with self.ledger.lock:
+            own = self._own(args.pod)
+            nodes, rows = self.ledger.nodes, self._fgd_rows
+            stale = self._fgd_dirty.intersection(passed) if self._fgd_dirty else set()
+            stale.update(itertools.filterfalse(rows.index.__contains__, passed))
+            for name in stale:
+                entry = nodes.get(name)
+                if entry is None or not entry.known:
+                    continue
+                self._fgd_dirty.discard(name)
+                state = node_state(entry, self.cache.node(name))
+                healthy = [card for card in state.cards if card.healthy]
+                rows.set(name, [c.free_cores for c in healthy], [c.free_memory_units for c in healthy],
+                         [c.is_free for c in healthy], node_placement.plain(entry.slices, entry.sharing, False))
+            index = np.fromiter(map(rows.index.get, passed, itertools.repeat(-1)), dtype=np.int64, count=len(passed))
+            usable = (index >= 0) & rows.plain[np.maximum(index, 0)] if single is not None else index < -1
+            if own is not None and own.node in rows.index:
+                usable &= index != rows.index[own.node]
+            batch = list(itertools.compress(passed, usable.tolist()))
+            core = set(itertools.compress(passed, (~usable).tolist()))
+            for name, entry, memo in self._entries(args) if core else ():
+                if name not in core or entry is None or not entry.known:
+                    continue
+                if own is not None and own.node == name:
+                    entry, memo = entry.without(own.uid), NodeMemo()
+                state = replace(node_state(entry, memo), headroom=self.hosts.headroom(name),
+                                labels=self.hosts.labels(name))
+                level = placement.fgd_level(state, ask.requests, view)
+                found[name] = -1 if level is None else level
+            picked = index[usable]
+            generation = rows.generation[picked]
+            cpu_list, labels = self.hosts.facts(batch)
+            cpu = np.array(cpu_list, dtype=float)
+            with self._fgd_lock:
+                known = self._fgd_memo((ask.key, view.cpu_milli, version, self.hosts.labels_version))
+                outdated = known.stale(picked, generation, cpu) if batch else np.zeros(0, dtype=bool)
+                if single is not None and outdated.any():
+                    some = picked[outdated]
+                    if self._fgd_counts.arrays is not arrays:
+                        self._fgd_counts = CountMemo(arrays)
+                    fresh, fit = levels_of(rows.free[some], rows.memory[some], rows.whole[some], cpu[outdated],
+                                           arrays.admitted(itertools.compress(labels, outdated.tolist())),
+                                           single, view.cpu_milli, arrays, self._fgd_counts.of(rows, some))
+                    known.store(some, generation[outdated], cpu[outdated], np.where(fit, fresh, -1))
+                scored = known.level[picked]
+        if batch and single is not None:
+            top = int(scored.max())
+            if top >= max(found.values(), default=-1):
+                found = {name: level for name, level in found.items() if level == top}
+                found.update((batch[i], top) for i in np.flatnonzero(scored == top).tolist())
+        best = max(found.values(), default=-1)
+        return min(name for name, level in found.items() if level == best) if found else passed[0]
+
+    def _fgd_memo(self, key: tuple[Any, ...]) -> LevelMemo:
+        """The levels memo of one (request, pod CPU, snapshot, labels version), LRU over a few."""
+        memo = self._fgd_memos.get(key)
+        if memo is None:
+            memo = self._fgd_memos[key] = LevelMemo()
+            if len(self._fgd_memos) > _FGD_MEMOS:
+                self._fgd_memos.popitem(last=False)
+        else:
+            self._fgd_memos.move_to_end(key)
+        return memo
 
     @property
     def mix_snapshot(self) -> Mix:
@@ -572,10 +728,12 @@ class Decisions:
                 problem = entry.problem if entry is not None and entry.problem else "no vGPU cards known"
                 return f"node {args.node}: {problem}"
             mine = entry.without(uid) if uid and uid in entry.pods else entry
-            if ask.policy == "fragment" and not on_slices(mine, ask):
-                state = replace(self._state_without(entry, uid), headroom=self.hosts.headroom(args.node))
-                found = placement.place_pod(state, ask.requests, ask.policy,
-                                            view=self._fragment_view(pod, ask, learn=False))
+            if ask.policy in ("fragment", "fgd-filter") and not on_slices(mine, ask):
+                state = replace(self._state_without(entry, uid), headroom=self.hosts.headroom(args.node),
+                                labels=self.hosts.labels(args.node))
+                view = (self._fgd_view(pod) if ask.policy == "fgd-filter"
+                        else self._fragment_view(pod, ask, learn=False))
+                found = placement.place_pod(state, ask.requests, ask.policy, view=view)
                 result = found if isinstance(found, placement.Refusal) else node_placement.NodePlacement(
                     found, SlicePlacement({}))
             else:

@@ -1,7 +1,9 @@
 """Each node's CPU and memory headroom: allocatable minus what the pods bound to it request.
 
 Fed by the extender's node and pod informers (every live pod, with or without a vGPU),
-read by the ``fragment`` placement policy: a card on a node whose CPU is gone is stranded.
+read by the ``fragment`` and ``fgd-filter`` placement policies: a card on a node whose CPU
+is gone is stranded. The node informer also gives each node's labels, which ``fgd-filter``
+matches against the node selectors of the pods it has learned.
 Objects come from the API server but their fields are still checked: a quantity that
 does not parse counts as 0 and is logged, never raised into the informer's thread.
 """
@@ -83,11 +85,13 @@ def pod_cpu_memory(pod: Mapping[str, Any]) -> tuple[int, int]:
 
 
 class HostHeadroom:
-    """Per node: allocatable CPU/memory and the sum of the bound live pods' requests."""
+    """Per node: allocatable CPU/memory, the sum of the bound live pods' requests, and its labels."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._allocatable: dict[str, tuple[int, int]] = {}
+        self._labels: dict[str, frozenset[str]] = {}
+        self.labels_version = 0  # bumped whenever a node's labels change
         self._pods: dict[str, tuple[str, int, int]] = {}  # uid -> (node, cpu milli, memory MiB)
         self._used: dict[str, list[int]] = {}
 
@@ -98,10 +102,19 @@ class HostHeadroom:
         with self._lock:
             if kind == "DELETED":
                 self._allocatable.pop(name, None)
+                if self._labels.pop(name, None):
+                    self.labels_version += 1
                 return
             allocatable = (node.get("status") or {}).get("allocatable") or {}
             cpu, memory = _cpu_memory({"requests": allocatable})
             self._allocatable[name] = (cpu, memory)
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            items = frozenset(
+                f"{k}={v}" for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)
+            ) if isinstance(labels, Mapping) else frozenset()
+            if self._labels.get(name) != items:
+                self._labels[name] = items
+                self.labels_version += 1
 
     def on_pod(self, kind: str, pod: Mapping[str, Any] | None) -> None:
         if not isinstance(pod, Mapping):
@@ -126,6 +139,21 @@ class HostHeadroom:
             used = self._used[old[0]]
             used[0] -= old[1]
             used[1] -= old[2]
+
+    def facts(self, nodes: list[str]) -> tuple[list[float], list[frozenset[str]]]:
+        """Per node, in one lock: CPU headroom in millicores (NaN: allocatable unknown) and labels."""
+        nan = float("nan")
+        with self._lock:
+            cpu = []
+            for node in nodes:
+                allocatable = self._allocatable.get(node)
+                cpu.append(nan if allocatable is None else allocatable[0] - self._used.get(node, (0, 0))[0])
+            return cpu, [self._labels.get(node, frozenset()) for node in nodes]
+
+    def labels(self, node: str) -> frozenset[str]:
+        """The node's labels as ``key=value`` items (empty until the node is seen)."""
+        with self._lock:
+            return self._labels.get(node, frozenset())
 
     def headroom(self, node: str) -> Headroom | None:
         """None until the node's allocatable is known."""

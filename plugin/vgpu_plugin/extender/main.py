@@ -45,10 +45,12 @@ def parser() -> argparse.ArgumentParser:
                         f"tlsConfig.certFile/keyFile (env {ENV_PREFIX}CLIENT_CA)")
     p.add_argument("--kubeconfig", default=_env("KUBECONFIG"),
                    help=f"kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config; env {ENV_PREFIX}KUBECONFIG)")
-    p.add_argument("--policy", choices=placement.POLICIES, default=_env("POLICY", "binpack"),
-                   help="cluster default for placing shares: binpack, spread, or fragment (least "
+    p.add_argument("--policy", choices=placement.POLICIES, default=_env("POLICY", "fgd-filter"),
+                   help="cluster default for placing shares (default fgd-filter): binpack, spread, fragment (least "
                         "expected fragmentation under the task mix learned from the pods seen, with "
-                        "each node's CPU/memory headroom); a pod may override it with the "
+                        "each node's CPU/memory headroom), or fgd-filter (FGD's fragmentation measure "
+                        "over the typical pods learned from the pods seen; the filter passes only the "
+                        "best node, so kube-scheduler's own scores do not apply); a pod may override it with the "
                         f"{contract.DEFAULT_NAMES.policy} annotation (env {ENV_PREFIX}POLICY)")
     p.add_argument("--prefix", default=_env("PREFIX", DEFAULT_PREFIX),
                    help=f"URL prefix of filter/prioritize/bind (default {DEFAULT_PREFIX}; env {ENV_PREFIX}PREFIX)")

@@ -1,0 +1,244 @@
+"""``core.placement.fgd_level`` for many nodes at once, with numpy (the filter's 10 ms budget).
+
+The core's measure is the reference (property-tested equal, ``tests/extender``); this is
+the same arithmetic over arrays. A card's free cores take 101 values, so what a typical
+pod can use of a node is a sum of table lookups over its cards, and a share's effect on one card is a table lookup per distinct free value
+among the cards it fits. ``NodeRows`` keeps every node's cards as array rows, rewritten
+only when the ledger says a node changed. For pods of one container; the caller scores
+anything else (several containers, MIG slices) with the core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from jupyter_vgpu.core import fgd
+from jupyter_vgpu.core.contract import CORES_PER_CARD, Request
+from jupyter_vgpu.core.fragment import Mix, Shape
+
+_VALUES = np.arange(CORES_PER_CARD + 1)
+
+
+@dataclass(frozen=True)
+class BatchNode:
+    """What the measure reads of one node: each healthy card's free cores and memory units
+    and whether it is wholly free, the CPU headroom (None: unknown) and the labels."""
+
+    free_cores: tuple[int, ...]
+    free_memory: tuple[int, ...]
+    whole_free: tuple[bool, ...]
+    cpu_milli: int | None
+    labels: frozenset[str]
+
+
+class MixArrays:
+    """A mix snapshot as arrays and per-value tables, with each label set's admitted pods."""
+
+    def __init__(self, mix: Mix, blend: float = fgd.FGD_BLEND) -> None:
+        shapes = [shape for shape, _ in mix.shapes]
+        self.mix = mix
+        self.blend = blend
+        self.weight = np.array([w for _, w in mix.shapes], dtype=float)
+        self.need = np.array([CORES_PER_CARD if s.whole else s.cores for s in shapes], dtype=np.int64)
+        self.cards = np.array([s.cards if s.whole else 1 for s in shapes], dtype=np.int64)
+        self.cpu = np.array([s.cpu_milli for s in shapes], dtype=np.int64)
+        self.per_copy = np.array([s.cards * CORES_PER_CARD if s.whole else s.cores for s in shapes], dtype=float)
+        # per free value v (0-100) and typical pod: whether a card with v free fits it, and v if so
+        self.fits = (_VALUES[:, None] >= self.need[None, :]).astype(float)
+        self.usable = self.fits * _VALUES[:, None]
+        self._shapes = shapes
+        self._relevant = frozenset(item for s in shapes for item in s.selector)
+        self._admitted: dict[frozenset[str], np.ndarray] = {}
+
+    def admitted(self, labels: Iterable[frozenset[str]]) -> np.ndarray:
+        """[K, T]: which typical pods each node's labels admit."""
+        label_sets = list(labels)
+        if not self._relevant:
+            return np.ones((len(label_sets), len(self._shapes)), dtype=bool)
+        rows = []
+        for node_labels in label_sets:
+            key = node_labels & self._relevant
+            row = self._admitted.get(key)
+            if row is None:
+                row = self._admitted[key] = np.array([fgd.admits(key, s) for s in self._shapes], dtype=bool)
+            rows.append(row)
+        return np.stack(rows) if rows else np.zeros((0, len(self._shapes)), dtype=bool)
+
+    def fragment(self, total: np.ndarray, count: np.ndarray, fitting: np.ndarray, cpu: np.ndarray,
+                 admitted: np.ndarray) -> np.ndarray:
+        """Expected fragment (cores); ``count``/``fitting``: per typical pod, how many cards fit it
+        and their free cores [..., T]; ``total`` free cores [...]; ``cpu`` headroom [...] (NaN: unknown)."""
+        hosts = count >= self.cards
+        counted = ~np.isnan(cpu)[..., None] & (self.cpu > 0)
+        copies = np.floor(np.where(counted, np.maximum(np.nan_to_num(cpu), 0)[..., None] / np.maximum(self.cpu, 1),
+                                   np.inf))
+        by_cpu = copies * self.per_copy
+        use = (1 - self.blend) * np.minimum(fitting, by_cpu) + self.blend * fitting
+        ok = admitted & hosts & (copies >= 1)
+        return np.asarray((np.where(ok, total[..., None] - use, total[..., None]) * self.weight).sum(-1))
+
+
+def counts_of(free: np.ndarray, arrays: MixArrays) -> tuple[np.ndarray, np.ndarray]:
+    """Per node and typical pod [K, T]: how many cards fit it, and their free cores."""
+    cores = np.clip(free, 0, CORES_PER_CARD)
+    # table lookups summed over the cards (no BLAS: its threads only contend on a busy node)
+    return arrays.fits[cores].sum(1), arrays.usable[cores].sum(1)
+
+
+def levels_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray, admitted: np.ndarray,
+              request: Request, pod_cpu_milli: int, arrays: MixArrays,
+              counts: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(level [K] int, fits [K] bool) for a pod of one container asking ``request``.
+
+    ``free``/``memory`` [K, G]: each healthy card's free cores and memory units (-1: no card),
+    ``whole`` [K, G]: the card is wholly free, ``cpu`` [K]: CPU headroom (NaN: unknown),
+    ``admitted`` [K, T]: ``arrays.admitted`` of the nodes' labels; ``counts``: ``counts_of``
+    (the same for every request, so the caller may keep it per mix snapshot)."""
+    k = free.shape[0]
+    if not arrays.mix.shapes:  # nothing learned yet: the pod's own shape, as FragmentView.mix_for
+        own = Shape.of_pod({0: request}, pod_cpu_milli)
+        arrays = MixArrays(Mix(((own, 1.0),)) if own is not None else Mix(), arrays.blend)
+        admitted = np.ones((k, len(arrays.weight)), dtype=bool)
+        counts = None
+    cores = np.clip(free, 0, CORES_PER_CARD)
+    count, fitting = counts if counts is not None else counts_of(free, arrays)  # [K, T]
+    total = cores.sum(1).astype(float)
+    before = arrays.fragment(total, count, fitting, cpu, admitted)
+    cpu_after = cpu - pod_cpu_milli
+    if request.is_share:
+        c, u = request.cores, request.memory_units
+        ok = (free >= c) & (memory >= u)
+        fit = ok.any(1)
+        # each node's distinct free values among the cards the share fits: same value, same fragment
+        values = np.sort(np.where(ok, cores, -1), axis=1)
+        first = np.ones(values.shape, dtype=bool)
+        first[:, 1:] = values[:, 1:] != values[:, :-1]
+        node, slot = np.nonzero(first & (values >= 0))
+        v = values[node, slot]
+        after_each = arrays.fragment(total[node] - c,
+                                     count[node] + arrays.fits[v - c] - arrays.fits[v],
+                                     fitting[node] + arrays.usable[v - c] - arrays.usable[v],
+                                     cpu_after[node], admitted[node])
+        after = np.full(k, np.inf)
+        np.minimum.at(after, node, after_each)
+    else:
+        n = request.cards
+        fit = whole.sum(1) >= n
+        taken = float(n * CORES_PER_CARD)  # whole free cards fit every typical pod
+        after = arrays.fragment(total - taken, count - n, fitting - taken, cpu_after, admitted)
+    fall = np.where(fit, before - np.where(fit, after, before), 0.0)
+    return (100 / (1 + np.exp(-fall / CORES_PER_CARD))).astype(int), np.asarray(fit)
+
+
+def levels(nodes: Sequence[BatchNode], request: Request, pod_cpu_milli: int, arrays: MixArrays) -> list[int | None]:
+    """Each node's ``fgd_level`` (None: the pod does not fit), from node descriptions."""
+    if not nodes:
+        return []
+    rows = NodeRows()
+    for i, node in enumerate(nodes):
+        rows.set(str(i), node.free_cores, node.free_memory, node.whole_free)
+    index = rows.take([str(i) for i in range(len(nodes))])
+    cpu = np.array([np.nan if n.cpu_milli is None else n.cpu_milli for n in nodes], dtype=float)
+    level, fit = levels_of(rows.free[index], rows.memory[index], rows.whole[index], cpu,
+                           arrays.admitted(n.labels for n in nodes), request, pod_cpu_milli, arrays)
+    return [int(s) if f else None for s, f in zip(level.tolist(), fit.tolist(), strict=True)]
+
+
+class NodeRows:
+    """Every node's healthy cards as rows of growing arrays (free cores, free memory, wholly free),
+    and whether the node places pods as without MIG (``plain``: the batch may score it)."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+        self.free = np.full((0, 1), -1, dtype=np.int64)
+        self.memory = np.full((0, 1), -1, dtype=np.int64)
+        self.whole = np.zeros((0, 1), dtype=bool)
+        self.plain = np.zeros(0, dtype=bool)
+        self.generation = np.zeros(0, dtype=np.int64)  # bumped at every rewrite of the row
+
+    def set(self, name: str, free: Sequence[int], memory: Sequence[int], whole: Sequence[bool],
+            plain: bool = True) -> None:
+        row = self.index.get(name)
+        if row is None:
+            row = self.index[name] = len(self.index)
+        rows, width = self.free.shape
+        if row >= rows or len(free) > width:
+            grow_rows, grow_width = max(rows, 2 * row + 16), max(width, len(free))
+            self.free = _grown(self.free, grow_rows, grow_width, -1)
+            self.memory = _grown(self.memory, grow_rows, grow_width, -1)
+            self.whole = _grown(self.whole, grow_rows, grow_width, False)
+            plains = np.zeros(grow_rows, dtype=bool)
+            plains[:len(self.plain)] = self.plain
+            self.plain = plains
+            generations = np.zeros(grow_rows, dtype=np.int64)
+            generations[:len(self.generation)] = self.generation
+            self.generation = generations
+        self.free[row] = -1
+        self.memory[row] = -1
+        self.whole[row] = False
+        self.free[row, :len(free)] = free
+        self.memory[row, :len(memory)] = memory
+        self.whole[row, :len(whole)] = whole
+        self.plain[row] = plain
+        self.generation[row] += 1
+
+    def take(self, names: Sequence[str]) -> np.ndarray:
+        return np.array([self.index[name] for name in names], dtype=np.int64)
+
+
+class CountMemo:
+    """``counts_of`` per node row for one mix snapshot, with the row's generation."""
+
+    def __init__(self, arrays: MixArrays) -> None:
+        self.arrays = arrays
+        width = len(arrays.weight)
+        self.count = np.zeros((0, width))
+        self.fitting = np.zeros((0, width))
+        self.generation = np.full(0, -1, dtype=np.int64)
+
+    def of(self, rows: NodeRows, picked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        size = len(rows.generation)
+        if size > len(self.generation):
+            grow = size - len(self.generation)
+            self.count = np.concatenate([self.count, np.zeros((grow, self.count.shape[1]))])
+            self.fitting = np.concatenate([self.fitting, np.zeros((grow, self.fitting.shape[1]))])
+            self.generation = np.concatenate([self.generation, np.full(grow, -1, dtype=np.int64)])
+        generation = rows.generation[picked]
+        changed = picked[self.generation[picked] != generation]
+        if len(changed):
+            self.count[changed], self.fitting[changed] = counts_of(rows.free[changed], self.arrays)
+            self.generation[changed] = rows.generation[changed]
+        return self.count[picked], self.fitting[picked]
+
+
+class LevelMemo:
+    """Levels computed for one (request, pod CPU, mix snapshot), per node row, with the row's
+    generation and the CPU headroom they were computed with: stale when either changed."""
+
+    def __init__(self) -> None:
+        self.level = np.zeros(0, dtype=np.int64)
+        self.generation = np.full(0, -1, dtype=np.int64)
+        self.cpu = np.zeros(0, dtype=float)
+
+    def stale(self, rows: np.ndarray, generation: np.ndarray, cpu: np.ndarray) -> np.ndarray:
+        size = int(rows.max()) + 1 if len(rows) else 0
+        if size > len(self.level):
+            grow = max(size, 2 * len(self.level))
+            self.level = np.concatenate([self.level, np.zeros(grow - len(self.level), dtype=np.int64)])
+            self.generation = np.concatenate([self.generation, np.full(grow - len(self.generation), -1, dtype=np.int64)])
+            self.cpu = np.concatenate([self.cpu, np.zeros(grow - len(self.cpu))])
+        known = self.cpu[rows]
+        same_cpu = (known == cpu) | (np.isnan(known) & np.isnan(cpu))
+        return np.asarray((self.generation[rows] != generation) | ~same_cpu)
+
+    def store(self, rows: np.ndarray, generation: np.ndarray, cpu: np.ndarray, level: np.ndarray) -> None:
+        self.level[rows], self.generation[rows], self.cpu[rows] = level, generation, cpu
+
+
+def _grown(array: np.ndarray, rows: int, width: int, fill: object) -> np.ndarray:
+    out = np.full((rows, width), fill, dtype=array.dtype)
+    out[:array.shape[0], :array.shape[1]] = array
+    return out

@@ -1,0 +1,101 @@
+"""fgd-filter in the extender (hypothesis): the numpy batch equals the core's ``fgd_level``, and
+the filter narrows to exactly one node whenever any node fits (never refusing a pod that fits),
+that node being one the plain filter passes and the best by the core's measure."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_filter_property import cards, pod_for, requests
+from vgpu_plugin.extender.decisions import Decisions, read_ask
+from vgpu_plugin.extender.fgd_batch import BatchNode, MixArrays, levels
+from vgpu_plugin.extender.ledger import Holding, Ledger, NodeCards
+from vgpu_plugin.extender.wire import ExtenderArgs
+
+from jupyter_vgpu.core import placement
+from jupyter_vgpu.core.contract import CORES_PER_CARD, CardShare, ContainerAllocation, Request
+from jupyter_vgpu.core.fragment import Headroom, Mix, Shape
+from jupyter_vgpu.core.inventory import Card
+from jupyter_vgpu.core.placement import CardState, FragmentView, NodeState
+
+LABELS = st.frozensets(st.sampled_from(["gpu=T4", "gpu=A10"]), max_size=2)
+
+
+@st.composite
+def typical_mixes(draw: st.DrawFn) -> Mix:
+    shapes = []
+    for _ in range(draw(st.integers(0, 6))):
+        cpu = draw(st.sampled_from([0, 1000, 4000, 12_000]))
+        selector = draw(st.sampled_from([(), ("gpu=T4",)]))
+        if draw(st.booleans()):
+            shape = Shape(CORES_PER_CARD, 0, draw(st.integers(1, 4)), cpu, 0, selector)
+        else:
+            shape = Shape(draw(st.integers(1, 99)), 0, 1, cpu, 0, selector)
+        shapes.append((shape, draw(st.floats(0.05, 5))))
+    return Mix.of(shapes)
+
+
+@st.composite
+def node_states(draw: st.DrawFn) -> NodeState:
+    count = draw(st.integers(1, 6))
+    states = []
+    for i in range(count):
+        units = draw(st.sampled_from([64, 96, 160]))
+        used = draw(st.sampled_from([0, 0, 10, 25, 50, 75, 90, 100]))
+        memory = units if used == 100 else draw(st.integers(0, units)) if used else 0
+        states.append(CardState(i, units, draw(st.integers(0, 7)) > 0, used, memory))
+    headroom = draw(st.one_of(st.none(), st.builds(Headroom, st.integers(-2000, 40_000), st.just(10**6))))
+    return NodeState(tuple(states), None, headroom, draw(LABELS))
+
+
+def batch(state: NodeState) -> BatchNode:
+    healthy = [c for c in state.cards if c.healthy]
+    return BatchNode(tuple(c.free_cores for c in healthy), tuple(c.free_memory_units for c in healthy),
+                     tuple(c.is_free for c in healthy),
+                     state.headroom.cpu_milli if state.headroom is not None else None, state.labels)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(node_states(), min_size=1, max_size=5), typical_mixes(), st.integers(0, 8000),
+       st.one_of(st.builds(Request, st.integers(1, 99), st.integers(1, 96)),
+                 st.builds(lambda n: Request(CORES_PER_CARD * n), st.integers(1, 3))))
+def test_batch_levels_equal_the_core(states, mix, cpu, request):
+    view = FragmentView(mix, cpu, 0)
+    expected = [placement.fgd_level(s, {0: request}, view) for s in states]
+    assert levels([batch(s) for s in states], request, cpu, MixArrays(mix)) == expected
+
+
+@settings(max_examples=120, deadline=None)
+@given(data=st.data(), layout=st.lists(cards, min_size=1, max_size=4))
+def test_filter_passes_one_node_exactly_when_one_fits(data, layout):
+    ledger = Ledger()
+    for n, specs in enumerate(layout):
+        ledger.set_node(f"n{n}", NodeCards(tuple(Card(i, f"u{i}", "m", gib * 1024) for i, gib in enumerate(specs)),
+                                           None, "inventory"))
+    fgd, binpack = Decisions(ledger, None, policy="fgd-filter"), Decisions(ledger, None)
+    names = sorted(ledger.nodes)
+    for step in range(data.draw(st.integers(1, 12))):
+        node = data.draw(st.sampled_from(names))
+        card = data.draw(st.integers(0, len(ledger.node(node).cards) - 1))
+        cores = data.draw(st.sampled_from([10, 25, 50, 100]))
+        ledger.put(Holding(f"uid{step}", "ns", f"h{step}", node, (
+            ContainerAllocation(0, "c", (CardShare(card, "", cores, 0 if cores == 100 else 8),)),)))
+        pod = pod_for(data.draw(requests))
+        pod["metadata"]["uid"] = f"ask{step}"
+        args = ExtenderArgs(pod=pod, node_names=names, nodes=None, raw_nodes=None)
+        passed, failed, _ = fgd.filter(args)
+        fits, _, _ = binpack.filter(args)
+        assert len(passed) == min(1, len(fits)) and set(passed) <= set(fits)
+        assert set(failed) <= set(names) - set(fits)  # the nodes left out are not called failed
+        if len(fits) > 1:
+            ask = read_ask(pod, fgd.names, "fgd-filter").requests
+            view = fgd._fgd_view(pod)
+            best = {n: placement.fgd_level(_state(ledger, n), ask, view) for n in fits}
+            assert best[passed[0]] == max(best.values())
+            assert passed[0] == min(n for n in fits if best[n] == best[passed[0]])
+
+
+def _state(ledger: Ledger, name: str) -> NodeState:
+    entry = ledger.node(name)
+    return NodeState(tuple(CardState(c.index, c.memory_units, c.healthy, entry.used_cores[i], entry.used_memory[i])
+                           for i, c in enumerate(entry.cards)))
