@@ -161,7 +161,10 @@ PROCESS_LABELS = ("node", "gpu", "uuid", "pid", "namespace", "pod", "container")
 
 @dataclass(frozen=True)
 class Names:
-    """Resource and annotation names for a resource domain and a project domain."""
+    """Resource and annotation names for a resource domain and a project domain.
+
+    The names every pod read asks for are computed once per instance (``cached_property``):
+    rebuilding the extender's ledger reads them for each of 100,000 pods."""
 
     domain: str = DEFAULT_RESOURCE_DOMAIN
     project_domain: str = PROJECT_DOMAIN
@@ -172,15 +175,15 @@ class Names:
                 raise ValueError(f"{what} {value!r} is not a DNS subdomain (like 'tencent.com')")
 
     # resources
-    @property
+    @functools.cached_property
     def core_resource(self) -> str:
         return f"{self.domain}/vcuda-core"
 
-    @property
+    @functools.cached_property
     def memory_resource(self) -> str:
         return f"{self.domain}/vcuda-memory"
 
-    @property
+    @functools.cached_property
     def resources(self) -> tuple[str, str]:
         return (self.core_resource, self.memory_resource)
 
@@ -188,11 +191,11 @@ class Names:
     def predicate_gpu_idx(self, container_index: int) -> str:
         return f"{self.domain}/predicate-gpu-idx-{container_index}"
 
-    @property
+    @functools.cached_property
     def predicate_gpu_idx_prefix(self) -> str:
         return f"{self.domain}/predicate-gpu-idx-"
 
-    @property
+    @functools.cached_property
     def predicate_node(self) -> str:
         return f"{self.domain}/predicate-node"
 
@@ -205,7 +208,7 @@ class Names:
         return f"{self.domain}/gpu-assigned"
 
     # this project's own annotations
-    @property
+    @functools.cached_property
     def allocation(self) -> str:
         """Pod annotation: the full allocation record (JSON, see PodAllocation)."""
         return f"{self.project_domain}/allocation"
@@ -240,7 +243,7 @@ class Names:
         """Pod annotation written at bind (trusted key): the MIG device UUID a container holds."""
         return f"{self.project_domain}/mig-slice-{container_index}"
 
-    @property
+    @functools.cached_property
     def mig_slice_prefix(self) -> str:
         return f"{self.project_domain}/mig-slice-"
 
@@ -457,7 +460,38 @@ def parse_container_request(
 
     Extended resources cannot be overcommitted, so Kubernetes requires requests to equal
     limits; a container that sets only requests or only limits is read from whichever is set.
+
+    Maps whose vGPU quantities are all short texts (as the API server sends them) are read once
+    per distinct set of texts: a cluster's pods repeat a handful of shapes, and rebuilding the
+    extender's ledger reads every container of every pod. Anything else is read afresh (a long
+    text is never kept: the cache holds at most 4,096 sets of four short texts).
     """
+    if (limits is None or type(limits) is dict) and (requests is None or type(requests) is dict):
+        core, memory = names.resources
+        texts = (limits.get(core, _ABSENT) if limits else _ABSENT, limits.get(memory, _ABSENT) if limits else _ABSENT,
+                 requests.get(core, _ABSENT) if requests else _ABSENT,
+                 requests.get(memory, _ABSENT) if requests else _ABSENT)
+        if all(text is _ABSENT or (type(text) is str and len(text) <= MAX_QUANTITY_LENGTH) for text in texts):
+            return _request_from_texts(*texts, names)
+    return _parse_container_request(limits, requests, names)
+
+
+_ABSENT: Any = object()
+"""A resource a container's map does not name (unlike one it names with the value null)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _request_from_texts(core_limit: Any, memory_limit: Any, core_request: Any, memory_request: Any,
+                        names: Names) -> Request | None:
+    """The request of a container whose vGPU quantities are these texts (refusals raise, uncached)."""
+    limits = {name: text for name, text in zip(names.resources, (core_limit, memory_limit), strict=True) if text is not _ABSENT}
+    requests = {name: text for name, text in zip(names.resources, (core_request, memory_request), strict=True)
+                if text is not _ABSENT}
+    return _parse_container_request(limits, requests, names)
+
+
+def _parse_container_request(limits: Mapping[str, object] | None, requests: Mapping[str, object] | None,
+                             names: Names) -> Request | None:
     for what, given in (("limits", limits), ("requests", requests)):
         if given is not None and not isinstance(given, Mapping):
             raise RequestError(f"resources.{what} must be a map of resource names to quantities, "
@@ -630,31 +664,18 @@ class PodAllocation:
             version = int(data.get("version", ALLOCATION_VERSION))
             if version != ALLOCATION_VERSION:
                 raise ValueError(f"unsupported allocation version {version}")
-            containers = tuple(
-                ContainerAllocation(
-                    index=_nonneg(c["index"], "container index"),
-                    name=str(c.get("name", "")),
-                    cards=tuple(
-                        CardShare(
-                            index=_nonneg(s["index"], "card index"),
-                            uuid=str(s.get("uuid", "")),
-                            cores=_nonneg(s["cores"], "cores"),
-                            memory_units=_nonneg(s["memoryUnits"], "memoryUnits"),
-                            mig_device=check_mig_device(s.get("migDevice", ""), allow_empty=True),
-                        )
-                        for s in c["cards"]
-                    ),
-                    allocation_id=_allocation_id(c.get("allocationId", "")),
-                )
-                for c in data["containers"]
-            )
-            return cls(
-                node=str(data["node"]),
-                containers=containers,
-                assigned_at_ns=int(data.get("assignedAtNs", 0)),
-                policy=str(data.get("policy", "binpack")),
-                version=version,
-            )
+            containers = []
+            for c in data["containers"]:  # plain loops: the extender reads one record per pod
+                index, name = _nonneg(c["index"], "container index"), str(c.get("name", ""))
+                cards = []
+                for s in c["cards"]:
+                    cards.append(CardShare(_nonneg(s["index"], "card index"), str(s.get("uuid", "")),
+                                           _nonneg(s["cores"], "cores"), _nonneg(s["memoryUnits"], "memoryUnits"),
+                                           check_mig_device(s.get("migDevice", ""), allow_empty=True)))
+                containers.append(ContainerAllocation(index, name, tuple(cards),
+                                                      _allocation_id(c.get("allocationId", ""))))
+            return cls(str(data["node"]), tuple(containers), int(data.get("assignedAtNs", 0)),
+                       str(data.get("policy", "binpack")), version)
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"allocation annotation is malformed: {error!s}") from None
 
@@ -676,6 +697,8 @@ def check_mig_device(value: object, *, allow_empty: bool = False) -> str:
 
 
 def _nonneg(value: object, what: str) -> int:
+    if type(value) is int and value >= 0:
+        return value
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{what} {value!r} is not a non-negative integer")
     return value
