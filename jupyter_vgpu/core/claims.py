@@ -191,7 +191,7 @@ def _from_keys(keys: Mapping[int, tuple[int, ...]], record: PodAllocation | None
         request = requests.get(index)
         if request is None:
             raise ValueError(f"{names.predicate_gpu_idx(index)} names cards but container {index} asks for no vGPU")
-        if len(set(cards)) != len(cards):
+        if len(cards) > 1 and len(set(cards)) != len(cards):
             raise ValueError(f"{names.predicate_gpu_idx(index)} names a card twice")
         if request.is_share:
             if len(cards) != 1:
@@ -202,8 +202,8 @@ def _from_keys(keys: Mapping[int, tuple[int, ...]], record: PodAllocation | None
                              f"{request.cards} whole cards")
         if record is not None:
             mine = record.container(index)
-            if mine is not None and not _disagreement(mine, request) and \
-                    sorted(s.index for s in mine.cards) == sorted(cards):
+            if mine is not None and (_same_share(mine.cards, cards[0], request) if request.is_share else (
+                    not _disagreement(mine, request) and sorted(s.index for s in mine.cards) == sorted(cards))):
                 chosen.append(mine)
                 from_record.append(index)
                 continue
@@ -256,6 +256,13 @@ def _read_record(annotations: Mapping[str, Any], names: Names) -> tuple[PodAlloc
         return PodAllocation.from_json(raw), None
     except ValueError as error:
         return None, str(error)
+
+
+def _same_share(held: tuple[CardShare, ...], card: int, request: Request) -> bool:
+    """Whether a record's cards are exactly this share on this card (``_disagreement`` finds
+    nothing and the card is the key's), without building the words of a disagreement."""
+    return len(held) == 1 and held[0].index == card and held[0].cores == request.cores \
+        and held[0].memory_units == request.memory_units
 
 
 def _disagreement(record: ContainerAllocation, request: Request | None) -> str | None:

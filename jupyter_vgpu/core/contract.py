@@ -471,9 +471,12 @@ def parse_container_request(
         texts = (limits.get(core, _ABSENT) if limits else _ABSENT, limits.get(memory, _ABSENT) if limits else _ABSENT,
                  requests.get(core, _ABSENT) if requests else _ABSENT,
                  requests.get(memory, _ABSENT) if requests else _ABSENT)
-        if all(text is _ABSENT or (type(text) is str and len(text) <= MAX_QUANTITY_LENGTH) for text in texts):
-            return _request_from_texts(*texts, names)
-    return _parse_container_request(limits, requests, names)
+        for text in texts:
+            if text is not _ABSENT and (type(text) is not str or len(text) > MAX_QUANTITY_LENGTH):
+                break
+        else:
+            return _request_from_texts(*texts, core, memory)
+    return _parse_container_request(limits, requests, names.core_resource, names.memory_resource)
 
 
 _ABSENT: Any = object()
@@ -482,16 +485,15 @@ _ABSENT: Any = object()
 
 @functools.lru_cache(maxsize=4096)
 def _request_from_texts(core_limit: Any, memory_limit: Any, core_request: Any, memory_request: Any,
-                        names: Names) -> Request | None:
+                        core: str, memory: str) -> Request | None:
     """The request of a container whose vGPU quantities are these texts (refusals raise, uncached)."""
-    limits = {name: text for name, text in zip(names.resources, (core_limit, memory_limit), strict=True) if text is not _ABSENT}
-    requests = {name: text for name, text in zip(names.resources, (core_request, memory_request), strict=True)
-                if text is not _ABSENT}
-    return _parse_container_request(limits, requests, names)
+    limits = {name: text for name, text in ((core, core_limit), (memory, memory_limit)) if text is not _ABSENT}
+    requests = {name: text for name, text in ((core, core_request), (memory, memory_request)) if text is not _ABSENT}
+    return _parse_container_request(limits, requests, core, memory)
 
 
 def _parse_container_request(limits: Mapping[str, object] | None, requests: Mapping[str, object] | None,
-                             names: Names) -> Request | None:
+                             core_resource: str, memory_resource: str) -> Request | None:
     for what, given in (("limits", limits), ("requests", requests)):
         if given is not None and not isinstance(given, Mapping):
             raise RequestError(f"resources.{what} must be a map of resource names to quantities, "
@@ -499,7 +501,7 @@ def _parse_container_request(limits: Mapping[str, object] | None, requests: Mapp
     limits = limits or {}
     requests = requests or {}
     values: dict[str, int | None] = {}
-    for resource in names.resources:
+    for resource in (core_resource, memory_resource):
         limit = parse_count(limits[resource], resource) if resource in limits else None
         request = parse_count(requests[resource], resource) if resource in requests else None
         if limit is not None and request is not None and limit != request:
@@ -508,17 +510,17 @@ def _parse_container_request(limits: Mapping[str, object] | None, requests: Mapp
                 f"cannot be overcommitted, set both to the same value"
             )
         values[resource] = limit if limit is not None else request
-    cores, memory = values[names.core_resource], values[names.memory_resource]
+    cores, memory = values[core_resource], values[memory_resource]
     if cores is None and memory is None:
         return None
     if cores is None:
         raise RequestError(
-            f"{names.memory_resource} without {names.core_resource}: memory comes with a share of "
-            f"compute; add {names.core_resource} (1-99 for a share, 100 per whole card)"
+            f"{memory_resource} without {core_resource}: memory comes with a share of "
+            f"compute; add {core_resource} (1-99 for a share, 100 per whole card)"
         )
     if cores == 0 and not memory:
         return None
-    validate_request(cores, memory or 0, names.core_resource, names.memory_resource)
+    validate_request(cores, memory or 0, core_resource, memory_resource)
     return Request(cores, memory or 0)
 
 
@@ -554,6 +556,8 @@ def pod_requests(pod: Mapping[str, Any], names: Names = DEFAULT_NAMES) -> dict[i
 
 
 def _mapping(value: object, what: str) -> Mapping[str, Any]:
+    if type(value) is dict:  # what JSON decodes to: skip the abstract-class check
+        return value
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -564,6 +568,8 @@ def _mapping(value: object, what: str) -> Mapping[str, Any]:
 def _containers(value: object, what: str) -> list[Mapping[str, Any]]:
     if value is None:
         return []
+    if type(value) is list and all(type(c) is dict for c in value):  # what JSON decodes to
+        return value
     if not isinstance(value, list) or not all(isinstance(c, Mapping) for c in value):
         raise RequestError(f"the pod's {what}s must be a list of objects")
     return value
@@ -681,6 +687,8 @@ class PodAllocation:
 
 
 def _allocation_id(value: object) -> str:
+    if value == "":
+        return ""
     if not isinstance(value, str) or not value.isascii() or not all(ch.isalnum() or ch in "-_" for ch in value):
         raise ValueError(f"allocationId {value!r} is not a token id (letters, digits, '-' and '_')")
     return value
@@ -733,6 +741,9 @@ def parse_predicate_indices(annotations: Mapping[str, str], names: Names = DEFAU
         suffix = key[len(prefix):]
         if not suffix.isdigit():
             raise ValueError(f"annotation {key!r}: container index {suffix!r} is not a number")
+        if type(value) is str and value.isdigit():  # one card, the usual case
+            result[int(suffix)] = (int(value),)
+            continue
         parts = [p.strip() for p in str(value).split(",") if p.strip()]
         if not parts or not all(p.isdigit() for p in parts):
             raise ValueError(f"annotation {key}={value!r}: expected card indices like '1' or '0,3'")

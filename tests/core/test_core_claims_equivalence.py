@@ -136,7 +136,7 @@ def pods(draw: Any) -> tuple[dict[str, Any], Names]:
         elif key.startswith(names.mig_slice_prefix):
             value = draw(st.sampled_from(["MIG-1", "MIG-2", "MIG-" + "a" * 120, "nope", ""]))
         else:
-            value = draw(st.one_of(st.sampled_from(["0", "1", "0,1", "1,1", " 2 ", "", "x", "-1", "0,,3", "٣"]),
+            value = draw(st.one_of(st.sampled_from(["0", "1", "0,1", "1,1", " 2 ", "", "x", "-1", "0,,3", "٣", "²", "1,²"]),
                                    st.text(max_size=4)))
         annotations[key] = value
     if draw(st.integers(0, 19)) == 0:
