@@ -103,6 +103,10 @@ def pod_claim(pod: Mapping[str, Any], names: Names = DEFAULT_NAMES, *,
 
     None for finished pods, pods on no node (neither bound nor carrying a predicate node),
     and unbound pods that ask for no (valid) vGPU or belong to another scheduler.
+
+    The extender reads every pod of the cluster with this when it starts, so the usual case
+    (keys and a record that agree) builds no object it then throws away: the record's own
+    containers are kept, and the claim is made once, with all its parts.
     """
     if is_finished(pod):
         return None
@@ -122,63 +126,104 @@ def pod_claim(pod: Mapping[str, Any], names: Names = DEFAULT_NAMES, *,
         requests, request_problem = {}, str(error)
     if not bound and (request_problem or not requests or (schedulers is not None and scheduler not in schedulers)):
         return None
-    claim = PodClaim(uid=str(metadata.get("uid") or ""), namespace=str(metadata.get("namespace") or ""),
-                     name=str(metadata.get("name") or ""), node=node, bound=bool(bound), scheduler=scheduler,
-                     requests=requests)
+    uid, namespace, name = (str(metadata.get("uid") or ""), str(metadata.get("namespace") or ""),
+                            str(metadata.get("name") or ""))
 
-    def refused(problem: str) -> PodClaim:
-        return replace(claim, problem=problem)
+    def claim(allocation: PodAllocation | None = None, problem: str | None = None, note: str | None = None,
+              from_record: frozenset[int] = frozenset(), policy: str | None = None) -> PodClaim:
+        return PodClaim(uid, namespace, name, node, bool(bound), scheduler, requests, allocation, problem, note,
+                        from_record, policy)
 
     record, record_problem = _read_record(annotations, names)
     if record is not None and record.node != node:
-        return refused(f"allocation record names node {record.node}, pod is on {node}")
+        return claim(problem=f"allocation record names node {record.node}, pod is on {node}")
     if bound and predicate_node and predicate_node != bound:
-        return refused(f"{names.predicate_node} names node {predicate_node}, pod is on {bound}")
+        return claim(problem=f"{names.predicate_node} names node {predicate_node}, pod is on {bound}")
     try:
         keys = parse_predicate_indices(annotations, names)
         slices = parse_mig_slices(annotations, names)
     except ValueError as error:
-        return refused(str(error))
-    read = _read_cards(claim, keys, record, record_problem, request_problem, bound, requests, spec, names)
-    if slices and read.allocation is not None:
-        return _on_slices(read, slices, names)
-    if slices and read.problem is None:
-        return refused(f"{names.mig_slice_prefix}<i> names MIG slices but the pod holds no cards")
-    return read
-
-
-def _read_cards(claim: PodClaim, keys: Mapping[int, tuple[int, ...]], record: PodAllocation | None,
-                record_problem: str | None, request_problem: str | None, bound: str,
-                requests: Mapping[int, Request], spec: Mapping[str, Any], names: Names) -> PodClaim:
-    """The claim's cards from the predicate keys, else the record (see the module docstring)."""
-
-    def refused(problem: str) -> PodClaim:
-        return replace(claim, problem=problem)
-
+        return claim(problem=str(error))
     if keys:
         if request_problem:
-            return refused(request_problem)
+            return claim(problem=request_problem)
         try:
-            containers = _from_keys(keys, requests, spec, names)
+            read = claim(*_from_keys(keys, record, record_problem, requests, spec, node, names))
         except ValueError as error:
-            return refused(str(error))
-        return _with_record(claim, containers, record, record_problem, names)
-    if record is not None:
+            return claim(problem=str(error))
+    elif record is not None:
         if request_problem:
-            return refused(request_problem)
+            return claim(problem=request_problem)
         for container in record.containers:
             disagreement = _disagreement(container, requests.get(container.index))
             if disagreement:
-                return refused(f"allocation record: container {container.index} {disagreement}")
-        return replace(claim, allocation=record, from_record=frozenset(c.index for c in record.containers),
-                        policy=record.policy)
-    if record_problem:
-        return refused(record_problem)
-    if bound and request_problem:
-        return refused(request_problem)
-    if bound and requests:
-        return refused("bound without a card assignment (no allocation or predicate annotations)")
-    return claim
+                return claim(problem=f"allocation record: container {container.index} {disagreement}")
+        read = claim(record, from_record=frozenset(c.index for c in record.containers), policy=record.policy)
+    elif record_problem:
+        return claim(problem=record_problem)
+    elif bound and request_problem:
+        return claim(problem=request_problem)
+    elif bound and requests:
+        return claim(problem="bound without a card assignment (no allocation or predicate annotations)")
+    else:
+        read = claim()
+    if slices and read.allocation is not None:
+        return _on_slices(read, slices, names)
+    if slices:
+        return claim(problem=f"{names.mig_slice_prefix}<i> names MIG slices but the pod holds no cards")
+    return read
+
+
+def _from_keys(keys: Mapping[int, tuple[int, ...]], record: PodAllocation | None, record_problem: str | None,
+               requests: Mapping[int, Request], spec: Mapping[str, Any], node: str,
+               names: Names) -> tuple[PodAllocation, None, str | None, frozenset[int], str | None]:
+    """The cards the keys name, each container the record's where the record agrees (same cards,
+    same amounts), else sized by the requests (UUIDs unknown, a whole card's memory 0).
+
+    Returns the claim's allocation, problem (None), note, from_record and policy; raises
+    ValueError naming the key when the keys and the requests disagree.
+    """
+    note = f"{names.allocation} ignored: {record_problem}" if record_problem else None
+    chosen: list[ContainerAllocation] = []
+    from_record = []
+    spec_containers = None
+    for index, cards in sorted(keys.items()):
+        request = requests.get(index)
+        if request is None:
+            raise ValueError(f"{names.predicate_gpu_idx(index)} names cards but container {index} asks for no vGPU")
+        if len(cards) > 1 and len(set(cards)) != len(cards):
+            raise ValueError(f"{names.predicate_gpu_idx(index)} names a card twice")
+        if request.is_share:
+            if len(cards) != 1:
+                raise ValueError(f"{names.predicate_gpu_idx(index)}={','.join(map(str, cards))}: "
+                                 f"a share sits on one card")
+        elif len(cards) != request.cards:
+            raise ValueError(f"{names.predicate_gpu_idx(index)} names {len(cards)} cards for "
+                             f"{request.cards} whole cards")
+        if record is not None:
+            mine = record.container(index)
+            if mine is not None and (_same_share(mine.cards, cards[0], request) if request.is_share else (
+                    not _disagreement(mine, request) and sorted(s.index for s in mine.cards) == sorted(cards))):
+                chosen.append(mine)
+                from_record.append(index)
+                continue
+            note = f"{names.allocation} disagrees with the predicate keys for container {index}; the keys win"
+        if request.is_share:
+            shares: tuple[CardShare, ...] = (CardShare(cards[0], "", request.cores, request.memory_units),)
+        else:
+            shares = tuple(CardShare(card, "", CORES_PER_CARD, 0) for card in cards)
+        if spec_containers is None:
+            spec_containers = spec.get("containers") or []
+        container = spec_containers[index] if index < len(spec_containers) else {}
+        name = str(container.get("name", "")) if isinstance(container, Mapping) else ""
+        chosen.append(ContainerAllocation(index, name, shares))
+    if record is None:
+        return PodAllocation(node, tuple(chosen)), None, note, frozenset(from_record), None
+    if len(chosen) == len(record.containers) and all(a is b for a, b in zip(chosen, record.containers, strict=True)):
+        allocation = record  # the same value as the one built below (same node, version, containers)
+    else:
+        allocation = PodAllocation(node, tuple(chosen), record.assigned_at_ns, record.policy)
+    return allocation, None, note, frozenset(from_record), record.policy
 
 
 def _on_slices(claim: PodClaim, slices: Mapping[int, str], names: Names) -> PodClaim:
@@ -213,52 +258,11 @@ def _read_record(annotations: Mapping[str, Any], names: Names) -> tuple[PodAlloc
         return None, str(error)
 
 
-def _from_keys(keys: Mapping[int, tuple[int, ...]], requests: Mapping[int, Request],
-               spec: Mapping[str, Any], names: Names) -> tuple[ContainerAllocation, ...]:
-    """The cards the keys name, sized by the requests (UUIDs unknown, a whole card's memory 0)."""
-    spec_containers = spec.get("containers") or []
-    containers = []
-    for index, cards in sorted(keys.items()):
-        key = names.predicate_gpu_idx(index)
-        request = requests.get(index)
-        if request is None:
-            raise ValueError(f"{key} names cards but container {index} asks for no vGPU")
-        if len(set(cards)) != len(cards):
-            raise ValueError(f"{key} names a card twice")
-        if request.is_share:
-            if len(cards) != 1:
-                raise ValueError(f"{key}={','.join(map(str, cards))}: a share sits on one card")
-            shares: tuple[CardShare, ...] = (CardShare(cards[0], "", request.cores, request.memory_units),)
-        else:
-            if len(cards) != request.cards:
-                raise ValueError(f"{key} names {len(cards)} cards for {request.cards} whole cards")
-            shares = tuple(CardShare(card, "", CORES_PER_CARD, 0) for card in cards)
-        container = spec_containers[index] if index < len(spec_containers) else {}
-        name = str(container.get("name", "")) if isinstance(container, Mapping) else ""
-        containers.append(ContainerAllocation(index, name, shares))
-    return tuple(containers)
-
-
-def _with_record(claim: PodClaim, containers: tuple[ContainerAllocation, ...], record: PodAllocation | None,
-                 record_problem: str | None, names: Names) -> PodClaim:
-    """The keys' containers, each replaced by the record's where the record agrees."""
-    note = f"{names.allocation} ignored: {record_problem}" if record_problem else None
-    chosen, from_record = [], set()
-    for container in containers:
-        mine = record.container(container.index) if record is not None else None
-        if mine is not None and not _disagreement(mine, claim.requests.get(container.index)) and \
-                sorted(s.index for s in mine.cards) == sorted(s.index for s in container.cards):
-            chosen.append(mine)
-            from_record.add(container.index)
-            continue
-        if mine is not None or record is not None:
-            note = f"{names.allocation} disagrees with the predicate keys for container {container.index}; the keys win"
-        chosen.append(container)
-    allocation = PodAllocation(node=claim.node, containers=tuple(chosen),
-                               assigned_at_ns=record.assigned_at_ns if record is not None else 0,
-                               policy=record.policy if record is not None else "binpack")
-    return replace(claim, allocation=allocation, from_record=frozenset(from_record), note=note,
-                    policy=record.policy if record is not None else None)
+def _same_share(held: tuple[CardShare, ...], card: int, request: Request) -> bool:
+    """Whether a record's cards are exactly this share on this card (``_disagreement`` finds
+    nothing and the card is the key's), without building the words of a disagreement."""
+    return len(held) == 1 and held[0].index == card and held[0].cores == request.cores \
+        and held[0].memory_units == request.memory_units
 
 
 def _disagreement(record: ContainerAllocation, request: Request | None) -> str | None:

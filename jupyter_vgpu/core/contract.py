@@ -161,7 +161,10 @@ PROCESS_LABELS = ("node", "gpu", "uuid", "pid", "namespace", "pod", "container")
 
 @dataclass(frozen=True)
 class Names:
-    """Resource and annotation names for a resource domain and a project domain."""
+    """Resource and annotation names for a resource domain and a project domain.
+
+    The names every pod read asks for are computed once per instance (``cached_property``):
+    rebuilding the extender's ledger reads them for each of 100,000 pods."""
 
     domain: str = DEFAULT_RESOURCE_DOMAIN
     project_domain: str = PROJECT_DOMAIN
@@ -172,15 +175,15 @@ class Names:
                 raise ValueError(f"{what} {value!r} is not a DNS subdomain (like 'tencent.com')")
 
     # resources
-    @property
+    @functools.cached_property
     def core_resource(self) -> str:
         return f"{self.domain}/vcuda-core"
 
-    @property
+    @functools.cached_property
     def memory_resource(self) -> str:
         return f"{self.domain}/vcuda-memory"
 
-    @property
+    @functools.cached_property
     def resources(self) -> tuple[str, str]:
         return (self.core_resource, self.memory_resource)
 
@@ -188,11 +191,11 @@ class Names:
     def predicate_gpu_idx(self, container_index: int) -> str:
         return f"{self.domain}/predicate-gpu-idx-{container_index}"
 
-    @property
+    @functools.cached_property
     def predicate_gpu_idx_prefix(self) -> str:
         return f"{self.domain}/predicate-gpu-idx-"
 
-    @property
+    @functools.cached_property
     def predicate_node(self) -> str:
         return f"{self.domain}/predicate-node"
 
@@ -205,7 +208,7 @@ class Names:
         return f"{self.domain}/gpu-assigned"
 
     # this project's own annotations
-    @property
+    @functools.cached_property
     def allocation(self) -> str:
         """Pod annotation: the full allocation record (JSON, see PodAllocation)."""
         return f"{self.project_domain}/allocation"
@@ -240,7 +243,7 @@ class Names:
         """Pod annotation written at bind (trusted key): the MIG device UUID a container holds."""
         return f"{self.project_domain}/mig-slice-{container_index}"
 
-    @property
+    @functools.cached_property
     def mig_slice_prefix(self) -> str:
         return f"{self.project_domain}/mig-slice-"
 
@@ -457,7 +460,40 @@ def parse_container_request(
 
     Extended resources cannot be overcommitted, so Kubernetes requires requests to equal
     limits; a container that sets only requests or only limits is read from whichever is set.
+
+    Maps whose vGPU quantities are all short texts (as the API server sends them) are read once
+    per distinct set of texts: a cluster's pods repeat a handful of shapes, and rebuilding the
+    extender's ledger reads every container of every pod. Anything else is read afresh (a long
+    text is never kept: the cache holds at most 4,096 sets of four short texts).
     """
+    if (limits is None or type(limits) is dict) and (requests is None or type(requests) is dict):
+        core, memory = names.resources
+        texts = (limits.get(core, _ABSENT) if limits else _ABSENT, limits.get(memory, _ABSENT) if limits else _ABSENT,
+                 requests.get(core, _ABSENT) if requests else _ABSENT,
+                 requests.get(memory, _ABSENT) if requests else _ABSENT)
+        for text in texts:
+            if text is not _ABSENT and (type(text) is not str or len(text) > MAX_QUANTITY_LENGTH):
+                break
+        else:
+            return _request_from_texts(*texts, core, memory)
+    return _parse_container_request(limits, requests, names.core_resource, names.memory_resource)
+
+
+_ABSENT: Any = object()
+"""A resource a container's map does not name (unlike one it names with the value null)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _request_from_texts(core_limit: Any, memory_limit: Any, core_request: Any, memory_request: Any,
+                        core: str, memory: str) -> Request | None:
+    """The request of a container whose vGPU quantities are these texts (refusals raise, uncached)."""
+    limits = {name: text for name, text in ((core, core_limit), (memory, memory_limit)) if text is not _ABSENT}
+    requests = {name: text for name, text in ((core, core_request), (memory, memory_request)) if text is not _ABSENT}
+    return _parse_container_request(limits, requests, core, memory)
+
+
+def _parse_container_request(limits: Mapping[str, object] | None, requests: Mapping[str, object] | None,
+                             core_resource: str, memory_resource: str) -> Request | None:
     for what, given in (("limits", limits), ("requests", requests)):
         if given is not None and not isinstance(given, Mapping):
             raise RequestError(f"resources.{what} must be a map of resource names to quantities, "
@@ -465,7 +501,7 @@ def parse_container_request(
     limits = limits or {}
     requests = requests or {}
     values: dict[str, int | None] = {}
-    for resource in names.resources:
+    for resource in (core_resource, memory_resource):
         limit = parse_count(limits[resource], resource) if resource in limits else None
         request = parse_count(requests[resource], resource) if resource in requests else None
         if limit is not None and request is not None and limit != request:
@@ -474,17 +510,17 @@ def parse_container_request(
                 f"cannot be overcommitted, set both to the same value"
             )
         values[resource] = limit if limit is not None else request
-    cores, memory = values[names.core_resource], values[names.memory_resource]
+    cores, memory = values[core_resource], values[memory_resource]
     if cores is None and memory is None:
         return None
     if cores is None:
         raise RequestError(
-            f"{names.memory_resource} without {names.core_resource}: memory comes with a share of "
-            f"compute; add {names.core_resource} (1-99 for a share, 100 per whole card)"
+            f"{memory_resource} without {core_resource}: memory comes with a share of "
+            f"compute; add {core_resource} (1-99 for a share, 100 per whole card)"
         )
     if cores == 0 and not memory:
         return None
-    validate_request(cores, memory or 0, names.core_resource, names.memory_resource)
+    validate_request(cores, memory or 0, core_resource, memory_resource)
     return Request(cores, memory or 0)
 
 
@@ -520,6 +556,8 @@ def pod_requests(pod: Mapping[str, Any], names: Names = DEFAULT_NAMES) -> dict[i
 
 
 def _mapping(value: object, what: str) -> Mapping[str, Any]:
+    if type(value) is dict:  # what JSON decodes to: skip the abstract-class check
+        return value
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -530,6 +568,8 @@ def _mapping(value: object, what: str) -> Mapping[str, Any]:
 def _containers(value: object, what: str) -> list[Mapping[str, Any]]:
     if value is None:
         return []
+    if type(value) is list and all(type(c) is dict for c in value):  # what JSON decodes to
+        return value
     if not isinstance(value, list) or not all(isinstance(c, Mapping) for c in value):
         raise RequestError(f"the pod's {what}s must be a list of objects")
     return value
@@ -630,36 +670,25 @@ class PodAllocation:
             version = int(data.get("version", ALLOCATION_VERSION))
             if version != ALLOCATION_VERSION:
                 raise ValueError(f"unsupported allocation version {version}")
-            containers = tuple(
-                ContainerAllocation(
-                    index=_nonneg(c["index"], "container index"),
-                    name=str(c.get("name", "")),
-                    cards=tuple(
-                        CardShare(
-                            index=_nonneg(s["index"], "card index"),
-                            uuid=str(s.get("uuid", "")),
-                            cores=_nonneg(s["cores"], "cores"),
-                            memory_units=_nonneg(s["memoryUnits"], "memoryUnits"),
-                            mig_device=check_mig_device(s.get("migDevice", ""), allow_empty=True),
-                        )
-                        for s in c["cards"]
-                    ),
-                    allocation_id=_allocation_id(c.get("allocationId", "")),
-                )
-                for c in data["containers"]
-            )
-            return cls(
-                node=str(data["node"]),
-                containers=containers,
-                assigned_at_ns=int(data.get("assignedAtNs", 0)),
-                policy=str(data.get("policy", "binpack")),
-                version=version,
-            )
+            containers = []
+            for c in data["containers"]:  # plain loops: the extender reads one record per pod
+                index, name = _nonneg(c["index"], "container index"), str(c.get("name", ""))
+                cards = []
+                for s in c["cards"]:
+                    cards.append(CardShare(_nonneg(s["index"], "card index"), str(s.get("uuid", "")),
+                                           _nonneg(s["cores"], "cores"), _nonneg(s["memoryUnits"], "memoryUnits"),
+                                           check_mig_device(s.get("migDevice", ""), allow_empty=True)))
+                containers.append(ContainerAllocation(index, name, tuple(cards),
+                                                      _allocation_id(c.get("allocationId", ""))))
+            return cls(str(data["node"]), tuple(containers), int(data.get("assignedAtNs", 0)),
+                       str(data.get("policy", "binpack")), version)
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"allocation annotation is malformed: {error!s}") from None
 
 
 def _allocation_id(value: object) -> str:
+    if value == "":
+        return ""
     if not isinstance(value, str) or not value.isascii() or not all(ch.isalnum() or ch in "-_" for ch in value):
         raise ValueError(f"allocationId {value!r} is not a token id (letters, digits, '-' and '_')")
     return value
@@ -676,6 +705,8 @@ def check_mig_device(value: object, *, allow_empty: bool = False) -> str:
 
 
 def _nonneg(value: object, what: str) -> int:
+    if type(value) is int and value >= 0:
+        return value
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{what} {value!r} is not a non-negative integer")
     return value
@@ -710,6 +741,9 @@ def parse_predicate_indices(annotations: Mapping[str, str], names: Names = DEFAU
         suffix = key[len(prefix):]
         if not suffix.isdigit():
             raise ValueError(f"annotation {key!r}: container index {suffix!r} is not a number")
+        if type(value) is str and value.isdigit():  # one card, the usual case
+            result[int(suffix)] = (int(value),)
+            continue
         parts = [p.strip() for p in str(value).split(",") if p.strip()]
         if not parts or not all(p.isdigit() for p in parts):
             raise ValueError(f"annotation {key}={value!r}: expected card indices like '1' or '0,3'")

@@ -17,7 +17,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 LINK_LEVELS = ("NV#", "PIX", "PXB", "PHB", "NODE", "SYS")
@@ -218,7 +218,7 @@ class Topology:
             if not isinstance(row, list) or not all(isinstance(cell, str) for cell in row):
                 raise TopologyError(f"links[{position}] is not a list of link names")
             rows.append(tuple(row))
-        return cls(tuple(gpus), tuple(rows))
+        return _checked(tuple(gpus), tuple(rows)) if cls is Topology else cls(tuple(gpus), tuple(rows))
 
     @classmethod
     def from_json(cls, text: str) -> Topology:
@@ -256,6 +256,14 @@ class Topology:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+@lru_cache(maxsize=256)
+def _checked(gpus: tuple[TopoGPU, ...], links: tuple[tuple[str, ...], ...]) -> Topology:
+    """One checked Topology per distinct machine: a cluster's nodes share a handful of them, and
+    the extender reads every node's inventory when it starts (5,000 DGX nodes: one check, not
+    5,000). Topologies are immutable, so the nodes may share one; refusals raise and are not kept."""
+    return Topology(gpus, links)
 
 
 def _components(costs: Sequence[Sequence[int]], threshold: int) -> list[tuple[int, ...]]:

@@ -58,8 +58,18 @@ def _cpu_memory(resources: Any) -> tuple[int, int]:
     requests = (resources or {}).get("requests") or {} if isinstance(resources, Mapping) else {}
     if not isinstance(requests, Mapping):
         return 0, 0
-    cpu, memory = quantity(requests.get("cpu", 0)), quantity(requests.get("memory", 0))
+    cpu_text, memory_text = requests.get("cpu", 0), requests.get("memory", 0)
+    if type(cpu_text) is str and type(memory_text) is str and len(cpu_text) + len(memory_text) <= 64:
+        return _texts_cpu_memory(cpu_text, memory_text)  # what the API sends: the same few pairs
+    return _cpu_memory_of(cpu_text, memory_text)
+
+
+def _cpu_memory_of(cpu_value: Any, memory_value: Any) -> tuple[int, int]:
+    cpu, memory = quantity(cpu_value), quantity(memory_value)
     return int((cpu or 0) * 1000), int((memory or 0) / 2**20)
+
+
+_texts_cpu_memory = functools.lru_cache(maxsize=4096)(_cpu_memory_of)
 
 
 def pod_cpu_memory(pod: Mapping[str, Any]) -> tuple[int, int]:
