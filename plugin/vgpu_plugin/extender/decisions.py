@@ -289,6 +289,11 @@ _MIX_REFRESH = 16
 _FGD_MEMOS = 32
 
 
+def _refresh_due(observed: int) -> bool:
+    """A learned mix's snapshot is renewed at each of the first pods, then every ``_MIX_REFRESH``."""
+    return observed <= _MIX_REFRESH or observed % _MIX_REFRESH == 0
+
+
 class Decisions:
     """``schedulers``: the scheduler names whose unbound pods' claims count (None: any)."""
 
@@ -461,38 +466,38 @@ class Decisions:
         """The mix learned so far (this pod counted once, when ``learn``) and the pod's CPU/memory."""
         cpu, memory = pod_cpu_memory(pod)
         if learn:
-            uid = str((pod.get("metadata") or {}).get("uid") or describe_pod(pod))
-            with self._seen_lock:
-                new = uid not in self._seen
-                self._seen[uid] = None
-                if len(self._seen) > _SEEN_PODS:
-                    self._seen.popitem(last=False)
+            new = self._first_sight(self._seen, pod)
             shape = Shape.of_pod(ask.requests, cpu, memory)
             if new and shape is not None:
                 self.mix.observe(shape)
                 with self._seen_lock:
                     self._observed += 1
-                    if self._observed <= _MIX_REFRESH or self._observed % _MIX_REFRESH == 0:
+                    if _refresh_due(self._observed):
                         self._mix_view = (self._mix_view[0] + 1, self.mix.mix())
         return FragmentView(self._mix_view[1], cpu, memory)
+
+    def _first_sight(self, seen: OrderedDict[str, None], pod: Mapping[str, Any]) -> bool:
+        """Whether ``seen`` (the last ``_SEEN_PODS`` pods a mix counted) lacks the pod; it is added."""
+        uid = str((pod.get("metadata") or {}).get("uid") or describe_pod(pod))
+        with self._seen_lock:
+            new = uid not in seen
+            seen[uid] = None
+            if len(seen) > _SEEN_PODS:
+                seen.popitem(last=False)
+        return new
 
     def _learn_typical(self, pod: Mapping[str, Any], ask: PodAsk) -> None:
         """Count the pod once (per uid) in the typical-pod mix, with its node selector; at each of
         the first pods and then every ``_MIX_REFRESH``, take a new snapshot if the mix drifted."""
-        uid = str((pod.get("metadata") or {}).get("uid") or describe_pod(pod))
-        with self._seen_lock:
-            if uid in self._typical_seen:
-                return
-            self._typical_seen[uid] = None
-            if len(self._typical_seen) > _SEEN_PODS:
-                self._typical_seen.popitem(last=False)
+        if not self._first_sight(self._typical_seen, pod):
+            return
         shape = typical_shape(pod, ask)
         if shape is None:
             return
         self.typical.observe(shape)
         with self._seen_lock:
             self._typical_observed += 1
-            refresh = self._typical_observed <= _MIX_REFRESH or self._typical_observed % _MIX_REFRESH == 0
+            refresh = _refresh_due(self._typical_observed)
         if refresh:
             learned = self.typical.mix()
             if fgd.drifted(self._typical_view[1].mix, learned):
