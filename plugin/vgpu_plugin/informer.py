@@ -20,7 +20,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -73,6 +73,16 @@ def decode(data: bytes) -> Any:
 def _key(obj: dict[str, Any]) -> tuple[str | None, str]:
     meta = obj.get("metadata") or {}
     return meta.get("namespace"), meta.get("name", "")
+
+
+def resource_version(obj: Any) -> int | None:
+    """An object's (or a list's) resourceVersion as an integer, to compare two of them; None when
+    it has none or it is not one (the API server's are integers, but they are opaque by contract)."""
+    value = (obj.get("metadata") or {}).get("resourceVersion") if isinstance(obj, Mapping) else None
+    try:
+        return int(value) if value not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _version(obj: dict[str, Any]) -> str | None:

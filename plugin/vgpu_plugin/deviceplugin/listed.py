@@ -19,16 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["ListedPods", "version_of"]
+from ..informer import resource_version
 
-
-def version_of(obj: Any) -> int | None:
-    """An object's (or a list's) resourceVersion as an integer; None when it has none or it is not one."""
-    value = ((obj or {}).get("metadata") or {}).get("resourceVersion") if isinstance(obj, dict) else None
-    try:
-        return int(value) if value not in (None, "") else None
-    except (TypeError, ValueError):
-        return None
+__all__ = ["ListedPods"]
 
 
 def _uid(pod: dict[str, Any]) -> str:
@@ -50,8 +43,8 @@ class ListedPods:
     def replace(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         """Keep a LIST reply (``{"metadata": {"resourceVersion"}, "items"}``); its items."""
         items = [p for p in body.get("items") or [] if isinstance(p, dict)]
-        version = version_of(body)
-        if version is None or any(version_of(p) is None for p in items):
+        version = resource_version(body)
+        if version is None or any(resource_version(p) is None for p in items):
             self._version, self._pods = None, {}  # not comparable: the list serves this call only
         else:
             self._version, self._pods = version, {_uid(p): p for p in items}
@@ -62,7 +55,7 @@ class ListedPods:
         newer copies, without the pods the list showed gone."""
         if self._version is None:
             return cached
-        reached = informer_version if isinstance(informer_version, int) else version_of(
+        reached = informer_version if isinstance(informer_version, int) else resource_version(
             {"metadata": {"resourceVersion": informer_version}})
         if reached is not None and reached >= self._version:
             self._version, self._pods = None, {}  # the watch delivered everything the list saw
@@ -71,10 +64,10 @@ class ListedPods:
         merged: dict[str, dict[str, Any]] = {}
         for pod in cached:
             uid = _uid(pod)
-            version = version_of(pod)
+            version = resource_version(pod)
             fresher = listed.get(uid)
             if fresher is not None:
-                merged[uid] = pod if version is not None and version > (version_of(fresher) or 0) else fresher
+                merged[uid] = pod if version is not None and version > (resource_version(fresher) or 0) else fresher
             elif version is not None and version > self._version:
                 merged[uid] = pod  # bound here after the list was taken
             # else: the list, newer than this copy, no longer has the pod (deleted, or moved off)

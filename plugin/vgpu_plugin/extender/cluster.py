@@ -20,7 +20,7 @@ from typing import Any
 from jupyter_vgpu.core.claims import FINISHED_PHASES
 from jupyter_vgpu.core.contract import Names
 
-from ..informer import Informer
+from ..informer import Informer, resource_version
 from .decisions import APIFailure
 from .headroom import HostHeadroom
 from .ledger import (
@@ -30,7 +30,6 @@ from .ledger import (
     node_cards,
     pod_holding,
     pod_key,
-    resource_version,
 )
 
 log = logging.getLogger(__name__)

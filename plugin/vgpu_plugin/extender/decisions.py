@@ -50,6 +50,7 @@ from jupyter_vgpu.core.mig import wants_isolation
 from jupyter_vgpu.core.mig_placement import SlicePlacement
 from jupyter_vgpu.core.placement import CardState, FragmentView, NodeState
 
+from ..informer import resource_version
 from .cache import DecisionCache, NodeMemo, ScoreCache, VerdictCache, remember
 from .fgd_batch import CountMemo, LevelMemo, MixArrays, NodeRows, levels_of
 from .headroom import HostHeadroom, pod_cpu_memory
@@ -762,13 +763,13 @@ class Decisions:
         except APIFailure as error:
             self._restore(holding, previous)
             return f"cannot annotate {where}: {error}"
-        self._watch_from(holding, _resource_version(patched))
+        self._watch_from(holding, resource_version(patched))
         return self._post_binding(pod, args, uid, patched=holding)
 
     def _settle_bound(self, ours: Holding, pod: Mapping[str, Any]) -> None:
         """The pod turned out bound to our node (by this call, its answer lost, or an earlier one):
         the ledger holds what this version of it names, and the watch from here on."""
-        rv = _resource_version(pod)
+        rv = resource_version(pod)
         claim = pod_holding(pod, self.names, self.schedulers)
         with self.ledger.lock:
             if self.ledger.holding(ours.uid) is not ours:
@@ -862,9 +863,3 @@ class Decisions:
         return PodAllocation(node, tuple(allocated), assigned_at_ns=time.time_ns(), policy=policy)
 
 
-def _resource_version(obj: Mapping[str, Any] | None) -> int | None:
-    value = ((obj or {}).get("metadata") or {}).get("resourceVersion")
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None

@@ -142,14 +142,6 @@ def pod_key(pod: Mapping[str, Any]) -> tuple[str, str, str]:
     return metadata.get("uid") or "", metadata.get("namespace") or "", metadata.get("name") or ""
 
 
-def resource_version(obj: Mapping[str, Any]) -> int | None:
-    value = (obj.get("metadata") or {}).get("resourceVersion")
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def pod_holding(pod: Mapping[str, Any], names: Names,
                 schedulers: Collection[str] | None = None) -> Holding | Unattributed | None:
     """What a pod holds (``claims.pod_claim``), as the ledger records it.
