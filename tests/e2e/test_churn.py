@@ -117,10 +117,8 @@ class Watcher:
                                     for s, n in served.items() if n > 1]
             extender = self.cluster.extender
             if extender is not None and extender.ledger is not None:
-                with extender.ledger.lock:
-                    self.violations += [f"extender ledger: MIG slice {s} held {n} times"
-                                        for entry in extender.ledger.nodes.values()
-                                        for s, n in entry.held_slices.items() if n > 1]
+                self.violations += [f"extender ledger on {node}: MIG slice {s} held {n} times"
+                                    for node, s, n in extender.ledger.slices_held_more_than_once()]
 
 
 def _random_share(rng: random.Random) -> tuple[int, int | None]:

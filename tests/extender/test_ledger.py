@@ -143,3 +143,22 @@ def test_assumptions_the_watch_never_confirms_are_settled_from_the_api(cluster):
     ledger.put(fresh)
     assert view.sweep(now=view.assume_ttl + 1.0) == 2
     assert ledger.claims() == {"n": {"fresh-uid": [(0, 0, 50, 4)]}}  # young assumptions stay
+
+
+def test_a_slice_held_by_two_pods_is_reported_with_its_node_and_count():
+    """What the churn and storm watchers ask the ledger (in-process and across the control plane's pipe)."""
+    def holding(uid: str, node_name: str, slice_uuid: str) -> Holding:
+        share = contract.CardShare(0, "GPU-0", 25, 4 * GIB_UNITS, mig_device=slice_uuid)
+        return Holding(uid, "default", uid, node_name, (contract.ContainerAllocation(0, "nb", (share,)),))
+
+    ledger = Ledger()
+    ledger.put(holding("a", "n1", "MIG-1"))
+    ledger.put(holding("b", "n1", "MIG-2"))
+    ledger.put(holding("c", "n2", "MIG-1"))  # another node's slice of the same name is another slice
+    assert ledger.slices_held_more_than_once() == []
+    ledger.put(holding("d", "n1", "MIG-1"))
+    ledger.put(holding("e", "n1", "MIG-1"))
+    assert ledger.slices_held_more_than_once() == [("n1", "MIG-1", 3)]
+    ledger.drop("d")
+    ledger.drop("e")
+    assert ledger.slices_held_more_than_once() == []

@@ -18,6 +18,11 @@ What runs, each talking its real protocol to the next:
 
 Components can be stopped and restarted one at a time (``restart_daemon``,
 ``restart_kubelet``, ``restart_extender``, ``restart_api``) for failure tests.
+
+``api_process=True`` runs the API server in a spawned process (``simkube.process``) and
+``control_plane_process=True`` the extender and the scheduler stand-in in another
+(``demo.control_plane``), as deployed, where neither shares a host with the notebook
+nodes; ``extender`` is then a proxy with the same address and ledger queries.
 """
 
 from __future__ import annotations
@@ -104,9 +109,13 @@ class SimCluster:
                  fixtures_dir: str | os.PathLike[str] | None = None, policy: str = "binpack",
                  enforcement: str = "hami-core", run_processes: bool = False, metrics_period: float = 1.0,
                  scheduler_config: str | os.PathLike[str] | None = None, names: c.Names = c.DEFAULT_NAMES,
-                 kube_port: int = 0, ready_timeout: float = 60.0, api_process: bool = False) -> None:
+                 kube_port: int = 0, ready_timeout: float = 60.0, api_process: bool = False,
+                 control_plane_process: bool = False) -> None:
         """``api_process``: run the API server in a process of its own (``simkube.process``), so
-        it does not share this process's GIL; the store is then out of reach (no ``kube.call``)."""
+        it does not share this process's GIL; the store is then out of reach (no ``kube.call``).
+        ``control_plane_process``: the extender and the scheduler stand-in in another
+        (``demo.control_plane``); ``extender`` is then an ``ExtenderProxy`` (address, ledger
+        queries) and ``scheduler`` None."""
         if not nodes:
             raise ValueError("a simulated cluster needs at least one node")
         duplicates = {spec.name for spec in nodes if sum(s.name == spec.name for s in nodes) > 1}
@@ -128,6 +137,8 @@ class SimCluster:
         self.workdir = workdir or tempfile.mkdtemp(prefix="vgsim-", dir="/tmp")
         self.kube: Any = SimKubeAPIProcess(port=kube_port) if api_process else SimKubeAPI(port=kube_port)
         self.kubeconfig = os.path.join(self.workdir, "kubeconfig")
+        self.control_plane_process = control_plane_process
+        self.control_plane: Any = None  # demo.control_plane.ControlPlaneProcess when control_plane_process
         self.extender: Any = None
         self.scheduler: Any = None
         self.nodes: dict[str, SimNode] = {}
@@ -166,9 +177,12 @@ class SimCluster:
                 node.kubelet.stop()
             node.gpus.close()
         self.nodes.clear()
-        if self.extender is not None:
+        if self.control_plane is not None:
+            self.control_plane.stop()
+            self.control_plane = None
+        elif self.extender is not None:
             self.extender.stop()
-            self.extender = None
+        self.extender = None
         self.kube.stop()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -200,6 +214,14 @@ class SimCluster:
     # --- components ------------------------------------------------------------------------------
 
     def _start_extender(self, port: int = 0) -> None:
+        if self.control_plane_process:  # the scheduler starts with it, in the same child
+            from .control_plane import ControlPlaneProcess
+
+            self.control_plane = ControlPlaneProcess.for_api(
+                self.kube, scheduler_config=self.scheduler_config or scheduler_config_path(), policy=self.policy,
+                names=self.names, queue_token=self.queue_token, ready_timeout=self.ready_timeout).start()
+            self.extender = self.control_plane.extender
+            return
         from ..extender.server import Extender
 
         self.extender = Extender(port=port, address="127.0.0.1", policy=self.policy, names=self.names,
@@ -208,6 +230,8 @@ class SimCluster:
             raise ClusterError("the extender did not sync its node and pod caches")
 
     def _start_scheduler(self) -> None:
+        if self.control_plane is not None:
+            return  # it runs beside the extender in the control plane's process
         from simkube.scheduler import SimScheduler
 
         from ..informer import Informer
@@ -346,6 +370,10 @@ class SimCluster:
 
     def restart_extender(self) -> None:
         """The extender's Deployment pod restarting on the same address (its state is rebuilt)."""
+        if self.control_plane is not None:
+            self.control_plane.restart_extender()
+            self.extender = self.control_plane.extender
+            return
         port = self.extender.port
         self.extender.stop()
         self.extender = None

@@ -386,6 +386,12 @@ class Ledger:
                         )
             return problems
 
+    def slices_held_more_than_once(self) -> list[tuple[str, str, int]]:
+        """(node, MIG device UUID, pods holding it) for every slice held twice or more (empty when all is well)."""
+        with self.lock:
+            return [(entry.name, uuid, count) for entry in self._nodes.values()
+                    for uuid, count in entry.held_slices.items() if count > 1]
+
     def stats(self) -> dict[str, int]:
         with self.lock:
             return {"nodes": sum(1 for e in self._nodes.values() if e.known),
