@@ -20,6 +20,7 @@ GPU storm every component must agree (test_churn's ``_settled``: annotations, le
 /inspect, device plugins, kubelet stand-ins and their checkpoints).
 
 Usage: python benchmarks/storm/bench_storm.py [--nodes 40] [--pods 200] [--rounds 2] [--json FILE]
+       [--api-process] [--control-plane-process] [--policy P]
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import random
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -213,7 +215,16 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def main() -> None:
+def deployed_policy() -> str:
+    """The extender's --policy default (what deploy/ runs), read from its flag parser."""
+    from vgpu_plugin.extender.main import parser
+
+    return str(parser().get_default("policy"))
+
+
+def main(argv: Sequence[str] | None = None, *, started: Callable[[Any], None] | None = None,
+         stopping: Callable[[Any], None] | None = None) -> None:
+    """``started(cluster)`` runs once the cluster is up, ``stopping(cluster)`` before it stops (profile_storm)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=40)
     parser.add_argument("--pods", type=int, default=200)
@@ -223,12 +234,14 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", choices=("cpu", "gpu"), help="run one kind of storm (for profiling)")
-    parser.add_argument("--policy", default="binpack", choices=placement.POLICIES,
-                        help="the extender's placement policy (binpack is the default deployed)")
+    parser.add_argument("--policy", default=deployed_policy(), choices=placement.POLICIES,
+                        help=f"the extender's placement policy (default: the deployed one, {deployed_policy()})")
     parser.add_argument("--api-process", action="store_true",
                         help="run the simulated API server in a process of its own (its own GIL)")
+    parser.add_argument("--control-plane-process", action="store_true",
+                        help="run the extender and the scheduler stand-in in a process of their own, as deployed")
     parser.add_argument("--json", help="write the results here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import logging
 
@@ -236,13 +249,15 @@ def main() -> None:
     from vgpu_plugin.demo.cluster import SimCluster
 
     results: dict[str, Any] = {"nodes": args.nodes, "gpus": args.nodes * 8, "pods": args.pods, "policy": args.policy,
-                               "api_process": args.api_process,
+                               "api_process": args.api_process, "control_plane_process": args.control_plane_process,
                                "load_start": load_average(), "storms": []}
-    started = time.monotonic()
+    began = time.monotonic()
     with SimCluster(node_specs(args.nodes), metrics_period=30.0, ready_timeout=600, policy=args.policy,
-                    api_process=args.api_process) as cluster:
-        results["cluster_start_s"] = round(time.monotonic() - started, 1)
+                    api_process=args.api_process, control_plane_process=args.control_plane_process) as cluster:
+        results["cluster_start_s"] = round(time.monotonic() - began, 1)
         print(f"cluster up in {results['cluster_start_s']} s (load {load_average()})", flush=True)
+        if started is not None:
+            started(cluster)
         timeline = Timeline(cluster).start()
         try:
             for round_no in range(args.rounds):
@@ -263,6 +278,8 @@ def main() -> None:
                     clean_up(cluster, kind, round_no, args.pods)
         finally:
             timeline.stop()
+            if stopping is not None:
+                stopping(cluster)
     results["load_end"] = load_average()
     for round_no in range(args.rounds):
         pair = {r["kind"]: r for r in results["storms"] if r["round"] == round_no}
