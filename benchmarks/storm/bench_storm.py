@@ -131,11 +131,29 @@ def pod_body(cluster: Any, kind: str, name: str, cores: int, memory: int | None)
     return body
 
 
+def cpu_seconds(cluster: Any) -> dict[str, float]:
+    """CPU time (user + system) so far of this process and of the API's and control plane's processes."""
+    processes = {"benchmark and nodes": os.getpid()}
+    for label, owner in (("API", cluster.kube), ("control plane", cluster.control_plane)):
+        process = getattr(owner, "_process", None)
+        if process is not None and process.pid is not None:
+            processes[label] = process.pid
+    ticks = os.sysconf("SC_CLK_TCK")
+    result = {}
+    for label, pid in processes.items():
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+                fields = handle.read().rpartition(")")[2].split()
+            result[label] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return result
+
+
 def run_storm(cluster: Any, timeline: Timeline, kind: str, round_no: int, args: argparse.Namespace) -> dict[str, Any]:
     plan = storm_plan(kind, round_no, args.pods, args.seed)
     names = [name for name, *_ in plan]
     bodies = [pod_body(cluster, kind, *item) for item in plan]
     core = cluster.core_v1
+    cpu_before = cpu_seconds(cluster)
     start = time.monotonic()
     interval = args.spread / len(plan)
 
@@ -154,8 +172,10 @@ def run_storm(cluster: Any, timeline: Timeline, kind: str, round_no: int, args: 
     with contextlib.suppress(TimeoutError):  # the stages below count what made it
         wait_for(lambda: timeline.done(names), timeout=args.timeout, what="every pod of the storm")
     finished = time.monotonic()
+    cpu_after = cpu_seconds(cluster)
     result: dict[str, Any] = {"kind": kind, "round": round_no, "pods": len(plan),
-                              "created_within_s": round(created_within, 2)}
+                              "created_within_s": round(created_within, 2),
+                              "cpu_s": {k: round(cpu_after[k] - v, 2) for k, v in cpu_before.items() if k in cpu_after}}
     stages = [("bound", timeline.bound), ("running", timeline.running)]
     if kind == "gpu":
         stages.insert(1, ("admitted", timeline.confirmed))

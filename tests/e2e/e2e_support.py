@@ -3,6 +3,7 @@ the official client against the simulated API, and readings of every component's
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -66,7 +67,14 @@ def list_pods(cluster: Any, **kwargs: Any) -> list[dict[str, Any]]:
 
 def allocation(pod: dict[str, Any]) -> c.PodAllocation | None:
     record = ((pod.get("metadata") or {}).get("annotations") or {}).get(NAMES.allocation)
-    return c.PodAllocation.from_json(record) if record else None
+    return _parsed_record(record) if record else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_record(record: str) -> c.PodAllocation:
+    """The invariant watchers re-read every pod's record on every event (the storm: 800 events x
+    200 pods); a record is immutable text and PodAllocation a frozen value, so parse each once."""
+    return c.PodAllocation.from_json(record)
 
 
 def inventory(cluster: Any, node: str) -> NodeInventory:
