@@ -71,6 +71,7 @@ class Timeline:
         self._lock = threading.Lock()
         self._informer = Informer(cluster.core_v1.list_pod_for_all_namespaces, label_selector=STORM,
                                   on_event=self._on_event)
+        self._informer.name = "storm-timeline"  # its thread's name (bench_storm --thread-cpu)
 
     def start(self) -> Timeline:
         self._informer.start()
@@ -148,12 +149,31 @@ def cpu_seconds(cluster: Any) -> dict[str, float]:
     return result
 
 
+def thread_cpu_seconds() -> dict[str, float]:
+    """This process's CPU time per kind of thread (the Python thread's name without its numbers;
+    threads Python did not start, such as gRPC's own, under their OS name)."""
+    import re
+
+    names = {t.native_id: re.sub(r"[-_]?\d+", "", t.name) for t in threading.enumerate()}
+    ticks = os.sysconf("SC_CLK_TCK")
+    result: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):
+            with open(f"/proc/self/task/{tid}/stat", encoding="ascii", errors="replace") as handle:
+                text = handle.read()
+            fields = text.rpartition(")")[2].split()
+            name = names.get(int(tid)) or "os:" + re.sub(r"\d+", "", text[text.index("(") + 1:text.rindex(")")])
+            result[name] = result.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return result
+
+
 def run_storm(cluster: Any, timeline: Timeline, kind: str, round_no: int, args: argparse.Namespace) -> dict[str, Any]:
     plan = storm_plan(kind, round_no, args.pods, args.seed)
     names = [name for name, *_ in plan]
     bodies = [pod_body(cluster, kind, *item) for item in plan]
     core = cluster.core_v1
     cpu_before = cpu_seconds(cluster)
+    threads_before = thread_cpu_seconds() if args.thread_cpu else {}
     start = time.monotonic()
     interval = args.spread / len(plan)
 
@@ -173,6 +193,11 @@ def run_storm(cluster: Any, timeline: Timeline, kind: str, round_no: int, args: 
         wait_for(lambda: timeline.done(names), timeout=args.timeout, what="every pod of the storm")
     finished = time.monotonic()
     cpu_after = cpu_seconds(cluster)
+    if args.thread_cpu:
+        spent = {k: v - threads_before.get(k, 0.0) for k, v in thread_cpu_seconds().items()}
+        print("CPU s per kind of thread in this process (threads that ended are missing):",
+              json.dumps({k: round(v, 2) for k, v in sorted(spent.items(), key=lambda kv: -kv[1]) if v >= 0.05}),
+              flush=True)
     result: dict[str, Any] = {"kind": kind, "round": round_no, "pods": len(plan),
                               "created_within_s": round(created_within, 2),
                               "cpu_s": {k: round(cpu_after[k] - v, 2) for k, v in cpu_before.items() if k in cpu_after}}
@@ -260,6 +285,8 @@ def main(argv: Sequence[str] | None = None, *, started: Callable[[Any], None] | 
                         help="run the simulated API server in a process of its own (its own GIL)")
     parser.add_argument("--control-plane-process", action="store_true",
                         help="run the extender and the scheduler stand-in in a process of their own, as deployed")
+    parser.add_argument("--thread-cpu", action="store_true",
+                        help="print this process's CPU time per kind of thread for each storm")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
 

@@ -74,6 +74,7 @@ class Watcher:
         self._stop = threading.Event()
         self._informer = Informer(cluster.core_v1.list_pod_for_all_namespaces, label_selector=CHURN,
                                   on_event=self._on_event)
+        self._informer.name = "invariant-watcher"  # its thread's name (bench_storm --thread-cpu)
         self._poller = threading.Thread(target=self._poll, daemon=True)
 
     def start(self) -> Watcher:

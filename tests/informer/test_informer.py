@@ -202,3 +202,33 @@ def test_cyclic_gc_pauses_nest_and_restore_what_was_there() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_watch_events_decoded_once_are_what_the_client_would_give() -> None:
+    """The informer's watch decodes each line once; what it yields and where a resumed watch would
+    start are the official client's own answers (``Watch.unmarshal_event`` with return_type=object)."""
+    import json
+
+    from kubernetes import watch
+    from vgpu_plugin.informer import _raw_watch
+
+    labelled = {**pod("é-pod", {"team": "données"}), "apiVersion": "v1", "kind": "Pod"}
+    labelled["metadata"].update(namespace="default", uid="u1", resourceVersion="41")
+    lines = [json.dumps({"type": kind, "object": {**labelled, "metadata": {**labelled["metadata"],
+                                                                          "resourceVersion": version}}},
+                        ensure_ascii=ascii_only)
+             for kind, version, ascii_only in (("ADDED", "41", True), ("MODIFIED", "42", False), ("DELETED", "43", True))]
+    lines += [json.dumps({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+                                                         "metadata": {"resourceVersion": "57"}}}),
+              json.dumps({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                                      "status": "Failure", "message": "too old resource version",
+                                                      "reason": "Expired", "code": 410}}),
+              json.dumps({"type": "MODIFIED", "object": {"metadata": {"name": "no-version"}}}),
+              "", "   \n", "{not json"]
+    stock, ours = watch.Watch(return_type=object), _raw_watch()
+    stock.resource_version = ours.resource_version = "1"
+    for line in lines:
+        expected = stock.unmarshal_event(line, object)
+        assert ours.unmarshal_event(line, object) == expected, line
+        assert ours.resource_version == stock.resource_version, line
+    assert ours.resource_version == "57"  # the bookmark's; the ERROR and the version-less object moved nothing
