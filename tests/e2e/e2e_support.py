@@ -119,6 +119,46 @@ def overcommitted(held: dict[tuple[str, int], tuple[int, int]], capacity: dict[t
     return problems
 
 
+class AnnotationTally:
+    """``holdings_from_annotations`` and the MIG slices live pods name, kept pod by pod: an
+    invariant watcher checks after every pod event, and recounting every pod each time made
+    the check O(pods) per event (the storm: 800 events x 200 pods, in the benchmark's process).
+    ``update`` returns what the event made wrong: the over-committed cards among those the
+    event touched (other cards did not change since they were last checked) and the slices
+    it made named twice."""
+
+    def __init__(self, capacity: dict[tuple[str, int], int]) -> None:
+        self.capacity = capacity
+        self.held: dict[tuple[str, int], tuple[int, int]] = {}  # (node, card) -> (cores, units), live pods
+        self.slices: Counter[str] = Counter()  # MIG device -> live pods naming it
+        self._pods: dict[str, tuple[dict[tuple[str, int], tuple[int, int]], tuple[str, ...]]] = {}
+
+    def update(self, uid: str, pod: dict[str, Any] | None) -> tuple[list[str], list[str]]:
+        """``pod``: its current object, None once deleted. Returns (over-committed cards, slices named twice)."""
+        live = pod is not None and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        new_held = holdings_from_annotations([pod]) if pod is not None and live else {}
+        new_slices = tuple(v for k, v in ((pod or {}).get("metadata") or {}).get("annotations", {}).items()
+                           if k.startswith(NAMES.mig_slice_prefix)) if live else ()
+        old_held, old_slices = self._pods.pop(uid, ({}, ()))
+        if new_held or new_slices:
+            self._pods[uid] = (new_held, new_slices)
+        for sign, held in ((-1, old_held), (1, new_held)):
+            for key, (cores, units) in held.items():
+                total_cores, total_units = self.held.get(key, (0, 0))
+                self.held[key] = (total_cores + sign * cores, total_units + sign * units)
+                if self.held[key] == (0, 0):
+                    del self.held[key]
+        touched = set(old_held) | set(new_held)
+        problems = overcommitted({k: v for k, v in self.held.items() if k in touched}, self.capacity)
+        self.slices.subtract(old_slices)
+        self.slices.update(new_slices)
+        named = sorted(s for s in set(new_slices) if self.slices[s] > 1)
+        for name in set(old_slices) - set(new_slices):
+            if self.slices[name] <= 0:
+                del self.slices[name]
+        return problems, [f"MIG slice {s} named by {self.slices[s]} pods" for s in named]
+
+
 def device_counts(ids: Iterable[str]) -> Counter[tuple[int, str]]:
     """(card, 'core'|'mem') -> how many of these device IDs name it."""
     counts: Counter[tuple[int, str]] = Counter()

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from e2e_support import (
     NAMES,
+    AnnotationTally,
     allocation,
     create_pod,
     delete_pod,
@@ -71,6 +72,7 @@ class Watcher:
         self.checks = 0
         self.failed: dict[str, tuple[str, str]] = {}  # pod -> (node, message)
         self.slices_seen: set[str] = set()  # MIG slices some pod was placed on
+        self.tally = AnnotationTally(self.capacity)  # what the annotations hold, pod by pod
         self._stop = threading.Event()
         self._informer = Informer(cluster.core_v1.list_pod_for_all_namespaces, label_selector=CHURN,
                                   on_event=self._on_event)
@@ -92,13 +94,11 @@ class Watcher:
         self.events += 1
         if pod is not None and (pod.get("status") or {}).get("phase") == "Failed":
             self.failed[pod["metadata"]["name"]] = (pod["spec"].get("nodeName", ""), pod["status"].get("message", ""))
-        problems = overcommitted(holdings_from_annotations(self._informer.items()), self.capacity)
-        self.violations += [f"annotations after {kind}: {p}" for p in problems]
-        live = [p for p in self._informer.items() if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
-        named = Counter(v for p in live for k, v in ((p.get("metadata") or {}).get("annotations") or {}).items()
-                        if k.startswith(NAMES.mig_slice_prefix))
-        self.violations += [f"annotations after {kind}: MIG slice {s} named by {n} pods" for s, n in named.items() if n > 1]
-        self.slices_seen.update(named)
+        if pod is None:
+            return  # RELISTED: the differences came as events before it
+        problems, twice = self.tally.update(pod["metadata"].get("uid", ""), None if kind == "DELETED" else pod)
+        self.violations += [f"annotations after {kind}: {p}" for p in problems + twice]
+        self.slices_seen.update(self.tally.slices)
 
     def _poll(self) -> None:
         while not self._stop.wait(0.05):
@@ -342,3 +342,44 @@ def test_the_invariant_check_sees_an_overcommitted_card() -> None:
     assert overcommitted(holdings_from_annotations([pod("a", 10, 100), pod("b", 10, 61)]), capacity)
     finished = {**pod("b", 90, 10), "status": {"phase": "Succeeded"}}
     assert overcommitted(holdings_from_annotations([pod("a", 60, 40), finished]), capacity) == []
+
+
+def test_the_incremental_tally_is_the_full_recount_after_every_event() -> None:
+    """The watcher's pod-by-pod tally (AnnotationTally) against recounting every pod after every
+    event: the same holdings and slice counts, and exactly the full recount's problems on the
+    cards the event touched (the others were checked when they last changed)."""
+    rng = random.Random(7)
+    capacity = {(node, card): 160 for node in ("n1", "n2") for card in (0, 1)}
+    tally = AnnotationTally(capacity)
+    pods: dict[str, dict[str, Any]] = {}
+    reported_overcommit = reported_twice = 0
+    for step in range(600):
+        uid = f"u{rng.randrange(12)}"
+        action = rng.choice(("put", "put", "put", "finish", "delete"))
+        if action == "delete":
+            gone = pods.pop(uid, None)
+            problems, twice = tally.update(uid, None)
+            touched = set(holdings_from_annotations([gone])) if gone else set()
+        else:
+            node, card = rng.choice(sorted(capacity))
+            record = c.PodAllocation(node, (c.ContainerAllocation(0, "nb", (
+                c.CardShare(card, f"GPU-{card}", rng.choice((10, 25, 50, 75)), rng.randint(1, 90)),)),))
+            annotations = {NAMES.allocation: record.to_json()}
+            if rng.random() < 0.3:
+                annotations[NAMES.mig_slice(0)] = f"MIG-{node}-{rng.randrange(3)}"
+            before = pods.get(uid)
+            pods[uid] = {"metadata": {"uid": uid, "name": uid, "annotations": annotations},
+                         "status": {"phase": "Succeeded" if action == "finish" else "Running"}}
+            problems, twice = tally.update(uid, pods[uid])
+            touched = set(holdings_from_annotations([p for p in (before, pods[uid]) if p]))  # live ones only
+        full = holdings_from_annotations(pods.values())
+        assert tally.held == full, step
+        live = [p for p in pods.values() if p["status"]["phase"] == "Running"]
+        named = Counter(v for p in live for k, v in p["metadata"]["annotations"].items()
+                        if k.startswith(NAMES.mig_slice_prefix))
+        assert +tally.slices == named, step
+        assert problems == overcommitted({k: v for k, v in full.items() if k in touched}, capacity), step
+        assert set(twice) <= {f"MIG slice {s} named by {n} pods" for s, n in named.items() if n > 1}, step
+        reported_overcommit += len(problems)
+        reported_twice += len(twice)
+    assert reported_overcommit and reported_twice  # the sequence did make both mistakes, and they were seen
