@@ -3,8 +3,9 @@
 The core's measure is the reference (property-tested equal, ``tests/extender``); this is
 the same arithmetic over arrays. A card's free cores take 101 values, so what a typical
 pod can use of a node is a sum of table lookups over its cards, and a share's effect on one card is a table lookup per distinct free value
-among the cards it fits. ``NodeRows`` keeps every node's cards as array rows, rewritten
-only when the ledger says a node changed. For pods of one container; the caller scores
+among the cards it fits. ``NodeRows`` keeps every node's cards (and its CPU headroom, and a
+rank of the names for the tie rule) as array rows, rewritten only when the ledger (or the
+headroom) says a node changed: a filter over thousands of names is array operations. For pods of one container; the caller scores
 anything else (several containers, MIG slices) with the core.
 """
 
