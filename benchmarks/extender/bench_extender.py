@@ -340,12 +340,16 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(one, range(count)))
         bind_rate = count / (time.perf_counter() - started)
+        # the real server's process after the cycles and binds: its ledger, decision caches (and
+        # fgd-filter's rows) and the objects it built them from (an extender's informers hold those)
+        server_rss = _rss_mb(real.pid)
     finally:
         for process in (real, null, null_wire):
             process.kill()
     result: dict[str, Any] = {"server_setup_seconds": round(setup, 1), "cycles": args.cycles,
                               "names_per_filter": len(candidate_names(node_names, 0, args)),
                               "bind_per_second_in_memory_api": round(bind_rate, 1),
+                              "real_server_rss_mb_after_binds": server_rss,
                               "median_nodes_passing_filter": statistics.median(passed_counts)}
     for verb in ("filter", "prioritize", "bind"):
         for kind in kinds:

@@ -7,6 +7,7 @@ and the functions with the most cumulative and own time.
 
 Usage: python benchmarks/extender/profile_extender.py [--nodes 5000] [--pods 100000]
            [--names kube-scheduler|all] [--calls 300] [--top 15]
+           [--policy binpack|fgd-filter|...] [--timing [--warmup 20]]
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ def main() -> None:
     parser.add_argument("--names", choices=("kube-scheduler", "all"), default="kube-scheduler")
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--policy", default="binpack", help="the extender's placement policy")
+    parser.add_argument("--timing", action="store_true",
+                        help="no profiler: each call's time, percentiles after --warmup calls")
+    parser.add_argument("--warmup", type=int, default=20)
     args = parser.parse_args()
 
     from vgpu_plugin.extender.decisions import Decisions
@@ -52,7 +57,7 @@ def main() -> None:
     nodes = bench.make_nodes(args.nodes, args.gpus)
     pods = bench.make_running_pods(nodes, args.pods, args.seed)
     ledger = bench.build_ledger(nodes, pods)
-    decisions = Decisions(ledger, bench.InMemoryPods(), bench.NAMES, "binpack")
+    decisions = Decisions(ledger, bench.InMemoryPods(), bench.NAMES, args.policy)
     gc.collect()
     gc.freeze()  # as the extender does after its first full list: no full collections over this heap
     print(f"cluster of {args.nodes} nodes and {args.pods} pods built in {time.perf_counter() - started:.1f} s")
@@ -69,41 +74,52 @@ def main() -> None:
     def bind_call(body: bytes) -> bytes:  # BindHandler.post (its executor step inline)
         return dumps(binding_result(decisions.bind(decode_binding_args(body))))
 
-    # the requests of filter -> prioritize -> bind cycles, as bench_extender sends them
-    work: list[tuple[str, bytes]] = []
+    # the requests of filter -> prioritize -> bind cycles, as bench_extender sends them:
+    # prioritize names the nodes that passed the filter, bind the best of them
+    work: list[tuple[dict[str, Any], bytes]] = []
     for cycle in range(args.calls):
         shape = cycle % len(bench.SHAPES)
-        name = f"pending-{shape}-{cycle}"
-        pod = bench.pod_object(name, bench.SHAPES[shape])
+        pod = bench.pod_object(f"pending-{shape}-{cycle}", bench.SHAPES[shape])
         names = bench.candidate_names(node_names, cycle, args)
-        work.append(("filter", json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()))
-        work.append(("prioritize", json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()))
-        work.append(("bind", json.dumps({"PodName": name, "PodNamespace": "bench", "PodUID": f"uid-{name}",
-                                         "Node": ""}).encode()))
+        work.append((pod, json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()))
     calls = {"filter": filter_call, "prioritize": prioritize_call, "bind": bind_call}
     profiles = {verb: cProfile.Profile() for verb in calls}
     spent = dict.fromkeys(calls, 0.0)
-    for i in range(0, len(work), 3):
-        (_, f_body), (_, p_body), (_, b_body) = work[i:i + 3]
-        for verb, body in (("filter", f_body), ("prioritize", p_body)):
-            t = time.perf_counter()
+    each: dict[str, list[float]] = {verb: [] for verb in calls}
+    cpu: dict[str, list[float]] = {verb: [] for verb in calls}  # the process's CPU time: no preemption in it
+
+    def timed(verb: str, body: bytes) -> Any:
+        t, c = time.perf_counter(), time.process_time()
+        if not args.timing:
             profiles[verb].enable()
-            reply = calls[verb](body)
+        reply = calls[verb](body)
+        if not args.timing:
             profiles[verb].disable()
-            spent[verb] += time.perf_counter() - t
-        scores = json.loads(reply)
-        if not scores:
+        cpu[verb].append(time.process_time() - c)
+        each[verb].append(time.perf_counter() - t)
+        spent[verb] += each[verb][-1]
+        return json.loads(reply)
+
+    for pod, f_body in work:
+        passed = timed("filter", f_body)["NodeNames"] or []
+        if not passed:
             continue
+        scores = timed("prioritize", json.dumps({"Pod": pod, "Nodes": None, "NodeNames": passed}).encode())
         best = max(scores, key=lambda s: s["Score"])["Host"]
-        body = json.loads(b_body)
-        body["Node"] = best
-        t = time.perf_counter()
-        profiles["bind"].enable()
-        error = json.loads(bind_call(json.dumps(body).encode()))["Error"]
-        profiles["bind"].disable()
-        spent["bind"] += time.perf_counter() - t
+        name = pod["metadata"]["name"]
+        error = timed("bind", json.dumps({"PodName": name, "PodNamespace": "bench", "PodUID": f"uid-{name}",
+                                          "Node": best}).encode())["Error"]
         if error:
             raise RuntimeError(f"bind refused: {error}")
+    if args.timing:
+        for verb in calls:
+            for what, values in (("wall", each[verb]), ("CPU", cpu[verb])):
+                kept = sorted(values[args.warmup:])
+                if kept:
+                    at = {q: kept[min(len(kept) - 1, int(q / 100 * len(kept)))] * 1000 for q in (50, 90, 99)}
+                    print(f"{verb} ({what}): {len(kept)} calls after {args.warmup}: p50 {at[50]:.2f} "
+                          f"p90 {at[90]:.2f} p99 {at[99]:.2f} max {kept[-1] * 1000:.2f} ms (in process, no profiler)")
+        return
     report: dict[str, Any] = {}
     for verb, profile in profiles.items():
         mean_ms = spent[verb] / args.calls * 1000

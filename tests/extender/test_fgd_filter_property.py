@@ -4,11 +4,16 @@ that node being one the plain filter passes and the best by the core's measure."
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_filter_property import cards, pod_for, requests
 from vgpu_plugin.extender.decisions import Decisions, read_ask
-from vgpu_plugin.extender.fgd_batch import BatchNode, MixArrays, levels
+from vgpu_plugin.extender.fgd_batch import BatchNode, MixArrays, NodeRows, levels
+from vgpu_plugin.extender.headroom import HostHeadroom
 from vgpu_plugin.extender.ledger import Holding, Ledger, NodeCards
 from vgpu_plugin.extender.wire import ExtenderArgs
 
@@ -99,3 +104,112 @@ def _state(ledger: Ledger, name: str) -> NodeState:
     entry = ledger.node(name)
     return NodeState(tuple(CardState(c.index, c.memory_units, c.healthy, entry.used_cores[i], entry.used_memory[i])
                            for i, c in enumerate(entry.cards)))
+
+
+# --- the filter's fast path: rows kept across requests, CPU headroom per row, ties by name rank ----
+
+ODD_NAMES = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)) | st.sampled_from(["\x00", "é", "Z"]),
+                    max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(names=st.lists(ODD_NAMES, min_size=1, max_size=30, unique=True), data=st.data())
+def test_first_by_name_is_min_of_the_names(names, data):
+    """The tie-break over rows equals Python's ``min`` of the names, odd names included (trailing
+    NULs, which numpy's string arrays would drop, accents, the empty name), as rows keep coming."""
+    rows = NodeRows()
+    for count in range(1, len(names) + 1):
+        rows.set(names[count - 1], [50], [10], [False])
+        picked = data.draw(st.lists(st.integers(0, count - 1), min_size=1, max_size=count, unique=True))
+        assert rows.names[rows.first_by_name(np.array(picked, dtype=np.int64))] == min(names[i] for i in picked)
+
+
+QUANTITIES = st.one_of(st.sampled_from(["4", "16", "500m", "64", "1e3", "0", "-1", "abc", "", "1Ki", "9" * 70]),
+                       st.integers(-5, 100), st.none(), st.booleans())
+
+
+@st.composite
+def host_events(draw: st.DrawFn, nodes: list[str]) -> tuple[str, str, object]:
+    """An informer event for HostHeadroom, hostile fields included (bad quantities, no nodeName,
+    finished pods, objects that are not mappings)."""
+    node = draw(st.sampled_from(nodes))
+    if draw(st.integers(0, 9)) == 0:
+        return ("node" if draw(st.booleans()) else "pod", "MODIFIED", draw(st.sampled_from([None, [], "x", 3])))
+    if draw(st.booleans()):
+        kind = draw(st.sampled_from(["ADDED", "MODIFIED", "DELETED"]))
+        labels = draw(st.dictionaries(st.sampled_from(["gpu", "zone"]), st.sampled_from(["T4", "A10"]), max_size=2))
+        return "node", kind, {"metadata": {"name": node, "labels": labels},
+                              "status": {"allocatable": {"cpu": draw(QUANTITIES), "memory": "64Gi"}}}
+    uid = f"u{draw(st.integers(0, 5))}"
+    kind = draw(st.sampled_from(["ADDED", "MODIFIED", "DELETED"]))
+    spec = {"nodeName": draw(st.sampled_from([node, ""])),
+            "containers": [{"resources": {"requests": {"cpu": draw(QUANTITIES), "memory": "1Gi"}}}]}
+    phase = draw(st.sampled_from(["Running", "Pending", "Succeeded"]))
+    return "pod", kind, {"metadata": {"uid": uid, "name": uid}, "spec": spec, "status": {"phase": phase}}
+
+
+def _same_cpu(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_headroom_reports_every_change(data):
+    """A copy of each node's CPU headroom and labels refreshed only for the nodes HostHeadroom
+    reports as changed stays equal to what it answers, whatever the informers deliver."""
+    nodes = ["a", "b", "c"]
+    hosts, changed = HostHeadroom(), set()
+    hosts.subscribe(changed.add)
+    copy = {n: (hosts.cpu_milli(n), hosts.labels(n)) for n in nodes}
+    for _ in range(data.draw(st.integers(1, 25))):
+        what, kind, obj = data.draw(host_events(nodes))
+        (hosts.on_node if what == "node" else hosts.on_pod)(kind, obj)  # type: ignore[arg-type]
+        while changed:
+            name = changed.pop()
+            copy[name] = (hosts.cpu_milli(name), hosts.labels(name))
+        for n in nodes:
+            cpu, labels = hosts.facts([n])
+            assert _same_cpu(copy[n][0], cpu[0]) and copy[n][1] == labels[0]
+
+
+@settings(max_examples=120, deadline=None)
+@given(data=st.data(), layout=st.lists(cards, min_size=2, max_size=4))
+def test_filter_follows_headroom_labels_and_claims(data, layout):
+    """Between filters the ledger's claims, the nodes' CPU headroom and labels change (hostile
+    quantities included); the node fgd-filter passes is always the core's best with each node's
+    headroom and labels, the first by name among equals."""
+    ledger, hosts = Ledger(), HostHeadroom()
+    for n, specs in enumerate(layout):
+        ledger.set_node(f"n{n}", NodeCards(tuple(Card(i, f"u{i}", "m", gib * 1024) for i, gib in enumerate(specs)),
+                                           None, "inventory"))
+    fgd = Decisions(ledger, None, policy="fgd-filter", hosts=hosts)
+    binpack = Decisions(ledger, None)
+    names = sorted(ledger.nodes)
+    for step in range(data.draw(st.integers(1, 10))):
+        for _ in range(data.draw(st.integers(0, 3))):
+            what, kind, obj = data.draw(host_events(names))
+            (hosts.on_node if what == "node" else hosts.on_pod)(kind, obj)  # type: ignore[arg-type]
+        if data.draw(st.booleans()):
+            node = data.draw(st.sampled_from(names))
+            card = data.draw(st.integers(0, len(ledger.node(node).cards) - 1))
+            cores = data.draw(st.sampled_from([10, 25, 50, 100]))
+            ledger.put(Holding(f"uid{step}", "ns", f"h{step}", node, (
+                ContainerAllocation(0, "c", (CardShare(card, "", cores, 0 if cores == 100 else 8),)),)))
+        asks = data.draw(requests.filter(lambda r: len(r) == 1))
+        pod = pod_for(asks)
+        pod["metadata"]["uid"] = f"ask{step}"
+        pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": data.draw(st.sampled_from(["1", "4", "250m"]))}
+        selector = data.draw(st.sampled_from([None, {"gpu": "T4"}]))
+        if selector:
+            pod["spec"]["nodeSelector"] = selector
+        args = ExtenderArgs(pod=pod, node_names=data.draw(st.permutations(names)), nodes=None, raw_nodes=None)
+        passed, _, _ = fgd.filter(args)
+        fits, _, _ = binpack.filter(args)
+        assert len(passed) == min(1, len(fits)) and set(passed) <= set(fits)
+        if len(fits) > 1:
+            ask = read_ask(pod, fgd.names, "fgd-filter").requests
+            view = fgd._fgd_view(pod)
+            best = {n: placement.fgd_level(replace(_state(ledger, n), headroom=hosts.headroom(n),
+                                                   labels=hosts.labels(n)), ask, view) for n in fits}
+            assert best[passed[0]] == max(best.values())
+            assert passed[0] == min(n for n in fits if best[n] == best[passed[0]])

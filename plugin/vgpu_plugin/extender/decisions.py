@@ -322,8 +322,10 @@ class Decisions:
         self._fgd_memos: OrderedDict[tuple[Any, ...], LevelMemo] = OrderedDict()
         self._fgd_counts = CountMemo(self._typical_view[1])  # per mix snapshot: what each node offers each typical pod
         self._fgd_lock = threading.Lock()
-        self._fgd_dirty: set[str] = set()
+        self._fgd_dirty: set[str] = set()  # nodes the ledger changed since their row was written
         ledger.subscribe(lambda name, _cards_changed: self._fgd_dirty.add(name))
+        self._fgd_hosts_dirty: set[str] = set()  # nodes whose CPU headroom or labels changed since
+        self.hosts.subscribe(self._fgd_hosts_dirty.add)
         self._mix_view = (0, Mix())  # (version, snapshot) the fragment policy decides with
         self._observed = 0
         self._seen: OrderedDict[str, None] = OrderedDict()
@@ -521,66 +523,95 @@ class Decisions:
         when the ledger changes a node, and memoised per (request, pod CPU, mix snapshot) until
         the row or the node's CPU headroom changes (any label change forgets them all); a node with MIG slices or
         a card-sharing mode, one the ledger does not know, the one holding this pod's own claim,
-        and pods of several containers are scored by the core."""
+        and pods of several containers are scored by the core. The work per filter beyond the
+        nodes that changed is array operations over the passed rows (no Python loop per node)."""
         version, arrays = self._typical_view
         view = FragmentView(arrays.mix, *pod_cpu_memory(args.pod))
         for node in args.nodes or []:  # full Node objects carry allocatable and labels
             self.hosts.on_node("MODIFIED", node)
         single = next(iter(ask.requests.values())) if len(ask.requests) == 1 else None
         found: dict[str, int] = {}
-        batch: list[str] = []
         with self.ledger.lock:
             own = self._own(args.pod)
-            nodes, rows = self.ledger.nodes, self._fgd_rows
-            stale = self._fgd_dirty.intersection(passed) if self._fgd_dirty else set()
-            stale.update(itertools.filterfalse(rows.index.__contains__, passed))
-            for name in stale:
-                entry = nodes.get(name)
-                if entry is None or not entry.known:
-                    continue
-                self._fgd_dirty.discard(name)
-                state = node_state(entry, self.cache.node(name))
-                healthy = [card for card in state.cards if card.healthy]
-                rows.set(name, [c.free_cores for c in healthy], [c.free_memory_units for c in healthy],
-                         [c.is_free for c in healthy], node_placement.plain(entry.slices, entry.sharing, False))
-            index = np.fromiter(map(rows.index.get, passed, itertools.repeat(-1)), dtype=np.int64, count=len(passed))
+            rows = self._fgd_rows
+            index = self._fgd_index(passed)
             usable = (index >= 0) & rows.plain[np.maximum(index, 0)] if single is not None else index < -1
             if own is not None and own.node in rows.index:
                 usable &= index != rows.index[own.node]
-            batch = list(itertools.compress(passed, usable.tolist()))
-            core = set(itertools.compress(passed, (~usable).tolist()))
-            for name, entry, memo in self._entries(args) if core else ():
-                if name not in core or entry is None or not entry.known:
-                    continue
-                if own is not None and own.node == name:
-                    entry, memo = entry.without(own.uid), NodeMemo()
-                state = replace(node_state(entry, memo), headroom=self.hosts.headroom(name),
-                                labels=self.hosts.labels(name))
-                level = placement.fgd_level(state, ask.requests, view)
-                found[name] = -1 if level is None else level
+            core = np.flatnonzero(~usable)
+            if len(core):
+                self._fgd_core_levels(args, ask, view, own, {passed[i] for i in core.tolist()}, found)
             picked = index[usable]
             generation = rows.generation[picked]
-            cpu_list, labels = self.hosts.facts(batch)
-            cpu = np.array(cpu_list, dtype=float)
+            cpu = rows.cpu[picked]
             with self._fgd_lock:
                 known = self._fgd_memo((ask.key, view.cpu_milli, version, self.hosts.labels_version))
-                outdated = known.stale(picked, generation, cpu) if batch else np.zeros(0, dtype=bool)
+                outdated = known.stale(picked, generation, cpu) if len(picked) else np.zeros(0, dtype=bool)
                 if single is not None and outdated.any():
                     some = picked[outdated]
                     if self._fgd_counts.arrays is not arrays:
                         self._fgd_counts = CountMemo(arrays)
+                    _, labels = self.hosts.facts([rows.names[row] for row in some.tolist()])
                     fresh, fit = levels_of(rows.free[some], rows.memory[some], rows.whole[some], cpu[outdated],
-                                           arrays.admitted(itertools.compress(labels, outdated.tolist())),
-                                           single, view.cpu_milli, arrays, self._fgd_counts.of(rows, some))
+                                           arrays.admitted(labels), single, view.cpu_milli, arrays,
+                                           self._fgd_counts.of(rows, some))
                     known.store(some, generation[outdated], cpu[outdated], np.where(fit, fresh, -1))
                 scored = known.level[picked]
-        if batch and single is not None:
-            top = int(scored.max())
-            if top >= max(found.values(), default=-1):
-                found = {name: level for name, level in found.items() if level == top}
-                found.update((batch[i], top) for i in np.flatnonzero(scored == top).tolist())
+            if len(picked) and single is not None:
+                top = int(scored.max())
+                if top >= max(found.values(), default=-1):
+                    first = rows.names[rows.first_by_name(picked[scored == top])]
+                    found = {name: level for name, level in found.items() if level == top}
+                    found[first] = top
         best = max(found.values(), default=-1)
         return min(name for name, level in found.items() if level == best) if found else passed[0]
+
+    def _fgd_index(self, passed: list[str]) -> np.ndarray:
+        """Under the ledger's lock: each passed node's row (-1: none), after rewriting the rows of
+        nodes the ledger changed, writing those of passed nodes seen for the first time, and
+        updating the CPU headroom of nodes whose headroom changed."""
+        rows, nodes, dirty = self._fgd_rows, self.ledger.nodes, self._fgd_dirty
+        for name in list(dirty):
+            dirty.discard(name)
+            if name in rows.index:  # a node without a row gets one when it first passes
+                self._fgd_write_row(name, nodes.get(name))
+        hosts_dirty = self._fgd_hosts_dirty
+        while hosts_dirty:  # pop, not clear: a change reported meanwhile stays for the next filter
+            name = hosts_dirty.pop()
+            row = rows.index.get(name)
+            if row is not None:
+                rows.cpu[row] = self.hosts.cpu_milli(name)
+        index = np.fromiter(map(rows.index.get, passed, itertools.repeat(-1)), dtype=np.int64, count=len(passed))
+        for at in np.flatnonzero(index < 0).tolist():
+            name = passed[at]
+            if self._fgd_write_row(name, nodes.get(name)):
+                index[at] = rows.index[name]
+                rows.cpu[index[at]] = self.hosts.cpu_milli(name)
+        return index
+
+    def _fgd_write_row(self, name: str, entry: NodeEntry | None) -> bool:
+        """Write the node's row from its ledger entry; False when the ledger does not know the node
+        (gone or not seen: the filter does not pass it, and a change marks it dirty again)."""
+        if entry is None or not entry.known:
+            return False
+        state = node_state(entry, self.cache.node(name))
+        healthy = [card for card in state.cards if card.healthy]
+        self._fgd_rows.set(name, [c.free_cores for c in healthy], [c.free_memory_units for c in healthy],
+                           [c.is_free for c in healthy], node_placement.plain(entry.slices, entry.sharing, False))
+        return True
+
+    def _fgd_core_levels(self, args: ExtenderArgs, ask: PodAsk, view: FragmentView, own: Holding | None,
+                         core: set[str], found: dict[str, int]) -> None:
+        """``placement.fgd_level`` of the ``core`` nodes (those the batch does not score) into ``found``."""
+        for name, entry, memo in self._entries(args):
+            if name not in core or entry is None or not entry.known:
+                continue
+            if own is not None and own.node == name:
+                entry, memo = entry.without(own.uid), NodeMemo()
+            state = replace(node_state(entry, memo), headroom=self.hosts.headroom(name),
+                            labels=self.hosts.labels(name))
+            level = placement.fgd_level(state, ask.requests, view)
+            found[name] = -1 if level is None else level
 
     def _fgd_memo(self, key: tuple[Any, ...]) -> LevelMemo:
         """The levels memo of one (request, pod CPU, snapshot, labels version), LRU over a few."""

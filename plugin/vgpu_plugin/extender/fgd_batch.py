@@ -3,8 +3,9 @@
 The core's measure is the reference (property-tested equal, ``tests/extender``); this is
 the same arithmetic over arrays. A card's free cores take 101 values, so what a typical
 pod can use of a node is a sum of table lookups over its cards, and a share's effect on one card is a table lookup per distinct free value
-among the cards it fits. ``NodeRows`` keeps every node's cards as array rows, rewritten
-only when the ledger says a node changed. For pods of one container; the caller scores
+among the cards it fits. ``NodeRows`` keeps every node's cards (and its CPU headroom, and a
+rank of the names for the tie rule) as array rows, rewritten only when the ledger (or the
+headroom) says a node changed: a filter over thousands of names is array operations. For pods of one container; the caller scores
 anything else (several containers, MIG slices) with the core.
 """
 
@@ -158,12 +159,16 @@ class NodeRows:
         self.whole = np.zeros((0, 1), dtype=bool)
         self.plain = np.zeros(0, dtype=bool)
         self.generation = np.zeros(0, dtype=np.int64)  # bumped at every rewrite of the row
+        self.cpu = np.zeros(0, dtype=float)  # the node's CPU headroom (NaN: unknown), kept by the caller
+        self.names: list[str] = []  # row -> name
+        self._rank = np.zeros(0, dtype=np.int64)
 
     def set(self, name: str, free: Sequence[int], memory: Sequence[int], whole: Sequence[bool],
             plain: bool = True) -> None:
         row = self.index.get(name)
         if row is None:
             row = self.index[name] = len(self.index)
+            self.names.append(name)
         rows, width = self.free.shape
         if row >= rows or len(free) > width:
             grow_rows, grow_width = max(rows, 2 * row + 16), max(width, len(free))
@@ -176,6 +181,9 @@ class NodeRows:
             generations = np.zeros(grow_rows, dtype=np.int64)
             generations[:len(self.generation)] = self.generation
             self.generation = generations
+            cpus = np.full(grow_rows, np.nan)
+            cpus[:len(self.cpu)] = self.cpu
+            self.cpu = cpus
         self.free[row] = -1
         self.memory[row] = -1
         self.whole[row] = False
@@ -187,6 +195,14 @@ class NodeRows:
 
     def take(self, names: Sequence[str]) -> np.ndarray:
         return np.array([self.index[name] for name in names], dtype=np.int64)
+
+    def first_by_name(self, picked: np.ndarray) -> int:
+        """The row among ``picked`` (not empty) whose name sorts first, as ``min`` of the names would."""
+        if len(self._rank) != len(self.names):  # rows were added: rank them again (Python's str order)
+            rank = np.empty(len(self.names), dtype=np.int64)
+            rank[sorted(range(len(self.names)), key=self.names.__getitem__)] = np.arange(len(self.names))
+            self._rank = rank
+        return int(picked[np.argmin(self._rank[picked])])
 
 
 class CountMemo:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -104,6 +104,16 @@ class HostHeadroom:
         self.labels_version = 0  # bumped whenever a node's labels change
         self._pods: dict[str, tuple[str, int, int]] = {}  # uid -> (node, cpu milli, memory MiB)
         self._used: dict[str, list[int]] = {}
+        self._listeners: list[Callable[[str], None]] = []
+
+    def subscribe(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(node)`` (under this object's lock) after the node's CPU headroom or labels changed."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def _changed(self, node: str) -> None:
+        for listener in self._listeners:
+            listener(node)
 
     def on_node(self, kind: str, node: Mapping[str, Any] | None) -> None:
         if not isinstance(node, Mapping):
@@ -111,12 +121,16 @@ class HostHeadroom:
         name = (node.get("metadata") or {}).get("name") or ""
         with self._lock:
             if kind == "DELETED":
-                self._allocatable.pop(name, None)
+                gone = self._allocatable.pop(name, None) is not None
                 if self._labels.pop(name, None):
                     self.labels_version += 1
+                    gone = True
+                if gone:
+                    self._changed(name)
                 return
             allocatable = (node.get("status") or {}).get("allocatable") or {}
             cpu, memory = _cpu_memory({"requests": allocatable})
+            changed = self._allocatable.get(name) != (cpu, memory)
             self._allocatable[name] = (cpu, memory)
             labels = (node.get("metadata") or {}).get("labels") or {}
             items = frozenset(
@@ -125,6 +139,9 @@ class HostHeadroom:
             if self._labels.get(name) != items:
                 self._labels[name] = items
                 self.labels_version += 1
+                changed = True
+            if changed:
+                self._changed(name)
 
     def on_pod(self, kind: str, pod: Mapping[str, Any] | None) -> None:
         if not isinstance(pod, Mapping):
@@ -142,6 +159,7 @@ class HostHeadroom:
             used = self._used.setdefault(node, [0, 0])
             used[0] += cpu
             used[1] += memory
+            self._changed(node)
 
     def _forget(self, uid: str) -> None:
         old = self._pods.pop(uid, None)
@@ -149,6 +167,7 @@ class HostHeadroom:
             used = self._used[old[0]]
             used[0] -= old[1]
             used[1] -= old[2]
+            self._changed(old[0])
 
     def facts(self, nodes: list[str]) -> tuple[list[float], list[frozenset[str]]]:
         """Per node, in one lock: CPU headroom in millicores (NaN: allocatable unknown) and labels."""
@@ -159,6 +178,12 @@ class HostHeadroom:
                 allocatable = self._allocatable.get(node)
                 cpu.append(nan if allocatable is None else allocatable[0] - self._used.get(node, (0, 0))[0])
             return cpu, [self._labels.get(node, frozenset()) for node in nodes]
+
+    def cpu_milli(self, node: str) -> float:
+        """The node's CPU headroom in millicores, NaN while its allocatable is unknown."""
+        with self._lock:
+            allocatable = self._allocatable.get(node)
+            return float("nan") if allocatable is None else allocatable[0] - self._used.get(node, (0, 0))[0]
 
     def labels(self, node: str) -> frozenset[str]:
         """The node's labels as ``key=value`` items (empty until the node is seen)."""
