@@ -45,6 +45,10 @@ from simkube.process import SimKubeAPIProcess
 from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.data import TOPOLOGY_DIR
 
+from .errors import ClusterError
+
+__all__ = ["ClusterError", "NodeSpec", "SimCluster", "SimNode", "scheduler_config_path"]
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "NVIDIA A100-SXM4-40GB"
@@ -98,10 +102,6 @@ def scheduler_config_path() -> Path:
     here = Path(__file__).resolve()
     checkout = here.parents[3] / "deploy" / "scheduler" / "config.yaml"
     return checkout if checkout.exists() else here.with_name("scheduler-config.yaml")
-
-
-class ClusterError(RuntimeError):
-    """A component did not come up; the message says which and what it was waiting for."""
 
 
 class SimCluster:

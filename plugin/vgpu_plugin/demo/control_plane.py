@@ -33,7 +33,7 @@ from simkube.client import api_client
 
 from jupyter_vgpu.core import contract as c
 
-from .cluster import ClusterError
+from .errors import ClusterError
 
 log = logging.getLogger(__name__)
 
