@@ -72,7 +72,7 @@ def _apply(path: str, step: tuple[str, object], entries: list[PodDeviceEntry]) -
     kind, arg = step
     registered = {NAMES.core_resource: [f"gpu{card}-core-{i:02d}" for card in range(2) for i in range(6)]}
     if kind == "write":
-        entries = list(arg)  # type: ignore[call-overload]
+        entries = list(arg)
         write_checkpoint(path, entries, registered)
     elif kind == "same size" and os.path.exists(path) and b"-core-" in open(path, "rb").read():
         # one digit of a held device ID changed in place (the checksum too is 'kubelet's'): same size, same mtime
@@ -81,23 +81,23 @@ def _apply(path: str, step: tuple[str, object], entries: list[PodDeviceEntry]) -
         at = raw.index(b"-core-") + len(b"-core-") + 1  # the first entry's IDs come before RegisteredDevices
         if not raw[at:at + 1].isdigit():  # a truncated file
             return entries
-        raw = raw[:at] + str((int(raw[at:at + 1]) + 1 + int(arg) % 8) % 10).encode() + raw[at + 1:]  # type: ignore[call-overload]
+        raw = raw[:at] + str((int(raw[at:at + 1]) + 1 + int(arg) % 8) % 10).encode() + raw[at + 1:]
         with open(path + ".new", "wb") as handle:
             handle.write(raw)
         os.replace(path + ".new", path)
         assert os.path.getsize(path) == before.st_size
         os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
         state, read = _full(path)
-        entries = list(read) if state == "entries" else entries  # type: ignore[call-overload]
+        entries = list(read) if state == "entries" else entries
     elif kind == "drop" and entries:
-        del entries[int(arg) % len(entries)]  # type: ignore[call-overload]
+        del entries[int(arg) % len(entries)]
         write_checkpoint(path, entries, registered)
     elif kind == "corrupt":
         with open(path, "wb") as handle:
-            handle.write(arg)  # type: ignore[arg-type]
+            handle.write(arg)
     elif kind == "truncate" and os.path.exists(path):
         size = os.path.getsize(path)
-        os.truncate(path, max(0, size - 1 - int(arg) % max(size, 1)))  # type: ignore[call-overload]
+        os.truncate(path, max(0, size - 1 - int(arg) % max(size, 1)))
     elif kind == "delete" and os.path.exists(path):
         os.unlink(path)
     return entries
