@@ -587,13 +587,9 @@ class SimKubeAPI:
 
     def api_client(self) -> Any:
         """A fresh official-client ``ApiClient`` pointed at this server, with its token."""
-        import kubernetes.client
+        from .client import api_client
 
-        configuration = kubernetes.client.Configuration()
-        configuration.host = self.url
-        configuration.api_key = {"authorization": f"Bearer {self.token}"}  # as load_kube_config sets it
-        configuration.ca_cert_data = self.identity.cert_pem.decode()
-        return kubernetes.client.ApiClient(configuration)
+        return api_client(self.url, self.token, self.identity.cert_pem)
 
     # -- the server thread -----------------------------------------------------------
 

@@ -45,6 +45,10 @@ from simkube.process import SimKubeAPIProcess
 from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.data import TOPOLOGY_DIR
 
+from .errors import ClusterError
+
+__all__ = ["ClusterError", "NodeSpec", "SimCluster", "SimNode", "scheduler_config_path"]
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "NVIDIA A100-SXM4-40GB"
@@ -100,10 +104,6 @@ def scheduler_config_path() -> Path:
     return checkout if checkout.exists() else here.with_name("scheduler-config.yaml")
 
 
-class ClusterError(RuntimeError):
-    """A component did not come up; the message says which and what it was waiting for."""
-
-
 class SimCluster:
     def __init__(self, nodes: Sequence[NodeSpec], *, workdir: str | None = None,
                  fixtures_dir: str | os.PathLike[str] | None = None, policy: str = "binpack",
@@ -139,8 +139,7 @@ class SimCluster:
         self.kubeconfig = os.path.join(self.workdir, "kubeconfig")
         self.control_plane_process = control_plane_process
         self.control_plane: Any = None  # demo.control_plane.ControlPlaneProcess when control_plane_process
-        self.extender: Any = None
-        self.scheduler: Any = None
+        self._plane: Any = None  # demo.control_plane.ControlPlane otherwise: the two in this process
         self.nodes: dict[str, SimNode] = {}
         self._started = False
 
@@ -167,9 +166,8 @@ class SimCluster:
         return self
 
     def stop(self) -> None:
-        if self.scheduler is not None:
-            self.scheduler.stop()
-            self.scheduler = None
+        if self._plane is not None:
+            self._plane.stop_scheduler()
         for node in reversed(list(self.nodes.values())):
             if node.daemon is not None:
                 node.daemon.stop()
@@ -177,12 +175,10 @@ class SimCluster:
                 node.kubelet.stop()
             node.gpus.close()
         self.nodes.clear()
-        if self.control_plane is not None:
-            self.control_plane.stop()
-            self.control_plane = None
-        elif self.extender is not None:
-            self.extender.stop()
-        self.extender = None
+        for plane in (self.control_plane, self._plane):
+            if plane is not None:
+                plane.stop()
+        self.control_plane = self._plane = None
         self.kube.stop()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -213,34 +209,36 @@ class SimCluster:
 
     # --- components ------------------------------------------------------------------------------
 
-    def _start_extender(self, port: int = 0) -> None:
+    @property
+    def extender(self) -> Any:
+        """The extender (``extender.server.Extender``), or its ``ExtenderProxy`` when the control
+        plane runs in its own process; None while stopped."""
+        if self.control_plane is not None:
+            return self.control_plane.extender
+        return self._plane.extender if self._plane is not None else None
+
+    @property
+    def scheduler(self) -> Any:
+        """The kube-scheduler stand-in; None while stopped or when it runs in the control plane's process."""
+        return self._plane.scheduler if self._plane is not None else None
+
+    def _start_extender(self) -> None:
+        """The extender; in its own process with the scheduler when ``control_plane_process``."""
+        from .control_plane import ControlPlane, ControlPlaneProcess, ControlPlaneSpec
+
+        spec = ControlPlaneSpec.for_api(self.kube, scheduler_config=self.scheduler_config or scheduler_config_path(),
+                                        policy=self.policy, names=self.names, queue_token=self.queue_token,
+                                        ready_timeout=self.ready_timeout)
         if self.control_plane_process:  # the scheduler starts with it, in the same child
-            from .control_plane import ControlPlaneProcess
-
-            self.control_plane = ControlPlaneProcess.for_api(
-                self.kube, scheduler_config=self.scheduler_config or scheduler_config_path(), policy=self.policy,
-                names=self.names, queue_token=self.queue_token, ready_timeout=self.ready_timeout).start()
-            self.extender = self.control_plane.extender
+            self.control_plane = ControlPlaneProcess(spec).start()
             return
-        from ..extender.server import Extender
-
-        self.extender = Extender(port=port, address="127.0.0.1", policy=self.policy, names=self.names,
-                                 api_client=self.api_client(), queue_token=self.queue_token).start()
-        if self.extender.view is not None and not self.extender.view.wait_synced(self.ready_timeout):
-            raise ClusterError("the extender did not sync its node and pod caches")
+        self._plane = ControlPlane(spec)
+        self._plane.start_extender()
 
     def _start_scheduler(self) -> None:
-        if self.control_plane is not None:
-            return  # it runs beside the extender in the control plane's process
-        from simkube.scheduler import SimScheduler
-
-        from ..informer import Informer
-
-        self.scheduler = SimScheduler(self.api_client(), self.scheduler_config or scheduler_config_path(),
-                                      informer=Informer, extender_url=self.extender.base_url).start()
-        if not (self.scheduler.nodes.wait_synced(self.ready_timeout)
-                and self.scheduler.pods.wait_synced(self.ready_timeout)):
-            raise ClusterError("the scheduler did not sync its node and pod caches")
+        """In this process, once the nodes are ready (the control plane's process started its own)."""
+        if self._plane is not None:
+            self._plane.start_scheduler()
 
     def _node_dirs(self, index: int) -> tuple[str, str, str]:
         base = os.path.join(self.workdir, f"n{index}")
@@ -370,14 +368,7 @@ class SimCluster:
 
     def restart_extender(self) -> None:
         """The extender's Deployment pod restarting on the same address (its state is rebuilt)."""
-        if self.control_plane is not None:
-            self.control_plane.restart_extender()
-            self.extender = self.control_plane.extender
-            return
-        port = self.extender.port
-        self.extender.stop()
-        self.extender = None
-        self._start_extender(port)
+        (self.control_plane or self._plane).restart_extender()
 
     def restart_api(self) -> None:
         """The API server restarting: same objects, same port; watches must resume."""

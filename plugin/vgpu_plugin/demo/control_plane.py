@@ -1,11 +1,13 @@
-"""The simulated cluster's control plane in a process of its own: the real extender and the
-kube-scheduler stand-in, as deployed (their own pod, never on a notebook node).
+"""The simulated cluster's control plane: the real extender and the kube-scheduler stand-in.
 
-In one process with forty nodes' kubelet stand-ins and node daemons (~600 threads), every
-scheduling cycle's HTTP round trips to the extender wait for the same GIL as everything
-else. ``ControlPlaneProcess`` runs ``extender.server.Extender`` and ``simkube.scheduler.
-SimScheduler`` in a spawned child that reaches the API with the url, token and CA the
-parent's clients use, and gives the parent what callers of ``SimCluster`` read:
+``ControlPlane`` starts, stops and restarts the two (``extender.server.Extender`` and
+``simkube.scheduler.SimScheduler``), reaching the API with its url, token and CA. ``SimCluster``
+runs one in its own process by default.
+
+``ControlPlaneProcess`` runs one in a spawned child, as deployed (its own pod, never on a
+notebook node): in one process with forty nodes' kubelet stand-ins and node daemons (~600
+threads), every scheduling cycle's HTTP round trips to the extender wait for the same GIL as
+everything else. It gives the parent what callers of ``SimCluster`` read:
 
 - ``extender``: ``url``, ``base_url``, ``port`` and ``ledger``, whose read-only queries
   (``LEDGER_QUERIES``) are answered over the pipe by the child's real ledger;
@@ -27,7 +29,11 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from simkube.client import api_client
+
 from jupyter_vgpu.core import contract as c
+
+from .errors import ClusterError
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +41,13 @@ LEDGER_QUERIES = frozenset(("claims", "overcommitted", "slices_held_more_than_on
 """What the parent may ask the child's ledger: answers are plain data."""
 
 
-class ControlPlaneError(RuntimeError):
+class ControlPlaneError(ClusterError):
     """The control plane did not start, or the child failed a request (its message says why)."""
 
 
 @dataclass(frozen=True)
 class ControlPlaneSpec:
-    """Everything the child needs, picklable."""
+    """Everything the control plane needs, picklable."""
 
     api_url: str
     api_token: str
@@ -53,33 +59,36 @@ class ControlPlaneSpec:
     ready_timeout: float
     log_level: int
 
-
-def api_client(url: str, token: str, ca_pem: bytes) -> Any:
-    """An official-client ``ApiClient`` for the API at ``url`` (as ``SimKubeAPI.api_client``)."""
-    import kubernetes.client
-
-    configuration = kubernetes.client.Configuration()
-    configuration.host = url
-    configuration.api_key = {"authorization": f"Bearer {token}"}
-    configuration.ca_cert_data = ca_pem.decode()
-    return kubernetes.client.ApiClient(configuration)
+    @classmethod
+    def for_api(cls, kube: Any, *, scheduler_config: str | Path, policy: str, names: c.Names, queue_token: str,
+                ready_timeout: float) -> ControlPlaneSpec:
+        """For a started ``SimKubeAPI`` or ``SimKubeAPIProcess``: its url, token and certificate."""
+        return cls(kube.url, kube.token, kube.identity.cert_pem, str(scheduler_config), policy, names, queue_token,
+                   ready_timeout, logging.getLogger().getEffectiveLevel())
 
 
-class _Child:
-    """What runs in the child: the extender and the scheduler, and the answers to the parent."""
+class ControlPlane:
+    """The extender and the kube-scheduler stand-in, started, stopped and restarted as a cluster
+    does it: in ``SimCluster``'s own process, or in ``ControlPlaneProcess``'s child.
+
+    The two start separately because a cluster starts the scheduler last, once its nodes are
+    ready; each start waits until that component has synced its caches from the API.
+    """
 
     def __init__(self, spec: ControlPlaneSpec) -> None:
         self.spec = spec
-        self.extender: Any = None
-        self.scheduler: Any = None
+        self.extender: Any = None  # extender.server.Extender
+        self.scheduler: Any = None  # simkube.scheduler.SimScheduler
+
+    def _api_client(self) -> Any:
+        return api_client(self.spec.api_url, self.spec.api_token, self.spec.api_ca_pem)
 
     def start_extender(self, port: int = 0) -> None:
         from ..extender.server import Extender
 
         spec = self.spec
         self.extender = Extender(port=port, address="127.0.0.1", policy=spec.policy, names=spec.names,
-                                 api_client=api_client(spec.api_url, spec.api_token, spec.api_ca_pem),
-                                 queue_token=spec.queue_token).start()
+                                 api_client=self._api_client(), queue_token=spec.queue_token).start()
         if self.extender.view is not None and not self.extender.view.wait_synced(spec.ready_timeout):
             raise ControlPlaneError("the extender did not sync its node and pod caches")
 
@@ -89,55 +98,64 @@ class _Child:
         from ..informer import Informer
 
         spec = self.spec
-        self.scheduler = SimScheduler(api_client(spec.api_url, spec.api_token, spec.api_ca_pem),
-                                      spec.scheduler_config, informer=Informer,
+        self.scheduler = SimScheduler(self._api_client(), spec.scheduler_config, informer=Informer,
                                       extender_url=self.extender.base_url).start()
         if not (self.scheduler.nodes.wait_synced(spec.ready_timeout)
                 and self.scheduler.pods.wait_synced(spec.ready_timeout)):
             raise ControlPlaneError("the scheduler did not sync its node and pod caches")
 
-    def address(self) -> dict[str, Any]:
-        return {"url": self.extender.url, "base_url": self.extender.base_url, "port": self.extender.port}
+    def restart_extender(self) -> None:
+        """The extender's pod restarting on the same port; its state is rebuilt from the API."""
+        port = self.extender.port
+        self.extender.stop()
+        self.extender = None
+        self.start_extender(port)
 
-    def handle(self, command: tuple[Any, ...]) -> Any:
-        verb = command[0]
-        if verb == "ledger":
-            _, query, args = command
-            if query not in LEDGER_QUERIES:
-                raise ControlPlaneError(f"not a ledger query: {query!r}")
-            return getattr(self.extender.ledger, query)(*args)
-        if verb == "restart_extender":
-            port = self.extender.port
-            self.extender.stop()
-            self.extender = None
-            self.start_extender(port)
-            return self.address()
-        if verb == "call":
-            _, fn, args = command
-            return fn(*args)
-        raise ControlPlaneError(f"unknown request {verb!r}")
-
-    def stop(self) -> None:
+    def stop_scheduler(self) -> None:
         if self.scheduler is not None:
             self.scheduler.stop()
             self.scheduler = None
+
+    def stop(self) -> None:
+        self.stop_scheduler()
         if self.extender is not None:
             self.extender.stop()
             self.extender = None
 
 
+def _address(plane: ControlPlane) -> dict[str, Any]:
+    return {"url": plane.extender.url, "base_url": plane.extender.base_url, "port": plane.extender.port}
+
+
+def _handle(plane: ControlPlane, command: tuple[Any, ...]) -> Any:
+    """The child's answer to one request of the parent."""
+    verb = command[0]
+    if verb == "ledger":
+        _, query, args = command
+        if query not in LEDGER_QUERIES:
+            raise ControlPlaneError(f"not a ledger query: {query!r}")
+        return getattr(plane.extender.ledger, query)(*args)
+    if verb == "restart_extender":
+        plane.restart_extender()
+        return _address(plane)
+    if verb == "call":
+        _, fn, args = command
+        return fn(*args)
+    raise ControlPlaneError(f"unknown request {verb!r}")
+
+
 def _serve(conn: Connection, spec: ControlPlaneSpec) -> None:
     """The child: start both, then answer the parent until told to stop (or the parent is gone)."""
     logging.basicConfig(level=spec.log_level, format="%(asctime)s %(levelname)s %(name)s [control plane]: %(message)s")
-    child = _Child(spec)
+    plane = ControlPlane(spec)
     try:
-        child.start_extender()
-        child.start_scheduler()
+        plane.start_extender()
+        plane.start_scheduler()
     except Exception as error:  # noqa: BLE001 - reported to the parent, which raises it
-        child.stop()
+        plane.stop()
         conn.send(("failed", f"{type(error).__name__}: {error}"))
         return
-    conn.send(("ready", child.address()))
+    conn.send(("ready", _address(plane)))
     try:
         while True:
             try:
@@ -147,12 +165,12 @@ def _serve(conn: Connection, spec: ControlPlaneSpec) -> None:
             if command == "stop":
                 break
             try:
-                conn.send(("ok", child.handle(command)))
+                conn.send(("ok", _handle(plane, command)))
             except Exception as error:  # noqa: BLE001 - the parent raises it as ControlPlaneError
                 log.exception("control plane request %r failed", command[0])
                 conn.send(("error", f"{type(error).__name__}: {error}"))
     finally:
-        child.stop()
+        plane.stop()
 
 
 class LedgerProxy:
@@ -196,19 +214,14 @@ class ExtenderProxy:
 
 
 class ControlPlaneProcess:
+    """A ``ControlPlane`` in a spawned child process, asked over a pipe."""
+
     def __init__(self, spec: ControlPlaneSpec) -> None:
         self.spec = spec
         self.extender: ExtenderProxy | None = None
         self._process: Any = None
         self._conn: Connection | None = None
         self._lock = threading.Lock()
-
-    @classmethod
-    def for_api(cls, kube: Any, *, scheduler_config: str | Path, policy: str, names: c.Names, queue_token: str,
-                ready_timeout: float) -> ControlPlaneProcess:
-        """For a ``SimKubeAPI`` or ``SimKubeAPIProcess``: its url, token and certificate."""
-        return cls(ControlPlaneSpec(kube.url, kube.token, kube.identity.cert_pem, str(scheduler_config), policy,
-                                    names, queue_token, ready_timeout, logging.getLogger().getEffectiveLevel()))
 
     @property
     def running(self) -> bool:

@@ -52,7 +52,7 @@ from .responses import answer_env, core_answer, memory_answer
 from .served import Key, Ledger, Served
 from .state import CardsState
 
-__all__ = ["AllocationError", "Allocator", "Key", "PodSource", "Served", "TokenSource"]
+__all__ = ["AllocationError", "Allocator", "AnswerMemo", "Key", "PodSource", "Served", "TokenSource"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,36 @@ class PodSource(Protocol):
 class TokenSource(Protocol):
     def mint(self, subject: str) -> str: ...
     def verify(self, token: str | None) -> str | None: ...
+
+
+class AnswerMemo:
+    """What reconciliation reads of each answer kubelet recorded (its env, and the allocation id its
+    token verifies to), remembered from one pass to the next: both are functions of their argument
+    alone (the answer's bytes; the token, under this node's fixed secret), and kubelet's checkpoint
+    holds the same answers pass after pass. Only what the last pass asked is kept."""
+
+    def __init__(self, verify: Callable[[str | None], str | None]) -> None:
+        self._verify = verify
+        self._envs: tuple[dict[bytes, dict[str, str]], dict[bytes, dict[str, str]]] = ({}, {})
+        self._ids: tuple[dict[str | None, str | None], dict[str | None, str | None]] = ({}, {})
+
+    def next_pass(self) -> None:
+        """Forget what the pass before last asked and the last pass did not."""
+        self._envs = (self._envs[1], {})
+        self._ids = (self._ids[1], {})
+
+    def env(self, raw: bytes) -> dict[str, str]:
+        """``responses.answer_env(raw)``; the planner only reads it."""
+        before, now = self._envs
+        if raw not in now:
+            now[raw] = before[raw] if raw in before else answer_env(raw)
+        return now[raw]
+
+    def verify(self, token: str | None) -> str | None:
+        before, now = self._ids
+        if token not in now:
+            now[token] = before[token] if token in before else self._verify(token)
+        return now[token]
 
 
 class Allocator:
@@ -103,6 +133,7 @@ class Allocator:
         self._views: dict[str, tuple[str, PodView | None]] = {}  # uid -> (resourceVersion, view)
         self._running: set[str] = set()  # pods kubelet runs (it admitted them), from the last listing
         self._gone: set[str] = set()  # pods deleted or finished since the last reconcile
+        self._answers = AnswerMemo(tokens.verify)
 
     # --- reading pods -------------------------------------------------------------------
 
@@ -302,8 +333,9 @@ class Allocator:
     # --- restarts and reconciliation: plan, then apply ---------------------------------------------
 
     def _world(self, views: list[PodView]) -> World:
+        self._answers.next_pass()
         return World(node=self.node, names=self.names, views=views, cards=self._cards.by_index(),
-                     verify=self._tokens.verify, answer_env=answer_env, now=time.monotonic())
+                     verify=self._answers.verify, answer_env=self._answers.env, now=time.monotonic())
 
     def _apply(self, plan: Plan) -> None:
         """Swap the planned ledger in (under the lock) and say what changed."""

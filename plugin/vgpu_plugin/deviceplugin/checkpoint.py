@@ -41,18 +41,52 @@ class CheckpointError(ValueError):
     """The checkpoint file is not in kubelet's format; the message says where."""
 
 
-def read_checkpoint(path: str) -> list[PodDeviceEntry]:
-    """Entries from kubelet's checkpoint; [] when there is none yet; CheckpointError when malformed."""
+def _read_bytes(path: str) -> bytes | None:
+    """The file's bytes; None when there is none yet."""
     try:
         with open(path, "rb") as handle:
-            raw = handle.read()
+            return handle.read()
     except FileNotFoundError:
-        return []
+        return None
+
+
+def _parse_bytes(raw: bytes) -> list[PodDeviceEntry]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         raise CheckpointError(f"kubelet checkpoint is not UTF-8: {error}") from None
     return parse_checkpoint(text)
+
+
+def read_checkpoint(path: str) -> list[PodDeviceEntry]:
+    """Entries from kubelet's checkpoint; [] when there is none yet; CheckpointError when malformed."""
+    raw = _read_bytes(path)
+    return [] if raw is None else _parse_bytes(raw)
+
+
+class CheckpointReader:
+    """``read_checkpoint`` for one path, read again and again (the device plugin after every write
+    and every few seconds): the file's bytes are read each time, and parsed only when they differ
+    from the last bytes that parsed. The answer is ``read_checkpoint``'s, since the entries are a
+    function of the bytes alone; no file, an unreadable file and a malformed one are answered as
+    ``read_checkpoint`` answers them, and never from memory."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._raw: bytes | None = None
+        self._entries: tuple[PodDeviceEntry, ...] = ()
+        self.parses = 0  # how many times bytes were parsed (the other reads found the same bytes again)
+
+    def read(self) -> list[PodDeviceEntry]:
+        raw = _read_bytes(self.path)
+        if raw is None:
+            return []
+        if raw != self._raw:
+            self._raw = None  # a malformed file leaves nothing remembered
+            entries = _parse_bytes(raw)
+            self.parses += 1
+            self._raw, self._entries = raw, tuple(entries)
+        return list(self._entries)
 
 
 def parse_checkpoint(text: str) -> list[PodDeviceEntry]:

@@ -23,7 +23,7 @@ from jupyter_vgpu.core.contract import DEFAULT_NAMES, Names
 
 from ..tokens import TokenMinter, load_or_create_secret
 from .allocator import Allocator
-from .checkpoint import CheckpointError, PodDeviceEntry, read_checkpoint
+from .checkpoint import CheckpointError, CheckpointReader, PodDeviceEntry, read_checkpoint
 from .devices import (
     CHECKPOINT_FILE,
     CORE,
@@ -85,6 +85,7 @@ class NodeDaemon:
         self._minter: TokenMinter | None = None
         self._checkpoint_problem: str | None = None  # the last complaint about kubelet's checkpoint, said once
         self._restored = False  # the ledger was rebuilt from kubelet's checkpoint and the pods
+        self._checkpoint = CheckpointReader(self.checkpoint_path)  # parses only bytes it has not parsed last
 
     @property
     def checkpoint_path(self) -> str:
@@ -319,7 +320,7 @@ class NodeDaemon:
         """kubelet's checkpoint; [] (and a warning each time the complaint changes) when unreadable:
         the ledger then keeps what it knows and the pod annotations stand in."""
         try:
-            entries = read_checkpoint(self.checkpoint_path)
+            entries = self._checkpoint.read()
         except (CheckpointError, OSError) as error:
             problem = str(error)
             if problem != self._checkpoint_problem:
