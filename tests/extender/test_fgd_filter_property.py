@@ -163,7 +163,7 @@ def test_headroom_reports_every_change(data):
     copy = {n: (hosts.cpu_milli(n), hosts.labels(n)) for n in nodes}
     for _ in range(data.draw(st.integers(1, 25))):
         what, kind, obj = data.draw(host_events(nodes))
-        (hosts.on_node if what == "node" else hosts.on_pod)(kind, obj)  # type: ignore[arg-type]
+        (hosts.on_node if what == "node" else hosts.on_pod)(kind, obj)
         while changed:
             name = changed.pop()
             copy[name] = (hosts.cpu_milli(name), hosts.labels(name))
@@ -188,7 +188,7 @@ def test_filter_follows_headroom_labels_and_claims(data, layout):
     for step in range(data.draw(st.integers(1, 10))):
         for _ in range(data.draw(st.integers(0, 3))):
             what, kind, obj = data.draw(host_events(names))
-            (hosts.on_node if what == "node" else hosts.on_pod)(kind, obj)  # type: ignore[arg-type]
+            (hosts.on_node if what == "node" else hosts.on_pod)(kind, obj)
         if data.draw(st.booleans()):
             node = data.draw(st.sampled_from(names))
             card = data.draw(st.integers(0, len(ledger.node(node).cards) - 1))
