@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -120,9 +120,9 @@ SELECTABLE_FIELDS: dict[str, frozenset[str]] = {
 }
 
 
-def _field_value(obj: Mapping[str, Any], path: str) -> str:
+def _field_value(obj: Mapping[str, Any], path: str, parts: tuple[str, ...] | None = None) -> str:
     value: Any = obj
-    for part in path.split("."):
+    for part in parts or path.split("."):
         value = value.get(part) if isinstance(value, Mapping) else None
     if path == "source" and isinstance(value, Mapping):  # events: source is source.component
         value = value.get("component")
@@ -138,9 +138,13 @@ class FieldRequirement:
     path: str
     negated: bool
     value: str
+    _parts: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_parts", tuple(self.path.split(".")))  # split once, not per object
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
-        return (_field_value(obj, self.path) == self.value) != self.negated
+        return (_field_value(obj, self.path, self._parts) == self.value) != self.negated
 
 
 def parse_field_selector(selector: str | None, plural: str) -> tuple[FieldRequirement, ...]:
