@@ -564,7 +564,7 @@ def py_spy(args: argparse.Namespace, phase: str, pids: dict[str, int]) -> _Profi
     os.makedirs(args.py_spy, exist_ok=True)
     return _Profiles([subprocess.Popen(
         [args.py_spy_command, "record", "--pid", str(pid), "--rate", "100", "--nonblocking", "--format", "raw",
-         "--output", os.path.join(args.py_spy, f"{phase}-{name}.txt")],
+         "--output", os.path.join(args.py_spy, f"{phase}-{name}.txt"), *(["--gil"] if args.py_spy_gil else [])],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name, pid in pids.items()])
 
 
@@ -611,6 +611,8 @@ def main() -> int:
     parser.add_argument("--py-spy", metavar="DIR",
                         help="record the extender and the simulated API with py-spy (not a dependency: install it) "
                              "during the rebuild and during the binds, as collapsed stacks in DIR")
+    parser.add_argument("--py-spy-gil", action="store_true",
+                        help="with --py-spy: sample only the thread holding the GIL (where the CPU goes, not the waits)")
     parser.add_argument("--py-spy-command", default=os.path.join(os.path.dirname(sys.executable), "py-spy"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
