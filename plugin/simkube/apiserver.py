@@ -209,10 +209,14 @@ class KubeEmulator(ScaffoldHooks):
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         # kmock 0.8's path parser crashes on the bare ".../namespaces" collection (namespace create
-        # and list); build that request here and let the rest go through kmock as usual.
-        if raw_request.path.rstrip("/") not in ("/api/v1/namespaces",):
-            return await super().__call__(raw_request)
-        return await self.serve_unparsed(raw_request)
+        # and list); build that request here. API requests while no test has added a reaction go
+        # straight to the store too: kmock's parser decodes every body as JSON (the store decodes
+        # it again), guesses the Kubernetes action and copies cookies, for reactions that match
+        # nothing here. The rest (discovery, fault injection) goes through kmock as usual.
+        if raw_request.path.rstrip("/") in ("/api/v1/namespaces",) or (
+                self.reaction_count == self._builtin_reactions and _route(raw_request.path) is not None):
+            return await self.serve_unparsed(raw_request)
+        return await super().__call__(raw_request)
 
     async def handle(self, request: Request) -> aiohttp.web.StreamResponse:
         # kmock keeps every request for test assertions; bound that list for long-running demos.
