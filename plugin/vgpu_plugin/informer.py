@@ -19,6 +19,7 @@ objects (the extender's unbound pods among 100,000 bound ones) reads those, not 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import logging
@@ -72,6 +73,44 @@ def decode(data: bytes) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         return json.loads(data)
+
+
+@functools.cache
+def _plain_watch_type() -> type:
+    from kubernetes import watch
+
+    class PlainWatch(watch.Watch):  # type: ignore[misc]
+        """The official client's watch, each event decoded once (``decode``) into plain dicts.
+
+        With ``return_type=object`` the client decodes each event line with json, encodes the
+        object again and decodes it a second time to "deserialize" it into the same dict: three
+        passes over every pod a watch delivers (each bind's MODIFIED event, at 5,000 nodes a
+        tenth of the extender's CPU per bind). What it keeps is kept here too: ``raw_object``
+        (ERROR events are read from it) and the last resourceVersion seen, for its own resumption.
+        """
+
+        def unmarshal_event(self, data: Any, return_type: Any) -> dict[str, Any] | None:
+            if not data or data.isspace():
+                return None
+            try:
+                event = decode(data)
+            except ValueError:
+                return None
+            if not isinstance(event, dict):
+                return None
+            obj = event["raw_object"] = event.get("object")
+            if event.get("type") != "ERROR" and isinstance(obj, dict):
+                version = (obj.get("metadata") or {}).get("resourceVersion") if isinstance(
+                    obj.get("metadata"), dict) else None
+                if version:
+                    self.resource_version = version
+            return event
+
+    return PlainWatch
+
+
+def _plain_watch() -> Any:
+    return _plain_watch_type()(return_type=object)
 
 
 def _key(obj: dict[str, Any]) -> tuple[str | None, str]:
@@ -218,9 +257,7 @@ class Informer:
         self._emit("RELISTED", None)
 
     def _watch_once(self) -> None:
-        from kubernetes import watch
-
-        self._watch = watch.Watch(return_type=object)
+        self._watch = _plain_watch()
         if self._stopping.is_set():
             return
         try:
