@@ -22,6 +22,7 @@ import http.client
 import json
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -457,7 +458,10 @@ def end_to_end(args: argparse.Namespace, api_process: str) -> dict[str, Any]:
         port = free_port()
         started = time.perf_counter()
         process = subprocess.Popen([sys.executable, "-c", AS_INSTALLED, "extender", "--port", str(port),
-                                    "--kubeconfig", kubeconfig, "--log-level", "WARNING"], stdout=subprocess.DEVNULL)
+                                    "--kubeconfig", kubeconfig, "--log-level", "WARNING", "--policy", args.policy],
+                                   stdout=subprocess.DEVNULL)
+        api_pid = os.getpid() if server is None else server.pid
+        profiles = py_spy(args, f"{api_process}-rebuild", {"extender": process.pid, "api": api_pid})
         base = f"http://127.0.0.1:{port}"
         while True:
             try:
@@ -470,6 +474,7 @@ def end_to_end(args: argparse.Namespace, api_process: str) -> dict[str, Any]:
                 raise RuntimeError("the extender did not become ready")
             time.sleep(0.05)
         rebuild = time.perf_counter() - started
+        profiles.stop()
         with urllib.request.urlopen(f"{base}/inspect?node=none", timeout=30) as response:
             report = json.loads(response.read())
         ledger = report["ledger"]
@@ -500,12 +505,13 @@ def end_to_end(args: argparse.Namespace, api_process: str) -> dict[str, Any]:
                 {"PodName": meta["name"], "PodNamespace": "bench", "PodUID": meta["uid"], "Node": node}).encode())
             return str(reply["Error"])
 
-        api_pid = os.getpid() if server is None else server.pid
+        profiles = py_spy(args, f"{api_process}-binds", {"extender": process.pid, "api": api_pid})
         cpu_before = _cpu_seconds(api_pid), _cpu_seconds(process.pid)
         started = time.perf_counter()
         with ThreadPoolExecutor(8) as pool:
             errors = [e for e in pool.map(bind, targets) if e]
         elapsed = time.perf_counter() - started
+        profiles.stop()
         rate = len(targets) / elapsed
         # CPU each process spent per bind (the API's figure includes the 8 clients when shared):
         # a process near elapsed / binds per bind is the one that sets the rate
@@ -539,6 +545,31 @@ def end_to_end(args: argparse.Namespace, api_process: str) -> dict[str, Any]:
 # start on this machine that an installed extender never spends. Hidden here as it is absent there.
 AS_INSTALLED = ("import sys; sys.modules['kubernetes_validate'] = None; "
                 "from jupyter_vgpu.cli import main; sys.exit(main())")
+
+
+class _Profiles:
+    """py-spy recorders on some processes, stopped (and their files written) together."""
+
+    def __init__(self, recorders: list[subprocess.Popen[bytes]]) -> None:
+        self._recorders = recorders
+
+    def stop(self) -> None:
+        for recorder in self._recorders:
+            recorder.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        for recorder in self._recorders:
+            recorder.wait(60)
+        self._recorders = []
+
+
+def py_spy(args: argparse.Namespace, phase: str, pids: dict[str, int]) -> _Profiles:
+    """With ``--py-spy DIR``: sample each process (collapsed stacks, DIR/<phase>-<name>.txt) until stopped."""
+    if not args.py_spy:
+        return _Profiles([])
+    os.makedirs(args.py_spy, exist_ok=True)
+    return _Profiles([subprocess.Popen(
+        [args.py_spy_command, "record", "--pid", str(pid), "--rate", "100", "--nonblocking", "--format", "raw",
+         "--output", os.path.join(args.py_spy, f"{phase}-{name}.txt"), *(["--gil"] if args.py_spy_gil else [])],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name, pid in pids.items()])
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -581,6 +612,13 @@ def main() -> int:
                         help="the simulated API alone in its own process (as a real API server runs), in the "
                              "benchmark's process next to its 8 bind clients (as before), or both, one after the other")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--py-spy", metavar="DIR",
+                        help="record the extender and the simulated API with py-spy (not a dependency: install it) "
+                             "during the rebuild and during the binds, as collapsed stacks in DIR")
+    parser.add_argument("--py-spy-gil", action="store_true",
+                        help="with --py-spy: sample only the thread holding the GIL (where the CPU goes, not the waits)")
+    parser.add_argument("--py-spy-command", default=os.path.join(os.path.dirname(sys.executable), "py-spy"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve == "sim-api":
         serve_api(args, args.kubeconfig_out)

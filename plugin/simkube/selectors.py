@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -120,10 +120,11 @@ SELECTABLE_FIELDS: dict[str, frozenset[str]] = {
 }
 
 
-def _field_value(obj: Mapping[str, Any], path: str) -> str:
+def _field_value(obj: Mapping[str, Any], path: str, parts: tuple[str, ...] | None = None) -> str:
     value: Any = obj
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, Mapping) else None
+    for part in parts or path.split("."):
+        # a plain dict first: the ABC check alone cost more than the lookup, for every listed object
+        value = value.get(part) if type(value) is dict or isinstance(value, Mapping) else None
     if path == "source" and isinstance(value, Mapping):  # events: source is source.component
         value = value.get("component")
     if value is None:
@@ -138,9 +139,13 @@ class FieldRequirement:
     path: str
     negated: bool
     value: str
+    _parts: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_parts", tuple(self.path.split(".")))  # split once, not per object
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
-        return (_field_value(obj, self.path) == self.value) != self.negated
+        return (_field_value(obj, self.path, self._parts) == self.value) != self.negated
 
 
 def parse_field_selector(selector: str | None, plural: str) -> tuple[FieldRequirement, ...]:
@@ -167,9 +172,15 @@ def compile_selectors(label_selector: str | None, field_selector: str | None,
     labels = parse_label_selector(label_selector)
     fields = parse_field_selector(field_selector, plural)
 
-    def matches(obj: Mapping[str, Any]) -> bool:
-        object_labels = (obj.get("metadata") or {}).get("labels") or {}
-        return (all(r.matches(object_labels) for r in labels)
-                and all(r.matches(obj) for r in fields))
+    def matches(obj: Mapping[str, Any]) -> bool:  # loops, not all(<generator>): a list runs it per object
+        if labels:
+            object_labels = (obj.get("metadata") or {}).get("labels") or {}
+            for label in labels:
+                if not label.matches(object_labels):
+                    return False
+        for requirement in fields:
+            if not requirement.matches(obj):
+                return False
+        return True
 
     return matches

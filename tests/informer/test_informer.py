@@ -232,3 +232,45 @@ def test_watch_events_decoded_once_are_what_the_client_would_give() -> None:
         assert ours.unmarshal_event(line, object) == expected, line
         assert ours.resource_version == stock.resource_version, line
     assert ours.resource_version == "57"  # the bookmark's; the ERROR and the version-less object moved nothing
+
+
+def test_subset_index_follows_binds_deletes_and_relists(kube, core_v1, informers):
+    def unbound(obj: dict) -> bool:
+        return not (obj.get("spec") or {}).get("nodeName")
+
+    def subset(informer: Informer) -> list[str]:
+        return sorted(o["metadata"]["name"] for o in informer.subset_items())
+
+    def bind(name: str) -> None:
+        core_v1.create_namespaced_pod_binding(name, "default", {
+            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-1"}}, _preload_content=False)
+
+    core_v1.create_namespaced_pod("default", pod("bound-before"))
+    bind("bound-before")
+    core_v1.create_namespaced_pod("default", pod("waits"))
+    informer = informers(core_v1.list_namespaced_pod, namespace="default", subset=unbound, backoff_initial=0.05)
+    assert subset(informer) == ["waits"]  # from the list
+
+    core_v1.create_namespaced_pod("default", pod("new"))
+    wait_for(lambda: subset(informer) == ["new", "waits"], timeout=30, what="an unbound pod added")
+    bind("waits")
+    wait_for(lambda: subset(informer) == ["new"], timeout=30, what="a bound pod leaving the subset")
+    assert informer.get("default", "waits")["spec"]["nodeName"] == "gpu-1"  # still cached, only not indexed
+    core_v1.delete_namespaced_pod("new", "default")
+    wait_for(lambda: subset(informer) == [], timeout=30, what="a deleted pod leaving the subset")
+    assert names(informer) == ["bound-before", "waits"]
+
+    kube.stop()  # changes the watch never delivers: the relist after 410 must rebuild the index
+    kube.store.create(POD, "default", pod("while-down"))
+    kube.store.compact()
+    kube.start()
+    wait_for(lambda: informer.relists == 2, timeout=30, what="a relist after 410")
+    assert subset(informer) == ["while-down"]
+    assert names(informer) == ["bound-before", "waits", "while-down"]
+
+
+def test_without_a_subset_every_object_is_in_it(core_v1, informers):
+    core_v1.create_namespaced_pod("default", pod("a"))
+    informer = informers(core_v1.list_namespaced_pod, namespace="default")
+    assert [o["metadata"]["name"] for o in informer.subset_items()] == ["a"]

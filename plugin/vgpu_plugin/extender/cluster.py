@@ -112,8 +112,9 @@ class ClusterView:
         self.assume_ttl = assume_ttl
         self._sweep_interval = sweep_interval
         self.nodes = Informer(core.list_node, on_event=self._on_node)
+        # the unbound pods are indexed apart: the queue (GET /queue, its Events) reads only those
         self.pods = Informer(core.list_pod_for_all_namespaces, field_selector=LIVE_PODS,
-                             on_event=self._on_pod)
+                             on_event=self._on_pod, subset=unbound)
         self._stopping = threading.Event()
         self._sweeper: threading.Thread | None = None
         self._started_at = 0.0
@@ -226,6 +227,11 @@ class ClusterView:
                     self.apply(pod, None)
                 settled += 1
         return settled
+
+
+def unbound(pod: Mapping[str, Any]) -> bool:
+    """Not bound to a node yet: the pods that may be waiting in the queue."""
+    return not (pod.get("spec") or {}).get("nodeName")
 
 
 def _older(pod: Mapping[str, Any], holding: Holding) -> bool:

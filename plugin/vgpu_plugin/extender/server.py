@@ -357,7 +357,7 @@ class Extender:
 
     def queue_report(self) -> dict[str, Any]:
         """``GET /queue``: the pending vGPU pods in order, why they wait, what fits now (waiting.py)."""
-        pods = self.view.pods.items() if self.view is not None else []
+        pods = self.view.pods.subset_items() if self.view is not None else []  # the unbound ones
         with self.ledger.lock:
             free = {name: entry.free for name, entry in self.ledger.nodes.items() if entry.known}
         schedulers = self.decisions.schedulers or frozenset((contract.SCHEDULER_NAME,))

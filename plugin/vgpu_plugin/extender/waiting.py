@@ -191,11 +191,12 @@ def queue_report(pods: Iterable[Mapping[str, Any]], free_by_node: Mapping[str, S
     """``GET /queue``: every pending vGPU pod with its position, why it waits and what fits now;
     and per node the largest share one card can still give."""
     pending = pending_pods(pods, names, schedulers)
-    room = FreeRoom.of(free_by_node)
+    room = FreeRoom.of(free_by_node) if pending else None  # only a waiting pod asks what fits
     answers: dict[Request, tuple[str | None, Alternative | None]] = {}  # waiting pods share a few shapes
     entries = []
     for position, pod in enumerate(pending, start=1):
         if pod.request not in answers:
+            assert room is not None
             reason = why(pod.request, room)
             answers[pod.request] = (reason, alternative(pod.request, room) if reason else None)
         reason, other = answers[pod.request]
