@@ -181,7 +181,7 @@ def test_the_generated_pods_reach_every_kind_of_claim() -> None:
     """The generator is worth its name: it makes agreeing records, disagreeing ones and refusals."""
     seen: set[str] = set()
 
-    @settings(max_examples=1000, deadline=None, database=None)
+    @settings(max_examples=1000, deadline=None, database=None, derandomize=True)  # the same examples every run: no flake
     @given(case=pods())
     def collect(case: tuple[dict[str, Any], Names]) -> None:
         claim = claims.pod_claim(*case)
