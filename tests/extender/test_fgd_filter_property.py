@@ -213,3 +213,31 @@ def test_filter_follows_headroom_labels_and_claims(data, layout):
                                                    labels=hosts.labels(n)), ask, view) for n in fits}
             assert best[passed[0]] == max(best.values())
             assert passed[0] == min(n for n in fits if best[n] == best[passed[0]])
+
+
+@st.composite
+def cpu_mixes(draw: st.DrawFn) -> Mix:
+    """Mixes of which at least one typical pod asks for CPU (the batch's CPU-copies path)."""
+    mix = draw(typical_mixes())
+    asking = Shape(draw(st.integers(1, CORES_PER_CARD)), 0, 1, draw(st.sampled_from([250, 1000, 4000])))
+    return Mix.of([*mix.shapes, (asking, draw(st.floats(0.05, 5)))])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(node_states(), min_size=4, max_size=7), cpu_mixes(), st.integers(0, 4000),
+       st.lists(st.integers(-3, 3), min_size=4, max_size=7),
+       st.one_of(st.builds(Request, st.integers(1, 99), st.integers(1, 96)),
+                 st.builds(lambda n: Request(CORES_PER_CARD * n), st.integers(1, 3))))
+def test_batch_skips_cpu_copies_only_where_cpu_cannot_bind(states, mix, cpu, nudges, request):
+    """Rows side by side whose headroom binds and does not: unknown, zero, ample (more copies
+    than any card set holds), and just around the copies a typical pod's cores take."""
+    hungriest = max(shape.cpu_milli for shape, _ in mix.shapes)
+    smallest = min(shape.cards * shape.cores for shape, _ in mix.shapes if shape.cpu_milli > 0)
+    around = [cpu + hungriest * max(1, -(-CORES_PER_CARD * len(s.cards) // smallest)) + nudge
+              for s, nudge in zip(states, nudges, strict=False)]
+    headrooms = [None, 0, 10**7, *around][:len(states)]
+    states = [replace(s, headroom=None if h is None else Headroom(h, 10**6))
+              for s, h in zip(states, headrooms, strict=False)]
+    view = FragmentView(mix, cpu, 0)
+    expected = [placement.fgd_level(s, {0: request}, view) for s in states]
+    assert levels([batch(s) for s in states], request, cpu, MixArrays(mix)) == expected

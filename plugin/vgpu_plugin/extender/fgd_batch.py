@@ -72,14 +72,34 @@ class MixArrays:
                  admitted: np.ndarray) -> np.ndarray:
         """Expected fragment (cores); ``count``/``fitting``: per typical pod, how many cards fit it
         and their free cores [..., T]; ``total`` free cores [...]; ``cpu`` headroom [...] (NaN: unknown)."""
-        hosts = count >= self.cards
-        counted = ~np.isnan(cpu)[..., None] & (self.cpu > 0)
-        copies = np.floor(np.where(counted, np.maximum(np.nan_to_num(cpu), 0)[..., None] / np.maximum(self.cpu, 1),
-                                   np.inf))
-        by_cpu = copies * self.per_copy
-        use = (1 - self.blend) * np.minimum(fitting, by_cpu) + self.blend * fitting
-        ok = admitted & hosts & (copies >= 1)
+        # rows whose CPU cannot bind (unknown, or room for more copies of every typical pod than
+        # its cores hold) take min(fitting, copies) = fitting and copies >= 1: skip the copies there
+        use = (1 - self.blend) * fitting + self.blend * fitting
+        ok = admitted & (count >= self.cards)
+        bound = self._binding(total, fitting, cpu)
+        if bound is not None:
+            cpu_b, fitting_b = cpu[bound], fitting[bound]
+            counted = ~np.isnan(cpu_b)[:, None] & (self.cpu > 0)
+            copies = np.floor(np.where(counted, np.maximum(np.nan_to_num(cpu_b), 0)[:, None] / np.maximum(self.cpu, 1),
+                                       np.inf))
+            use[bound] = (1 - self.blend) * np.minimum(fitting_b, copies * self.per_copy) + self.blend * fitting_b
+            ok[bound] &= copies >= 1
         return np.asarray((np.where(ok, total[..., None] - use, total[..., None]) * self.weight).sum(-1))
+
+    def _binding(self, total: np.ndarray, fitting: np.ndarray, cpu: np.ndarray) -> np.ndarray | None:
+        """Which rows' CPU headroom may bind (None: none may): known headroom below what
+        ``ceil(cores / smallest copy)`` copies of the hungriest typical pod take."""
+        asks = self.cpu > 0
+        if not asks.any():
+            return None
+        known = ~np.isnan(cpu)
+        if not known.any():
+            return None
+        # fitting <= the free cores in the mix's measure, but the bound must not rest on that
+        cores = np.maximum(total, fitting.max(-1))
+        copies = np.maximum(np.ceil(cores / self.per_copy[asks].min()), 1)
+        bound = known & ~(cpu >= copies * float(self.cpu[asks].max()))
+        return bound if bound.any() else None
 
 
 def counts_of(free: np.ndarray, arrays: MixArrays) -> tuple[np.ndarray, np.ndarray]:
