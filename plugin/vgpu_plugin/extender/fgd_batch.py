@@ -137,14 +137,20 @@ def levels_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.n
         values = np.sort(np.where(ok, cores, -1), axis=1)
         first = np.ones(values.shape, dtype=bool)
         first[:, 1:] = values[:, 1:] != values[:, :-1]
-        node, slot = np.nonzero(first & (values >= 0))
-        v = values[node, slot]
-        after_each = arrays.fragment(total[node] - c,
-                                     count[node] + arrays.fits[v - c] - arrays.fits[v],
-                                     fitting[node] + arrays.usable[v - c] - arrays.usable[v],
-                                     cpu_after[node], admitted[node])
+        first &= values >= 0
+        v = values[first]  # row by row, so each node's values are consecutive: repeat, not gather
+        each = first.sum(1)
+        # what taking c cores off a card with v free changes, per v (integer-valued: exact)
+        shifted = np.maximum(_VALUES - c, 0)
+        fits_change, usable_change = arrays.fits[shifted] - arrays.fits, arrays.usable[shifted] - arrays.usable
+        after_each = arrays.fragment(np.repeat(total, each) - c,
+                                     np.repeat(count, each, axis=0) + fits_change[v],
+                                     np.repeat(fitting, each, axis=0) + usable_change[v],
+                                     np.repeat(cpu_after, each), np.repeat(admitted, each, axis=0))
         after = np.full(k, np.inf)
-        np.minimum.at(after, node, after_each)
+        placed = each > 0
+        if placed.any():
+            after[placed] = np.minimum.reduceat(after_each, (np.cumsum(each) - each)[placed])
     else:
         n = request.cards
         fit = whole.sum(1) >= n
