@@ -87,18 +87,16 @@ class MixArrays:
         return np.asarray((np.where(ok, total[..., None] - use, total[..., None]) * self.weight).sum(-1))
 
     def _binding(self, total: np.ndarray, fitting: np.ndarray, cpu: np.ndarray) -> np.ndarray | None:
-        """Which rows' CPU headroom may bind (None: none may): known headroom below what
-        ``ceil(cores / smallest copy)`` copies of the hungriest typical pod take."""
+        """Which rows' CPU headroom may bind (None: none may): known headroom below the CPU of
+        as many copies of some typical pod as the most cores of any row could hold (at least one)."""
         asks = self.cpu > 0
-        if not asks.any():
-            return None
         known = ~np.isnan(cpu)
-        if not known.any():
+        if not asks.any() or not known.any() or not len(total):
             return None
         # fitting <= the free cores in the mix's measure, but the bound must not rest on that
-        cores = np.maximum(total, fitting.max(-1))
-        copies = np.maximum(np.ceil(cores / self.per_copy[asks].min()), 1)
-        bound = known & ~(cpu >= copies * float(self.cpu[asks].max()))
+        cores = max(float(total.max()), float(fitting.max()))
+        copies = np.maximum(np.ceil(cores / self.per_copy[asks]), 1)
+        bound = known & ~(cpu >= float((copies * self.cpu[asks]).max()))
         return bound if bound.any() else None
 
 
