@@ -78,12 +78,18 @@ class MixArrays:
         ok = admitted & (count >= self.cards)
         bound = self._binding(total, fitting, cpu)
         if bound is not None:
-            cpu_b, fitting_b = cpu[bound], fitting[bound]
+            if 2 * np.count_nonzero(bound) > len(bound):  # mostly binding: all rows, no gather/scatter
+                bound = np.ones(len(bound), dtype=bool)
+            cpu_b, fitting_b = (cpu, fitting) if bound.all() else (cpu[bound], fitting[bound])
             counted = ~np.isnan(cpu_b)[:, None] & (self.cpu > 0)
             copies = np.floor(np.where(counted, np.maximum(np.nan_to_num(cpu_b), 0)[:, None] / np.maximum(self.cpu, 1),
                                        np.inf))
-            use[bound] = (1 - self.blend) * np.minimum(fitting_b, copies * self.per_copy) + self.blend * fitting_b
-            ok[bound] &= copies >= 1
+            use_b = (1 - self.blend) * np.minimum(fitting_b, copies * self.per_copy) + self.blend * fitting_b
+            if bound.all():
+                use, ok = use_b, ok & (copies >= 1)
+            else:
+                use[bound] = use_b
+                ok[bound] &= copies >= 1
         return np.asarray((np.where(ok, total[..., None] - use, total[..., None]) * self.weight).sum(-1))
 
     def _binding(self, total: np.ndarray, fitting: np.ndarray, cpu: np.ndarray) -> np.ndarray | None:
