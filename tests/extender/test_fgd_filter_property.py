@@ -213,3 +213,36 @@ def test_filter_follows_headroom_labels_and_claims(data, layout):
                                                    labels=hosts.labels(n)), ask, view) for n in fits}
             assert best[passed[0]] == max(best.values())
             assert passed[0] == min(n for n in fits if best[n] == best[passed[0]])
+
+
+@st.composite
+def cpu_mixes(draw: st.DrawFn) -> Mix:
+    """Mixes of which at least one typical pod asks for CPU (the batch's CPU-copies path)."""
+    mix = draw(typical_mixes())
+    asking = Shape(draw(st.integers(1, CORES_PER_CARD)), 0, 1, draw(st.sampled_from([250, 1000, 4000])))
+    return Mix.of([*mix.shapes, (asking, draw(st.floats(0.05, 5)))])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(node_states(), min_size=4, max_size=7), cpu_mixes(), st.integers(0, 4000),
+       st.lists(st.tuples(st.integers(0, 9), st.booleans(), st.integers(-2, 2), st.integers(-3, 3)),
+                min_size=4, max_size=7),
+       st.one_of(st.builds(Request, st.integers(1, 99), st.integers(1, 96)),
+                 st.builds(lambda n: Request(CORES_PER_CARD * n), st.integers(1, 3))))
+def test_batch_skips_cpu_copies_only_where_cpu_cannot_bind(states, mix, cpu, copies, request):
+    """Rows side by side whose headroom binds and does not: unknown, zero, ample, and just
+    around the CPU of as many copies of a typical pod (one asking for CPU) as the row's free
+    cores, before or after the pod, hold."""
+    asking = [shape for shape, _ in mix.shapes if shape.cpu_milli > 0]
+    around = []
+    for state, (pick, after, offset, nudge) in zip(states, copies, strict=False):
+        shape = asking[pick % len(asking)]
+        free = sum(c.free_cores for c in state.cards if c.healthy) - (request.cores if after else 0)
+        k = max(0, -(-free // (shape.cards * shape.cores)) + offset)
+        around.append(cpu + shape.cpu_milli * k + nudge)
+    headrooms = [None, 0, 10**7, *around][:len(states)]
+    states = [replace(s, headroom=None if h is None else Headroom(h, 10**6))
+              for s, h in zip(states, headrooms, strict=False)]
+    view = FragmentView(mix, cpu, 0)
+    expected = [placement.fgd_level(s, {0: request}, view) for s in states]
+    assert levels([batch(s) for s in states], request, cpu, MixArrays(mix)) == expected

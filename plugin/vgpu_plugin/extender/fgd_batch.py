@@ -72,14 +72,38 @@ class MixArrays:
                  admitted: np.ndarray) -> np.ndarray:
         """Expected fragment (cores); ``count``/``fitting``: per typical pod, how many cards fit it
         and their free cores [..., T]; ``total`` free cores [...]; ``cpu`` headroom [...] (NaN: unknown)."""
-        hosts = count >= self.cards
-        counted = ~np.isnan(cpu)[..., None] & (self.cpu > 0)
-        copies = np.floor(np.where(counted, np.maximum(np.nan_to_num(cpu), 0)[..., None] / np.maximum(self.cpu, 1),
-                                   np.inf))
-        by_cpu = copies * self.per_copy
-        use = (1 - self.blend) * np.minimum(fitting, by_cpu) + self.blend * fitting
-        ok = admitted & hosts & (copies >= 1)
+        # rows whose CPU cannot bind (unknown, or room for more copies of every typical pod than
+        # its cores hold) take min(fitting, copies) = fitting and copies >= 1: skip the copies there
+        use = (1 - self.blend) * fitting + self.blend * fitting
+        ok = admitted & (count >= self.cards)
+        bound = self._binding(total, fitting, cpu)
+        if bound is not None:
+            if 2 * np.count_nonzero(bound) > len(bound):  # mostly binding: all rows, no gather/scatter
+                bound = np.ones(len(bound), dtype=bool)
+            cpu_b, fitting_b = (cpu, fitting) if bound.all() else (cpu[bound], fitting[bound])
+            counted = ~np.isnan(cpu_b)[:, None] & (self.cpu > 0)
+            copies = np.floor(np.where(counted, np.maximum(np.nan_to_num(cpu_b), 0)[:, None] / np.maximum(self.cpu, 1),
+                                       np.inf))
+            use_b = (1 - self.blend) * np.minimum(fitting_b, copies * self.per_copy) + self.blend * fitting_b
+            if bound.all():
+                use, ok = use_b, ok & (copies >= 1)
+            else:
+                use[bound] = use_b
+                ok[bound] &= copies >= 1
         return np.asarray((np.where(ok, total[..., None] - use, total[..., None]) * self.weight).sum(-1))
+
+    def _binding(self, total: np.ndarray, fitting: np.ndarray, cpu: np.ndarray) -> np.ndarray | None:
+        """Which rows' CPU headroom may bind (None: none may): known headroom below the CPU of
+        as many copies of some typical pod as the most cores of any row could hold (at least one)."""
+        asks = self.cpu > 0
+        known = ~np.isnan(cpu)
+        if not asks.any() or not known.any() or not len(total):
+            return None
+        # fitting <= the free cores in the mix's measure, but the bound must not rest on that
+        cores = max(float(total.max()), float(fitting.max()))
+        copies = np.maximum(np.ceil(cores / self.per_copy[asks]), 1)
+        bound = known & ~(cpu >= float((copies * self.cpu[asks]).max()))
+        return bound if bound.any() else None
 
 
 def counts_of(free: np.ndarray, arrays: MixArrays) -> tuple[np.ndarray, np.ndarray]:
@@ -117,14 +141,20 @@ def levels_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.n
         values = np.sort(np.where(ok, cores, -1), axis=1)
         first = np.ones(values.shape, dtype=bool)
         first[:, 1:] = values[:, 1:] != values[:, :-1]
-        node, slot = np.nonzero(first & (values >= 0))
-        v = values[node, slot]
-        after_each = arrays.fragment(total[node] - c,
-                                     count[node] + arrays.fits[v - c] - arrays.fits[v],
-                                     fitting[node] + arrays.usable[v - c] - arrays.usable[v],
-                                     cpu_after[node], admitted[node])
+        first &= values >= 0
+        v = values[first]  # row by row, so each node's values are consecutive: repeat, not gather
+        each = first.sum(1)
+        # what taking c cores off a card with v free changes, per v (integer-valued: exact)
+        shifted = np.maximum(_VALUES - c, 0)
+        fits_change, usable_change = arrays.fits[shifted] - arrays.fits, arrays.usable[shifted] - arrays.usable
+        after_each = arrays.fragment(np.repeat(total, each) - c,
+                                     np.repeat(count, each, axis=0) + fits_change[v],
+                                     np.repeat(fitting, each, axis=0) + usable_change[v],
+                                     np.repeat(cpu_after, each), np.repeat(admitted, each, axis=0))
         after = np.full(k, np.inf)
-        np.minimum.at(after, node, after_each)
+        placed = each > 0
+        if placed.any():
+            after[placed] = np.minimum.reduceat(after_each, (np.cumsum(each) - each)[placed])
     else:
         n = request.cards
         fit = whole.sum(1) >= n
