@@ -12,11 +12,11 @@ the port, as ``SimKubeAPI.restart`` does). What needs the store itself (``call``
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from multiprocessing.connection import Connection
 from typing import Any
 
+from . import child
 from .apiserver import SimKubeAPI
 from .tls import ServerIdentity
 
@@ -84,45 +84,24 @@ class SimKubeAPIProcess:
     def start(self, timeout: float = 60.0) -> SimKubeAPIProcess:
         if self._process is not None:
             raise RuntimeError("the simulated API is already running")
-        context = multiprocessing.get_context("spawn")  # never fork a process full of threads
-        ours, theirs = context.Pipe()
-        self._process = context.Process(
-            target=_serve, name="sim-kube-api", daemon=True,
-            args=(theirs, self.port, self.token, self.identity.cert_pem, self.identity.key_pem, self._options))
-        self._process.start()
-        theirs.close()
-        self._conn = ours
+        self._process, self._conn = child.spawn(
+            _serve, (self.port, self.token, self.identity.cert_pem, self.identity.key_pem, self._options),
+            "sim-kube-api")
         self._await_ready(timeout)
         return self
 
     def _await_ready(self, timeout: float) -> None:
-        conn = self._conn
-        if conn is None or not conn.poll(timeout):
-            self.stop()
-            raise RuntimeError("the simulated API process did not start in time")
-        try:
-            state, detail = conn.recv()
-        except EOFError:
-            state, detail = "failed", "it exited"
+        state, detail = ("failed", "it is not running") if self._conn is None else child.await_ready(self._conn, timeout)
         if state != "ready":
             self.stop()
-            raise RuntimeError(f"the simulated API process failed to start: {detail}")
+            raise RuntimeError("the simulated API process did not start in time" if state == "timeout"
+                               else f"the simulated API process failed to start: {detail}")
         self._client_side.port = int(detail)  # a restart serves the same port
 
     def stop(self, timeout: float = 10.0) -> None:
         process, conn = self._process, self._conn
         self._process, self._conn = None, None
-        if conn is not None:
-            try:
-                conn.send("stop")
-            except (BrokenPipeError, OSError):
-                pass
-            conn.close()
-        if process is not None:
-            process.join(timeout)
-            if process.is_alive():
-                process.terminate()
-                process.join(timeout)
+        child.stop(process, conn, timeout)
 
     def restart(self, timeout: float = 60.0) -> None:
         """Stop serving and serve again: same objects, same port; watches must resume."""

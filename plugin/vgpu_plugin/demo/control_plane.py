@@ -21,7 +21,6 @@ One request at a time goes over the pipe (a lock), and the child answers in orde
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from simkube import child
 from simkube.client import api_client
 
 from jupyter_vgpu.core import contract as c
@@ -230,24 +230,13 @@ class ControlPlaneProcess:
     def start(self) -> ControlPlaneProcess:
         if self._process is not None:
             raise RuntimeError("the control plane is already running")
-        context = multiprocessing.get_context("spawn")  # never fork a process full of threads
-        ours, theirs = context.Pipe()
-        self._process = context.Process(target=_serve, name="sim-control-plane", daemon=True,
-                                        args=(theirs, self.spec))
-        self._process.start()
-        theirs.close()
-        self._conn = ours
+        self._process, self._conn = child.spawn(_serve, (self.spec,), "sim-control-plane")
         # importing, listing and syncing both caches: the child's own ready_timeout, plus its start-up
-        if not ours.poll(self.spec.ready_timeout * 2 + 60):
-            self.stop()
-            raise ControlPlaneError("the control plane process did not start in time")
-        try:
-            state, detail = ours.recv()
-        except EOFError:
-            state, detail = "failed", "it exited"
+        state, detail = child.await_ready(self._conn, self.spec.ready_timeout * 2 + 60)
         if state != "ready":
             self.stop()
-            raise ControlPlaneError(f"the control plane process failed to start: {detail}")
+            raise ControlPlaneError("the control plane process did not start in time" if state == "timeout"
+                                    else f"the control plane process failed to start: {detail}")
         self.extender = ExtenderProxy(self, detail)
         return self
 
@@ -278,15 +267,5 @@ class ControlPlaneProcess:
         with self._lock:
             process, conn = self._process, self._conn
             self._process, self._conn = None, None
-        if conn is not None:
-            try:
-                conn.send("stop")
-            except (BrokenPipeError, OSError):
-                pass
-            conn.close()
-        if process is not None:
-            process.join(timeout)
-            if process.is_alive():
-                process.terminate()
-                process.join(timeout)
+        child.stop(process, conn, timeout)
         self.extender = None

@@ -1,0 +1,51 @@
+"""A server in a spawned child process, spoken to over a pipe: start, await ready, stop.
+
+``simkube.process`` (the API server) and the demo's control plane run this way. The child
+sends ``("ready", detail)`` or ``("failed", reason)`` once, then serves requests until it
+reads ``"stop"`` or the pipe closes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+__all__ = ["await_ready", "spawn", "stop"]
+
+
+def spawn(target: Callable[..., None], args: tuple[Any, ...], name: str) -> tuple[Any, Connection]:
+    """``target(conn, *args)`` in a spawned child; the process and the parent's end of the pipe."""
+    context = multiprocessing.get_context("spawn")  # never fork a process full of threads
+    ours, theirs = context.Pipe()
+    process = context.Process(target=target, name=name, daemon=True, args=(theirs, *args))
+    process.start()
+    theirs.close()
+    return process, ours
+
+
+def await_ready(conn: Connection, timeout: float) -> tuple[str, Any]:
+    """The child's first word: ``("ready", detail)``, ``("failed", reason)`` or ``("timeout", None)``."""
+    if not conn.poll(timeout):
+        return "timeout", None
+    try:
+        state, detail = conn.recv()
+    except EOFError:
+        return "failed", "it exited"
+    return ("ready", detail) if state == "ready" else ("failed", detail)
+
+
+def stop(process: Any, conn: Connection | None, timeout: float) -> None:
+    """Ask the child to stop, wait ``timeout``, then terminate it."""
+    if conn is not None:
+        try:
+            conn.send("stop")
+        except (BrokenPipeError, OSError):
+            pass
+        conn.close()
+    if process is not None:
+        process.join(timeout)
+        if process.is_alive():
+            process.terminate()
+            process.join(timeout)
