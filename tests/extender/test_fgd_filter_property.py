@@ -12,13 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_filter_property import cards, pod_for, requests
 from vgpu_plugin.extender.decisions import Decisions, read_ask
-from vgpu_plugin.extender.fgd_batch import BatchNode, MixArrays, NodeRows, levels
+from vgpu_plugin.extender.fgd_batch import BatchNode, MixArrays, NodeRows, counts_of, levels
 from vgpu_plugin.extender.headroom import HostHeadroom
 from vgpu_plugin.extender.ledger import Holding, Ledger, NodeCards
 from vgpu_plugin.extender.wire import ExtenderArgs
 
 from jupyter_vgpu.core import placement
 from jupyter_vgpu.core.contract import CORES_PER_CARD, CardShare, ContainerAllocation, Request
+from jupyter_vgpu.core.fgd import node_fragment
 from jupyter_vgpu.core.fragment import Headroom, Mix, Shape
 from jupyter_vgpu.core.inventory import Card
 from jupyter_vgpu.core.placement import CardState, FragmentView, NodeState
@@ -223,6 +224,28 @@ def cpu_mixes(draw: st.DrawFn) -> Mix:
     return Mix.of([*mix.shapes, (asking, draw(st.floats(0.05, 5)))])
 
 
+def _copies_cpu(free: list[int], shapes: list[Shape]) -> int:
+    """The CPU of as many copies of each typical pod as the cards with ``free`` cores that fit it
+    hold (at least one), at its largest over ``shapes``: below it the row's headroom may bind."""
+    need = []
+    for shape in shapes:
+        fitting = sum(v for v in free if v >= shape.cores)
+        need.append(max(1, -(-fitting // (shape.cards * shape.cores))) * shape.cpu_milli)
+    return max(need)
+
+
+def _free_after(state: NodeState, request: Request) -> list[int]:
+    """The healthy cards' free cores once the pod is on the first card (or whole cards) it fits."""
+    free = [c.free_cores for c in state.cards if c.healthy]
+    if request.is_share:
+        spot = next((i for i, v in enumerate(free) if v >= request.cores), None)
+        if spot is not None:
+            free[spot] -= request.cores
+        return free
+    whole = [i for i, v in enumerate(free) if v == CORES_PER_CARD][:request.cards]
+    return [0 if i in whole else v for i, v in enumerate(free)]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(node_states(), min_size=4, max_size=7), cpu_mixes(), st.integers(0, 4000),
        st.lists(st.tuples(st.integers(0, 9), st.booleans(), st.integers(-2, 2), st.integers(-3, 3)),
@@ -231,18 +254,36 @@ def cpu_mixes(draw: st.DrawFn) -> Mix:
                  st.builds(lambda n: Request(CORES_PER_CARD * n), st.integers(1, 3))))
 def test_batch_skips_cpu_copies_only_where_cpu_cannot_bind(states, mix, cpu, copies, request):
     """Rows side by side whose headroom binds and does not: unknown, zero, ample, and just
-    around the CPU of as many copies of a typical pod (one asking for CPU) as the row's free
-    cores, before or after the pod, hold."""
+    around the CPU of as many copies of a typical pod (one asking for CPU) as the row's fitting
+    cards, before or after the pod, hold: the row's own bound over all typical pods (at it, one
+    below it) or one pod's (a few copies and millicores either side)."""
     asking = [shape for shape, _ in mix.shapes if shape.cpu_milli > 0]
-    around = []
+    around, rows = [], []
     for state, (pick, after, offset, nudge) in zip(states, copies, strict=False):
-        shape = asking[pick % len(asking)]
-        free = sum(c.free_cores for c in state.cards if c.healthy) - (request.cores if after else 0)
-        k = max(0, -(-free // (shape.cards * shape.cores)) + offset)
-        around.append(cpu + shape.cpu_milli * k + nudge)
-    headrooms = [None, 0, 10**7, *around][:len(states)]
+        free = _free_after(state, request) if after else [c.free_cores for c in state.cards if c.healthy]
+        rows.append(free)
+        # the headroom the batch compares is the node's before the pod and the node's less the pod's after
+        base = cpu if after else 0
+        if pick < 4:  # the row's own bound: at it, or one millicore below
+            around.append(base + _copies_cpu(free, asking) - (pick % 2))
+        else:
+            shape = asking[pick % len(asking)]
+            k = max(0, _copies_cpu(free, [shape]) // shape.cpu_milli + offset)
+            around.append(base + shape.cpu_milli * k + nudge)
+    headrooms = [None, 0, 10**7, *around[3:]]  # each aimed row at its own cards
     states = [replace(s, headroom=None if h is None else Headroom(h, 10**6))
               for s, h in zip(states, headrooms, strict=False)]
     view = FragmentView(mix, cpu, 0)
     expected = [placement.fgd_level(s, {0: request}, view) for s in states]
     assert levels([batch(s) for s in states], request, cpu, MixArrays(mix)) == expected
+    # the fragment itself (a level hides a few cores): each row's cards at the headroom aimed at them
+    arrays = MixArrays(mix)
+    free = np.array([r + [-1] * (7 - len(r)) for r in rows])
+    cpu_at = [None if s.headroom is None else s.headroom.cpu_milli - (cpu if after else 0)
+              for s, (_, after, _, _) in zip(states, copies, strict=False)]
+    count, fitting = counts_of(free, arrays)
+    fragment = arrays.fragment(np.clip(free, 0, CORES_PER_CARD).sum(1).astype(float), count, fitting,
+                               np.array([np.nan if h is None else h for h in cpu_at], dtype=float),
+                               arrays.admitted(s.labels for s in states[:len(rows)]))
+    core = [node_fragment(r, h, s.labels, mix) for r, h, s in zip(rows, cpu_at, states, strict=False)]
+    assert all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) for a, b in zip(fragment, core, strict=True))

@@ -72,8 +72,8 @@ class MixArrays:
                  admitted: np.ndarray) -> np.ndarray:
         """Expected fragment (cores); ``count``/``fitting``: per typical pod, how many cards fit it
         and their free cores [..., T]; ``total`` free cores [...]; ``cpu`` headroom [...] (NaN: unknown)."""
-        # rows whose CPU cannot bind (unknown, or room for more copies of every typical pod than
-        # its cores hold) take min(fitting, copies) = fitting and copies >= 1: skip the copies there
+        # rows whose CPU cannot bind (unknown, or room for as many copies of every typical pod as
+        # its fitting cores hold) take min(fitting, copies) = fitting and copies >= 1: skip the copies there
         use = (1 - self.blend) * fitting + self.blend * fitting
         ok = admitted & (count >= self.cards)
         bound = self._binding(total, fitting, cpu)
@@ -94,15 +94,15 @@ class MixArrays:
 
     def _binding(self, total: np.ndarray, fitting: np.ndarray, cpu: np.ndarray) -> np.ndarray | None:
         """Which rows' CPU headroom may bind (None: none may): known headroom below the CPU of
-        as many copies of some typical pod as the most cores of any row could hold (at least one)."""
+        as many copies of some typical pod as that row's fitting cores could hold (at least one)."""
         asks = self.cpu > 0
         known = ~np.isnan(cpu)
         if not asks.any() or not known.any() or not len(total):
             return None
-        # fitting <= the free cores in the mix's measure, but the bound must not rest on that
-        cores = max(float(total.max()), float(fitting.max()))
-        copies = np.maximum(np.ceil(cores / self.per_copy[asks]), 1)
-        bound = known & ~(cpu >= float((copies * self.cpu[asks]).max()))
+        # per row: copies = floor(cpu / cpu_t) >= need, so copies * per_copy >= fitting and
+        # copies >= 1 (the min picks fitting); cpu >= need * cpu_t (integers) is floor's test exactly
+        need = np.maximum(np.ceil(fitting[..., asks] / self.per_copy[asks]), 1)
+        bound = known & ~(cpu >= (need * self.cpu[asks]).max(-1))
         return bound if bound.any() else None
 
 
