@@ -199,6 +199,9 @@ def test_read_from_a_proc_root(tmp_path) -> None:
     assert read_process_identity(str(tmp_path), 4242) == (CASES["v2 systemd containerd burstable"][1], True)
     assert read_process_identity(str(tmp_path), 77) == (None, True)
     assert read_process_identity(str(tmp_path), 99999) == (None, False)
+    os.makedirs(tmp_path / "88")
+    (tmp_path / "88" / "cgroup").write_text("")  # caught mid-write: not "host", read again later
+    assert read_process_identity(str(tmp_path), 88) == (None, False)
 
 
 def test_own_process_on_this_machine_parses_or_is_outside_kubernetes() -> None:

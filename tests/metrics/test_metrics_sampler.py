@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -56,6 +57,19 @@ def test_unknown_processes_are_reported_as_such(fake_node: FakeNode) -> None:
     fake_node.gpus.start_process(vanished, 1, 1000, 10)  # no cgroup file: cannot be read
     owners = {p.pid: p.owner for p in make_sampler(fake_node).sample_once().processes}
     assert owners == {host: "host", stranger: "unknown-pod", vanished: "unreadable"}
+
+
+def test_a_cgroup_file_caught_empty_is_read_again_not_taken_for_the_host(fake_node: FakeNode) -> None:
+    pod = fake_node.pod("jupyter-carol", {"notebook": (25, 16, (2,))})
+    pid = fake_node.run(pod, "notebook", 2, memory_mib=1000, utilization=10)
+    with open(os.path.join(fake_node.proc_root, str(pid), "cgroup"), encoding="ascii") as handle:
+        text = handle.read()
+    fake_node.write_cgroup(pid, "")  # the sampler looks between the file's creation and its write
+    sampler = make_sampler(fake_node)
+    assert [p.owner for p in sampler.sample_once().processes] == ["unreadable"]
+    fake_node.write_cgroup(pid, text)
+    (process,) = sampler.sample_once().processes
+    assert (process.owner, process.pod and process.pod.name) == ("container", "jupyter-carol")
 
 
 def test_occupancy_counts_shares_of_every_pod_on_this_node_only(fake_node: FakeNode) -> None:

@@ -676,18 +676,27 @@ class SimKubelet:
                 probe = ProcessTree(ctr.process.pid).usage
             else:
                 pattern = "notebook"
+        if self.proc_root:  # the runtime puts a process in its cgroup before it can touch a card
+            self._write_cgroup_file(pid, _cgroup_path(pod, admitted.uid, ctr.container_id))
         try:
             self.gpus.start_process(pid, cards, memory // len(cards), min(100, cores // len(cards) or cores), pattern,
                                     mig_device=mig_device, probe=probe)
         except (ValueError, KeyError) as error:
             log.warning("kubelet %s: cannot start a simulated GPU process: %s", self.node, error)
+            if self.proc_root:
+                shutil.rmtree(os.path.join(self.proc_root, str(pid)), ignore_errors=True)
             return
         ctr.gpu_pid = pid
-        if self.proc_root:
-            directory = os.path.join(self.proc_root, str(pid))
-            os.makedirs(directory, exist_ok=True)
-            with open(os.path.join(directory, "cgroup"), "w", encoding="ascii") as handle:
-                handle.write(f"0::{_cgroup_path(pod, admitted.uid, ctr.container_id)}\n")
+
+    def _write_cgroup_file(self, pid: int, cgroup: str) -> None:
+        """Write <proc_root>/<pid>/cgroup whole at once: a reader never sees it empty, as with /proc."""
+        assert self.proc_root is not None
+        directory = os.path.join(self.proc_root, str(pid))
+        os.makedirs(directory, exist_ok=True)
+        partial = os.path.join(directory, ".cgroup.partial")
+        with open(partial, "w", encoding="ascii") as handle:
+            handle.write(f"0::{cgroup}\n")
+        os.replace(partial, os.path.join(directory, "cgroup"))
 
     def _stop_containers(self, pod: AdmittedPod) -> None:
         for ctr in pod.containers:

@@ -144,11 +144,13 @@ def _prefer_container(current: CgroupIdentity | None, new: CgroupIdentity) -> Cg
 
 
 def read_process_identity(proc_root: str, pid: int) -> tuple[CgroupIdentity | None, bool]:
-    """(identity, readable) for a process: readable is False when its cgroup file is gone
-    or cannot be read (the process exited, or the proc root is not the host's)."""
+    """(identity, readable) for a process: readable is False when its cgroup file is gone, empty
+    or cannot be read (the process exited, or the proc root is not the host's), so it is read again."""
     try:
         with open(os.path.join(proc_root, str(pid), "cgroup"), encoding="utf-8", errors="replace") as handle:
             text = handle.read()
     except OSError:
+        return None, False
+    if not text.strip():  # a live process always has a line; empty means it is going or not there yet
         return None, False
     return parse_cgroup_file(text), True
