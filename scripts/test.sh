@@ -14,7 +14,7 @@ if [ -f labextension/package.json ]; then
 fi
 echo "== pytest"
 mkdir -p tests/artifacts
-.venv/bin/python -m pytest -p no:cacheprovider -ra "$@"
+.venv/bin/python -m pytest -p no:cacheprovider -ra --durations=30 "$@"
 rc=$?
 if [ $rc -eq 5 ]; then
   echo "pytest collected no tests for this selection"; rc=0
