@@ -131,6 +131,15 @@ def build_ledger(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> Any
     return ledger
 
 
+def feed_headroom(hosts: Any, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
+    """Each node's allocatable and labels, and every running pod's requests, into a ``HostHeadroom``:
+    what the deployed extender's node and pod informers give it (with ``--skip-api`` nothing else does)."""
+    for node in nodes:
+        hosts.on_node("ADDED", node)
+    for pod in pods:
+        hosts.on_pod("ADDED", pod)
+
+
 # --- servers (child processes) -----------------------------------------------------------
 
 class InMemoryPods:
@@ -162,7 +171,8 @@ class InMemoryPods:
         pod["spec"]["nodeName"] = node
 
 
-def serve(kind: str, port: int, nodes: int, gpus: int, pods: int, seed: int, policy: str = "binpack") -> None:
+def serve(kind: str, port: int, nodes: int, gpus: int, pods: int, seed: int, policy: str = "binpack",
+          headroom: bool = True) -> None:
     import asyncio
     import threading
 
@@ -212,7 +222,10 @@ def serve(kind: str, port: int, nodes: int, gpus: int, pods: int, seed: int, pol
     node_objs = make_nodes(nodes, gpus)
     pod_objs = make_running_pods(node_objs, pods, seed)
     ledger = build_ledger(node_objs, pod_objs)
-    extender = Extender(port=port, ledger=ledger, api=InMemoryPods(), policy=policy).start()
+    extender = Extender(port=port, ledger=ledger, api=InMemoryPods(), policy=policy)
+    if headroom:
+        feed_headroom(extender.decisions.hosts, node_objs, pod_objs)
+    extender.start()
     print("ready", extender.url, flush=True)
     threading.Event().wait()
 
@@ -220,7 +233,8 @@ def serve(kind: str, port: int, nodes: int, gpus: int, pods: int, seed: int, pol
 def spawn(kind: str, args: argparse.Namespace, port: int) -> subprocess.Popen[str]:
     process = subprocess.Popen(
         [sys.executable, __file__, "--serve", kind, "--port", str(port), "--nodes", str(args.nodes),
-         "--gpus", str(args.gpus), "--pods", str(args.pods), "--seed", str(args.seed), "--policy", args.policy],
+         "--gpus", str(args.gpus), "--pods", str(args.pods), "--seed", str(args.seed), "--policy", args.policy,
+         *(["--no-headroom"] if args.no_headroom else [])],
         stdout=subprocess.PIPE, text=True)
     line = process.stdout.readline() if process.stdout else ""
     if not line.startswith("ready"):
@@ -606,6 +620,10 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a small run to check the script works")
     parser.add_argument("--policy", default="binpack", help="the real extender's placement policy")
     parser.add_argument("--skip-api", action="store_true", help="skip the simulated-API part")
+    parser.add_argument("--no-headroom", action="store_true",
+                        help="the real server's nodes without known CPU headroom (with --skip-api the benchmark "
+                             "otherwise feeds it the nodes' allocatable and the running pods' requests, as the "
+                             "deployed extender's informers do)")
     parser.add_argument("--only-api", action="store_true",
                         help="only the simulated-API part (rebuild end to end, RSS, binds/s)")
     parser.add_argument("--api-process", choices=("own", "shared", "both"), default="both",
@@ -624,7 +642,8 @@ def main() -> int:
         serve_api(args, args.kubeconfig_out)
         return 0
     if args.serve:
-        serve(args.serve, args.port, args.nodes, args.gpus, args.pods, args.seed, args.policy)
+        serve(args.serve, args.port, args.nodes, args.gpus, args.pods, args.seed, args.policy,
+              headroom=not args.no_headroom)
         return 0
     if args.quick:
         args.nodes, args.pods, args.cycles, args.binds, args.api_binds = 50, 1000, 40, 50, 20
