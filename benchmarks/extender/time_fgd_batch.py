@@ -3,7 +3,8 @@ costs after the learned mix's snapshot moves, on synthetic rows (no extender, no
 
 Rows: ``--rows`` nodes x ``--gpus`` cards, each card's free cores drawn from a used cluster's
 values; a mix of five typical pods (shares and whole cards, some asking for CPU). Per CPU
-headroom case (all unknown, all ample, a mix of binding and ample) and request (a share,
+headroom case (all unknown, all ample, a mix of binding and ample, all binding as in
+bench_extender's cluster) and request (a share,
 two whole cards) it prints the median and worst CPU time of ``--repeats`` calls, with the
 per-row counts given (the extender memoises them per snapshot), as the filter calls it.
 
@@ -44,7 +45,9 @@ def main() -> None:
     counts = counts_of(free, arrays)
     ample = np.full(args.rows, 10**6, dtype=float)
     headrooms = {"CPU unknown": np.full(args.rows, np.nan), "CPU ample": ample,
-                 "CPU binds on 1 row in 4": np.where(np.arange(args.rows) % 4 == 0, 20_000.0, ample)}
+                 "CPU binds on 1 row in 4": np.where(np.arange(args.rows) % 4 == 0, 20_000.0, ample),
+                 # bench_extender's nodes: 128 CPUs less 2 per running pod, about 20 pods per node
+                 "CPU binds on every row": np.full(args.rows, 88_000.0)}
     for case, cpu in headrooms.items():
         for name, (request, pod_cpu) in REQUESTS.items():
             times = []

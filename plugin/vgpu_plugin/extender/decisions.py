@@ -551,9 +551,12 @@ class Decisions:
                     some = picked[outdated]
                     if self._fgd_counts.arrays is not arrays:
                         self._fgd_counts = CountMemo(arrays)
-                    _, labels = self.hosts.facts([rows.names[row] for row in some.tolist()])
+                    if arrays.reads_labels:  # a Python loop over the rows: only when some selector needs it
+                        admitted = arrays.admitted(self.hosts.facts([rows.names[row] for row in some.tolist()])[1])
+                    else:
+                        admitted = arrays.admit_all(len(some))
                     fresh, fit = levels_of(rows.free[some], rows.memory[some], rows.whole[some], cpu[outdated],
-                                           arrays.admitted(labels), single, view.cpu_milli, arrays,
+                                           admitted, single, view.cpu_milli, arrays,
                                            self._fgd_counts.of(rows, some))
                     known.store(some, generation[outdated], cpu[outdated], np.where(fit, fresh, -1))
                 scored = known.level[picked]

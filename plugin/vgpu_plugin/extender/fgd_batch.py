@@ -54,11 +54,20 @@ class MixArrays:
         self._relevant = frozenset(item for s in shapes for item in s.selector)
         self._admitted: dict[frozenset[str], np.ndarray] = {}
 
+    @property
+    def reads_labels(self) -> bool:
+        """Whether some typical pod has a node selector (else every node admits every typical pod)."""
+        return bool(self._relevant)
+
+    def admit_all(self, rows: int) -> np.ndarray:
+        """``admitted`` of ``rows`` nodes when no typical pod has a node selector."""
+        return np.ones((rows, len(self._shapes)), dtype=bool)
+
     def admitted(self, labels: Iterable[frozenset[str]]) -> np.ndarray:
         """[K, T]: which typical pods each node's labels admit."""
         label_sets = list(labels)
         if not self._relevant:
-            return np.ones((len(label_sets), len(self._shapes)), dtype=bool)
+            return self.admit_all(len(label_sets))
         rows = []
         for node_labels in label_sets:
             key = node_labels & self._relevant
@@ -72,38 +81,30 @@ class MixArrays:
                  admitted: np.ndarray) -> np.ndarray:
         """Expected fragment (cores); ``count``/``fitting``: per typical pod, how many cards fit it
         and their free cores [..., T]; ``total`` free cores [...]; ``cpu`` headroom [...] (NaN: unknown)."""
-        # rows whose CPU cannot bind (unknown, or room for as many copies of every typical pod as
-        # its fitting cores hold) take min(fitting, copies) = fitting and copies >= 1: skip the copies there
-        use = (1 - self.blend) * fitting + self.blend * fitting
-        ok = admitted & (count >= self.cards)
-        bound = self._binding(total, fitting, cpu)
-        if bound is not None:
-            if 2 * np.count_nonzero(bound) > len(bound):  # mostly binding: all rows, no gather/scatter
-                bound = np.ones(len(bound), dtype=bool)
-            cpu_b, fitting_b = (cpu, fitting) if bound.all() else (cpu[bound], fitting[bound])
-            counted = ~np.isnan(cpu_b)[:, None] & (self.cpu > 0)
-            copies = np.floor(np.where(counted, np.maximum(np.nan_to_num(cpu_b), 0)[:, None] / np.maximum(self.cpu, 1),
-                                       np.inf))
-            use_b = (1 - self.blend) * np.minimum(fitting_b, copies * self.per_copy) + self.blend * fitting_b
-            if bound.all():
-                use, ok = use_b, ok & (copies >= 1)
-            else:
-                use[bound] = use_b
-                ok[bound] &= copies >= 1
-        return np.asarray((np.where(ok, total[..., None] - use, total[..., None]) * self.weight).sum(-1))
+        cap, one = self.caps(cpu)
+        return self.capped_fragment(total, count, fitting, cap, admitted if one is None else admitted & one)
 
-    def _binding(self, total: np.ndarray, fitting: np.ndarray, cpu: np.ndarray) -> np.ndarray | None:
-        """Which rows' CPU headroom may bind (None: none may): known headroom below the CPU of
-        as many copies of some typical pod as that row's fitting cores could hold (at least one)."""
+    def caps(self, cpu: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Per row [K] of CPU headroom (NaN: unknown) and typical pod [K, T]: the cores that as many
+        copies as the headroom holds can use (inf where CPU is not counted) and whether one copy
+        fits; (None, None) when no row's CPU counts. The same for every card of the row, so the
+        caller computes it per row, not per (row, card value)."""
         asks = self.cpu > 0
-        known = ~np.isnan(cpu)
-        if not asks.any() or not known.any() or not len(total):
-            return None
-        # per row: copies = floor(cpu / cpu_t) >= need, so copies * per_copy >= fitting and
-        # copies >= 1 (the min picks fitting); cpu >= need * cpu_t (integers) is floor's test exactly
-        need = np.maximum(np.ceil(fitting[..., asks] / self.per_copy[asks]), 1)
-        bound = known & ~(cpu >= (need * self.cpu[asks]).max(-1))
-        return bound if bound.any() else None
+        if not asks.any() or not len(cpu) or np.isnan(cpu).all():
+            return None, None
+        counted = ~np.isnan(cpu)[:, None] & asks
+        copies = np.floor(np.where(counted, np.maximum(np.nan_to_num(cpu), 0)[:, None] / np.maximum(self.cpu, 1),
+                                   np.inf))
+        return copies * self.per_copy, copies >= 1
+
+    def capped_fragment(self, total: np.ndarray, count: np.ndarray, fitting: np.ndarray, cap: np.ndarray | None,
+                        admitted: np.ndarray) -> np.ndarray:
+        """``fragment`` with ``caps`` given (``admitted`` already and-ed with its one-copy test):
+        a typical pod uses min(fitting, cap) of the node's cores (fitting where cap is None or inf)."""
+        counted = fitting if cap is None else np.minimum(fitting, cap)
+        use = (1 - self.blend) * counted + self.blend * fitting
+        ok = admitted & (count >= self.cards)
+        return np.asarray((np.where(ok, total[..., None] - use, total[..., None]) * self.weight).sum(-1))
 
 
 def counts_of(free: np.ndarray, arrays: MixArrays) -> tuple[np.ndarray, np.ndarray]:
@@ -131,8 +132,10 @@ def levels_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.n
     cores = np.clip(free, 0, CORES_PER_CARD)
     count, fitting = counts if counts is not None else counts_of(free, arrays)  # [K, T]
     total = cores.sum(1).astype(float)
-    before = arrays.fragment(total, count, fitting, cpu, admitted)
-    cpu_after = cpu - pod_cpu_milli
+    cap, one = arrays.caps(cpu)
+    before = arrays.capped_fragment(total, count, fitting, cap, admitted if one is None else admitted & one)
+    cap, one = arrays.caps(cpu - pod_cpu_milli)  # the node's CPU once the pod is on it
+    admitted_after = admitted if one is None else admitted & one
     if request.is_share:
         c, u = request.cores, request.memory_units
         ok = (free >= c) & (memory >= u)
@@ -147,10 +150,11 @@ def levels_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.n
         # what taking c cores off a card with v free changes, per v (integer-valued: exact)
         shifted = np.maximum(_VALUES - c, 0)
         fits_change, usable_change = arrays.fits[shifted] - arrays.fits, arrays.usable[shifted] - arrays.usable
-        after_each = arrays.fragment(np.repeat(total, each) - c,
-                                     np.repeat(count, each, axis=0) + fits_change[v],
-                                     np.repeat(fitting, each, axis=0) + usable_change[v],
-                                     np.repeat(cpu_after, each), np.repeat(admitted, each, axis=0))
+        after_each = arrays.capped_fragment(np.repeat(total, each) - c,
+                                            np.repeat(count, each, axis=0) + fits_change[v],
+                                            np.repeat(fitting, each, axis=0) + usable_change[v],
+                                            None if cap is None else np.repeat(cap, each, axis=0),
+                                            np.repeat(admitted_after, each, axis=0))
         after = np.full(k, np.inf)
         placed = each > 0
         if placed.any():
@@ -159,7 +163,7 @@ def levels_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.n
         n = request.cards
         fit = whole.sum(1) >= n
         taken = float(n * CORES_PER_CARD)  # whole free cards fit every typical pod
-        after = arrays.fragment(total - taken, count - n, fitting - taken, cpu_after, admitted)
+        after = arrays.capped_fragment(total - taken, count - n, fitting - taken, cap, admitted_after)
     fall = np.where(fit, before - np.where(fit, after, before), 0.0)
     return (100 / (1 + np.exp(-fall / CORES_PER_CARD))).astype(int), np.asarray(fit)
 
