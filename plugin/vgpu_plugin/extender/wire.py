@@ -12,7 +12,6 @@ with every field present as Go's encoder writes them (nil pointers and maps as n
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,23 +145,9 @@ def _json_type(value: Any) -> str:
     return "an object"
 
 
-# orjson reads an integer beyond 64 bits as a float, where json keeps it exact: a body with a
-# run of 19 digits or more is left to json (a node name or quantity text with one, too)
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
-
-
 def _load(body: bytes) -> Any:
-    """The request's JSON as ``json.loads`` reads it. orjson reads a filter's thousands of node
-    names several times faster and gives the same values for any body it accepts without a long
-    number; what it refuses (NaN, a lone surrogate, a byte order mark, UTF-16, a syntax error)
-    goes to json, which reads it or says what is wrong."""
     if not body or not body.strip():
         raise WireError("empty request body; expected JSON")
-    if type(body) is bytes and _LONG_DIGITS.search(body) is None:
-        try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError:
-            pass
     try:
         return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
