@@ -290,6 +290,14 @@ _MIX_REFRESH = 16
 _FGD_MEMOS = 32
 
 
+def _pick(reasons: dict[str, str], names: list[str]) -> dict[str, str]:
+    """The ``reasons`` of the ``names`` that have one (C-level loops; none when there are none)."""
+    if not reasons:
+        return {}
+    picked = list(filter(reasons.__contains__, names))
+    return dict(zip(picked, map(reasons.__getitem__, picked), strict=True))
+
+
 def _refresh_due(observed: int) -> bool:
     """A learned mix's snapshot is renewed at each of the first pods, then every ``_MIX_REFRESH``."""
     return observed <= _MIX_REFRESH or observed % _MIX_REFRESH == 0
@@ -387,18 +395,18 @@ class Decisions:
             known = cache.values
             unseen: dict[str, str] = {}
             nodes = self.ledger.nodes
-            wanted = set(names)
-            for name in wanted.difference(known):
+            # C-level passes over the names (thousands per request), no set of them built
+            for name in dict.fromkeys(itertools.filterfalse(known.__contains__, names)):
                 entry = nodes.get(name)
                 if entry is None or not entry.known:
                     unseen[name] = "the extender has not seen this node yet"
                 else:
                     cache.set(name, fit(entry, ask, self.cache.node(name)))
             passing, failing, never = cache.passing, cache.failed, cache.unresolvable
-            passed = list(filter(passing.__contains__, names))  # C-level: hundreds of names per request
-            failed = {n: failing[n] for n in wanted.intersection(failing)}
-            unresolvable = {n: never[n] for n in wanted.intersection(never)}
-            if own is not None and own.node in wanted and own.node not in unseen:
+            passed = list(filter(passing.__contains__, names))
+            failed = _pick(failing, names)
+            unresolvable = _pick(never, names)
+            if own is not None and own.node not in unseen and own.node in names:
                 # decide the node holding the pod's own claim as if the pod held nothing there
                 mine = own.node
                 reason, hopeless = fit(nodes[mine].without(own.uid), ask, NodeMemo())
@@ -606,7 +614,11 @@ class Decisions:
     def _fgd_core_levels(self, args: ExtenderArgs, ask: PodAsk, view: FragmentView, own: Holding | None,
                          core: set[str], found: dict[str, int]) -> None:
         """``placement.fgd_level`` of the ``core`` nodes (those the batch does not score) into ``found``."""
-        for name, entry, memo in self._entries(args):
+        if args.cache_mode:  # only the core nodes' entries, not one per name of the request
+            entries = [(name, self.ledger.node(name), self.cache.node(name)) for name in sorted(core)]
+        else:
+            entries = self._entries(args)
+        for name, entry, memo in entries:
             if name not in core or entry is None or not entry.known:
                 continue
             if own is not None and own.node == name:

@@ -154,6 +154,15 @@ def _load(body: bytes) -> Any:
         raise WireError(f"request body is not JSON: {error}") from None
 
 
+def _all_strings(items: list[Any]) -> bool:
+    """Whether every item is a str (``str.join`` refuses anything else, in one C-level pass)."""
+    try:
+        "".join(items)
+    except TypeError:
+        return False
+    return True
+
+
 # --- decoding ---------------------------------------------------------------------------
 
 def decode_extender_args(body: bytes) -> ExtenderArgs:
@@ -164,7 +173,7 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
         raise WireError("ExtenderArgs.Pod is missing: the pod being scheduled is required")
     node_names = fields.get("NodeNames")
     if node_names is not None:
-        if not isinstance(node_names, list) or not set(map(type, node_names)) <= {str}:
+        if not isinstance(node_names, list) or not _all_strings(node_names):
             raise WireError("ExtenderArgs.NodeNames must be a list of node names")
     nodes: list[dict[str, Any]] | None = None
     raw_nodes: list[Any] | None = None
