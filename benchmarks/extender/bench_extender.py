@@ -310,7 +310,11 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
         connections = {"real": http.client.HTTPConnection("127.0.0.1", real_port),
                        "null": http.client.HTTPConnection("127.0.0.1", null_port),
                        "null-wire": http.client.HTTPConnection("127.0.0.1", wire_port)}
+        cpu_at_warm: dict[str, float] = {}
+        servers = {"real": real, "null": null, "null-wire": null_wire}
         for cycle in range(args.cycles + args.warmup):
+            if cycle == args.warmup:  # each server's CPU time over the measured cycles: preemption is not in it
+                cpu_at_warm = {kind: _cpu_seconds(process.pid) for kind, process in servers.items()}
             shape_index = cycle % len(SHAPES)
             name = f"pending-{shape_index}-{cycle}"
             pod = pod_object(name, SHAPES[shape_index])
@@ -337,6 +341,8 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
                     samples[kind]["filter"].append(t_filter)
                     samples[kind]["prioritize"].append(t_prio)
                     samples[kind]["bind"].append(t_bind)
+        cycle_cpu_ms = {kind: round((_cpu_seconds(process.pid) - cpu_at_warm[kind]) / max(1, args.cycles) * 1000, 2)
+                        for kind, process in servers.items()}
         # bind throughput over HTTP, in-memory API: 8 concurrent clients, each on a keep-alive
         # connection as kube-scheduler's HTTP client keeps them
         count = args.binds
@@ -366,6 +372,8 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
                               "bind_per_second_in_memory_api": round(bind_rate, 1),
                               "real_server_rss_mb_after_binds": server_rss,
                               "median_nodes_passing_filter": statistics.median(passed_counts)}
+    for kind, value in cycle_cpu_ms.items():  # filter + prioritize + bind, the server's own CPU
+        result[f"cycle_{kind}_cpu_ms"] = value
     for verb in ("filter", "prioritize", "bind"):
         for kind in kinds:
             values = samples[kind][verb]
