@@ -50,6 +50,8 @@ class MixArrays:
         # per free value v (0-100) and typical pod: whether a card with v free fits it, and v if so
         self.fits = (_VALUES[:, None] >= self.need[None, :]).astype(float)
         self.usable = self.fits * _VALUES[:, None]
+        self._asks = self.cpu > 0
+        self._asking = bool(self._asks.any())
         self._shapes = shapes
         self._relevant = frozenset(item for s in shapes for item in s.selector)
         self._admitted: dict[frozenset[str], np.ndarray] = {}
@@ -81,18 +83,25 @@ class MixArrays:
                  admitted: np.ndarray) -> np.ndarray:
         """Expected fragment (cores); ``count``/``fitting``: per typical pod, how many cards fit it
         and their free cores [..., T]; ``total`` free cores [...]; ``cpu`` headroom [...] (NaN: unknown)."""
-        cap, one = self.caps(cpu)
+        cap, one = self.caps(cpu, fitting)
         return self.capped_fragment(total, count, fitting, cap, admitted if one is None else admitted & one)
 
-    def caps(self, cpu: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    def caps(self, cpu: np.ndarray, fitting: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Per row [K] of CPU headroom (NaN: unknown) and typical pod [K, T]: the cores that as many
         copies as the headroom holds can use (inf where CPU is not counted) and whether one copy
-        fits; (None, None) when no row's CPU counts. The same for every card of the row, so the
-        caller computes it per row, not per (row, card value)."""
-        asks = self.cpu > 0
-        if not asks.any() or not len(cpu) or np.isnan(cpu).all():
+        fits; (None, None) when no row's headroom may bind (``fitting`` [K, T]: the fitting cores
+        the bound is taken at; the caller may pass more than it scores, never less). The same for
+        every card value of a row, so the caller computes it per row, not per (row, card value)."""
+        if not self._asking or not len(cpu):
             return None, None
-        counted = ~np.isnan(cpu)[:, None] & asks
+        known = ~np.isnan(cpu)
+        # a row binds below the CPU of as many copies of some typical pod as its fitting cores
+        # hold (at least one); at or above it, min(fitting, copies x per copy) = fitting and
+        # copies >= 1 for every typical pod, as without CPU (integers: floor's test exactly)
+        need = np.maximum(np.ceil(fitting[:, self._asks] / self.per_copy[self._asks]), 1)
+        if not (known & ~(cpu >= (need * self.cpu[self._asks]).max(-1))).any():
+            return None, None
+        counted = known[:, None] & self._asks
         copies = np.floor(np.where(counted, np.maximum(np.nan_to_num(cpu), 0)[:, None] / np.maximum(self.cpu, 1),
                                    np.inf))
         return copies * self.per_copy, copies >= 1
@@ -132,9 +141,11 @@ def levels_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.n
     cores = np.clip(free, 0, CORES_PER_CARD)
     count, fitting = counts if counts is not None else counts_of(free, arrays)  # [K, T]
     total = cores.sum(1).astype(float)
-    cap, one = arrays.caps(cpu)
+    cap, one = arrays.caps(cpu, fitting)
     before = arrays.capped_fragment(total, count, fitting, cap, admitted if one is None else admitted & one)
-    cap, one = arrays.caps(cpu - pod_cpu_milli)  # the node's CPU once the pod is on it
+    # the node's CPU once the pod is on it; the pod only takes fitting cores, so the bound is
+    # taken at the row's fitting cores before it
+    cap, one = arrays.caps(cpu - pod_cpu_milli, fitting)
     admitted_after = admitted if one is None else admitted & one
     if request.is_share:
         c, u = request.cores, request.memory_units
