@@ -276,6 +276,9 @@ def test_batch_skips_cpu_copies_only_where_cpu_cannot_bind(states, mix, cpu, cop
     view = FragmentView(mix, cpu, 0)
     expected = [placement.fgd_level(s, {0: request}, view) for s in states]
     assert levels([batch(s) for s in states], request, cpu, MixArrays(mix)) == expected
+    # each row alone: the batch skips the copies when no row of it may bind, so a row aimed at
+    # its own bound decides that skip by itself
+    assert [levels([batch(s)], request, cpu, MixArrays(mix))[0] for s in states] == expected
     # the fragment itself (a level hides a few cores): each row's cards at the headroom aimed at them
     arrays = MixArrays(mix)
     free = np.array([r + [-1] * (7 - len(r)) for r in rows])
