@@ -8,17 +8,24 @@ bench_extender's cluster) and request (a share,
 two whole cards) it prints the median and worst CPU time of ``--repeats`` calls, with the
 per-row counts given (the extender memoises them per snapshot), as the filter calls it.
 
-Usage: python benchmarks/extender/time_fgd_batch.py [--rows 4000] [--gpus 8] [--repeats 30]
+``--compare PATH``: also load the ``fgd_batch.py`` at PATH (an earlier version, e.g. from
+``git show main:plugin/vgpu_plugin/extender/fgd_batch.py``) and time both side by side, call
+by call in turn, checking that their levels are identical.
+
+Usage: python benchmarks/extender/time_fgd_batch.py [--rows 4000] [--gpus 8] [--repeats 30] [--compare PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
+import sys
 import time
+from types import ModuleType
 
 import numpy as np
-from vgpu_plugin.extender.fgd_batch import MixArrays, counts_of, levels_of
+from vgpu_plugin.extender import fgd_batch
 
 from jupyter_vgpu.core.contract import CORES_PER_CARD, Request
 from jupyter_vgpu.core.fragment import Mix, Shape
@@ -34,15 +41,19 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--compare", metavar="PATH", help="another fgd_batch.py, timed side by side")
     args = parser.parse_args()
+    versions = {"this": fgd_batch, **({"other": _load(args.compare)} if args.compare else {})}
     rng = np.random.default_rng(args.seed)
     used = rng.choice([0, 0, 0, 10, 25, 50, 75, 90, 100], size=(args.rows, args.gpus))
     free = (CORES_PER_CARD - used).astype(np.int64)
     memory = np.where(used == 100, 0, 64).astype(np.int64)
     whole = used == 0
-    arrays = MixArrays(MIX)
-    admitted = np.ones((args.rows, len(arrays.weight)), dtype=bool)
-    counts = counts_of(free, arrays)
+    prepared = {}
+    for label, module in versions.items():
+        arrays = module.MixArrays(MIX)
+        prepared[label] = (module, arrays, module.counts_of(free, arrays))
+    admitted = np.ones((args.rows, len(MIX.shapes)), dtype=bool)
     ample = np.full(args.rows, 10**6, dtype=float)
     headrooms = {"CPU unknown": np.full(args.rows, np.nan), "CPU ample": ample,
                  "CPU binds on 1 row in 4": np.where(np.arange(args.rows) % 4 == 0, 20_000.0, ample),
@@ -51,12 +62,29 @@ def main() -> None:
                  "CPU binds on every row": np.full(args.rows, 40_000.0)}
     for case, cpu in headrooms.items():
         for name, (request, pod_cpu) in REQUESTS.items():
-            times = []
+            times: dict[str, list[float]] = {label: [] for label in prepared}
+            levels = {}
             for _ in range(args.repeats):
-                start = time.process_time()
-                levels_of(free, memory, whole, cpu, admitted, request, pod_cpu, arrays, counts)
-                times.append((time.process_time() - start) * 1000)
-            print(f"{case:24} {name:15} p50 {statistics.median(times):6.2f} ms  max {max(times):6.2f} ms")
+                for label, (module, arrays, counts) in prepared.items():  # in turn: the same load for both
+                    start = time.process_time()
+                    levels[label] = module.levels_of(free, memory, whole, cpu, admitted, request, pod_cpu, arrays,
+                                                     counts)
+                    times[label].append((time.process_time() - start) * 1000)
+            line = "  ".join(f"{label} p50 {statistics.median(t):6.2f} max {max(t):6.2f} ms" for label, t in times.items())
+            if args.compare:
+                same = all(np.array_equal(a, b) for a, b in zip(levels["this"], levels["other"], strict=True))
+                line += "  levels identical" if same else "  LEVELS DIFFER"
+            print(f"{case:24} {name:15} {line}")
+
+
+def _load(path: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fgd_batch_compared", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 if __name__ == "__main__":
