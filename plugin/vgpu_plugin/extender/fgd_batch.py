@@ -83,37 +83,55 @@ class MixArrays:
                  admitted: np.ndarray) -> np.ndarray:
         """Expected fragment (cores); ``count``/``fitting``: per typical pod, how many cards fit it
         and their free cores [..., T]; ``total`` free cores [...]; ``cpu`` headroom [...] (NaN: unknown)."""
-        cap, one = self.caps(cpu, fitting)
-        return self.capped_fragment(total, count, fitting, cap, admitted if one is None else admitted & one)
+        return self.capped_fragment(total, count, fitting, admitted, self.caps(cpu, fitting))
 
-    def caps(self, cpu: np.ndarray, fitting: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """Per row [K] of CPU headroom (NaN: unknown) and typical pod [K, T]: the cores that as many
-        copies as the headroom holds can use (inf where CPU is not counted) and whether one copy
-        fits; (None, None) when no row's headroom may bind (``fitting`` [K, T]: the fitting cores
-        the bound is taken at; the caller may pass more than it scores, never less). The same for
-        every card value of a row, so the caller computes it per row, not per (row, card value)."""
-        if not self._asking or not len(cpu):
-            return None, None
+    def caps(self, cpu: np.ndarray, fitting: np.ndarray) -> Caps | None:
+        """The CPU caps of the rows [K] whose headroom (NaN: unknown) may bind; None when none may.
+        ``fitting`` [K, T]: the fitting cores the bound is taken at (the caller may pass more than
+        it scores, never less). The same for every card value of a row, so the caller computes
+        them per row, not per (row, card value)."""
         known = ~np.isnan(cpu)
+        if not self._asking or not known.any():
+            return None
         # a row binds below the CPU of as many copies of some typical pod as its fitting cores
         # hold (at least one); at or above it, min(fitting, copies x per copy) = fitting and
         # copies >= 1 for every typical pod, as without CPU (integers: floor's test exactly)
         need = np.maximum(np.ceil(fitting[:, self._asks] / self.per_copy[self._asks]), 1)
-        if not (known & ~(cpu >= (need * self.cpu[self._asks]).max(-1))).any():
-            return None, None
-        counted = known[:, None] & self._asks
-        copies = np.floor(np.where(counted, np.maximum(np.nan_to_num(cpu), 0)[:, None] / np.maximum(self.cpu, 1),
-                                   np.inf))
-        return copies * self.per_copy, copies >= 1
+        rows = np.flatnonzero(known & ~(cpu >= (need * self.cpu[self._asks]).max(-1)))
+        if not len(rows):
+            return None
+        copies = np.floor(np.where(self._asks, np.maximum(cpu[rows], 0)[:, None] / np.maximum(self.cpu, 1), np.inf))
+        return Caps(rows, copies * self.per_copy, copies >= 1)
 
-    def capped_fragment(self, total: np.ndarray, count: np.ndarray, fitting: np.ndarray, cap: np.ndarray | None,
-                        admitted: np.ndarray) -> np.ndarray:
-        """``fragment`` with ``caps`` given (``admitted`` already and-ed with its one-copy test):
-        a typical pod uses min(fitting, cap) of the node's cores (fitting where cap is None or inf)."""
-        counted = fitting if cap is None else np.minimum(fitting, cap)
-        use = (1 - self.blend) * counted + self.blend * fitting
+    def capped_fragment(self, total: np.ndarray, count: np.ndarray, fitting: np.ndarray, admitted: np.ndarray,
+                        caps: Caps | None) -> np.ndarray:
+        """``fragment`` with ``caps`` given: a typical pod uses min(fitting, cap) of the cores of the
+        capped rows (and none without one copy's CPU), its fitting cores elsewhere."""
+        use = (1 - self.blend) * fitting + self.blend * fitting
         ok = admitted & (count >= self.cards)
+        if caps is not None:  # the same expression on the rows whose CPU may bind, gathered
+            fit = fitting[caps.rows]
+            use[caps.rows] = (1 - self.blend) * np.minimum(fit, caps.cap) + self.blend * fit
+            ok[caps.rows] &= caps.one
         return np.asarray((np.where(ok, total[..., None] - use, total[..., None]) * self.weight).sum(-1))
+
+
+@dataclass(frozen=True)
+class Caps:
+    """Per row that may bind (``rows``, indices) and typical pod: the cores as many copies as its
+    CPU headroom holds can use (inf where the typical pod asks no CPU), whether one copy fits."""
+
+    rows: np.ndarray
+    cap: np.ndarray
+    one: np.ndarray
+
+    def repeated(self, each: np.ndarray) -> Caps:
+        """The caps of each row's ``each`` consecutive entries (a row's card values, in row order)."""
+        start = np.cumsum(each) - each
+        count = each[self.rows]
+        entries = np.repeat(start[self.rows], count) + (np.arange(count.sum()) - np.repeat(np.cumsum(count) - count,
+                                                                                              count))
+        return Caps(entries, np.repeat(self.cap, count, axis=0), np.repeat(self.one, count, axis=0))
 
 
 def counts_of(free: np.ndarray, arrays: MixArrays) -> tuple[np.ndarray, np.ndarray]:
@@ -141,12 +159,10 @@ def levels_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.n
     cores = np.clip(free, 0, CORES_PER_CARD)
     count, fitting = counts if counts is not None else counts_of(free, arrays)  # [K, T]
     total = cores.sum(1).astype(float)
-    cap, one = arrays.caps(cpu, fitting)
-    before = arrays.capped_fragment(total, count, fitting, cap, admitted if one is None else admitted & one)
+    before = arrays.capped_fragment(total, count, fitting, admitted, arrays.caps(cpu, fitting))
     # the node's CPU once the pod is on it; the pod only takes fitting cores, so the bound is
     # taken at the row's fitting cores before it
-    cap, one = arrays.caps(cpu - pod_cpu_milli, fitting)
-    admitted_after = admitted if one is None else admitted & one
+    caps = arrays.caps(cpu - pod_cpu_milli, fitting)
     if request.is_share:
         c, u = request.cores, request.memory_units
         ok = (free >= c) & (memory >= u)
@@ -164,8 +180,8 @@ def levels_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.n
         after_each = arrays.capped_fragment(np.repeat(total, each) - c,
                                             np.repeat(count, each, axis=0) + fits_change[v],
                                             np.repeat(fitting, each, axis=0) + usable_change[v],
-                                            None if cap is None else np.repeat(cap, each, axis=0),
-                                            np.repeat(admitted_after, each, axis=0))
+                                            np.repeat(admitted, each, axis=0),
+                                            None if caps is None else caps.repeated(each))
         after = np.full(k, np.inf)
         placed = each > 0
         if placed.any():
@@ -174,7 +190,7 @@ def levels_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.n
         n = request.cards
         fit = whole.sum(1) >= n
         taken = float(n * CORES_PER_CARD)  # whole free cards fit every typical pod
-        after = arrays.capped_fragment(total - taken, count - n, fitting - taken, cap, admitted_after)
+        after = arrays.capped_fragment(total - taken, count - n, fitting - taken, admitted, caps)
     fall = np.where(fit, before - np.where(fit, after, before), 0.0)
     return (100 / (1 + np.exp(-fall / CORES_PER_CARD))).astype(int), np.asarray(fit)
 
