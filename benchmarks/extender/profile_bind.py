@@ -18,7 +18,7 @@ Three modes:
   per second and the server's CPU per bind; ``--py-spy FILE`` records the server meanwhile.
 
 Usage: python benchmarks/extender/profile_bind.py [--policy fgd-filter] [--binds 1000]
-           [--headroom] [--timing | --http [--py-spy FILE]] [--top 25]
+           [--headroom] [--timing | --http [--py-spy FILE]] [--trace FILE] [--top 25]
            [--nodes 5000] [--pods 100000] [--cache FILE]
 """
 
@@ -59,8 +59,9 @@ def cluster(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[s
 
 
 def prepare(args: argparse.Namespace, decisions: Any, nodes: list[dict[str, Any]],
-            pods: list[dict[str, Any]]) -> None:
-    """The headroom (``--headroom``), then the cycles bench_extender runs before its throughput phase."""
+            pods: list[dict[str, Any]]) -> list[str]:
+    """The headroom (``--headroom``), then the cycles bench_extender runs before its throughput
+    phase; what each cycle's filter passed and its bind answered."""
     from vgpu_plugin.extender.wire import decode_binding_args, decode_extender_args
 
     if args.headroom:
@@ -70,6 +71,7 @@ def prepare(args: argparse.Namespace, decisions: Any, nodes: list[dict[str, Any]
             decisions.hosts.on_pod("ADDED", pod)
     node_names = [f"node-{i:04d}" for i in range(args.nodes)]
     sample = argparse.Namespace(names="kube-scheduler")
+    trace: list[str] = []
     for cycle in range(args.cycles):
         shape = cycle % len(bench.SHAPES)
         name = f"pending-{shape}-{cycle}"
@@ -77,8 +79,9 @@ def prepare(args: argparse.Namespace, decisions: Any, nodes: list[dict[str, Any]
         passed = decisions.filter(decode_extender_args(json.dumps(
             {"Pod": pod, "Nodes": None, "NodeNames": bench.candidate_names(node_names, cycle, sample)}).encode()))[0]
         if passed:
-            decisions.bind(decode_binding_args(json.dumps(
-                {"PodName": name, "PodNamespace": "bench", "PodUID": f"uid-{name}", "Node": passed[0]}).encode()))
+            trace.append(f"filter {name}: {passed} bind: " + decisions.bind(decode_binding_args(json.dumps(
+                {"PodName": name, "PodNamespace": "bench", "PodUID": f"uid-{name}", "Node": passed[0]}).encode())))
+    return trace
 
 
 def bind_bodies(args: argparse.Namespace) -> list[bytes]:
@@ -88,6 +91,24 @@ def bind_bodies(args: argparse.Namespace) -> list[bytes]:
         bodies.append(json.dumps({"PodName": name, "PodNamespace": "bench", "PodUID": f"uid-{name}",
                                   "Node": f"node-{i % args.nodes:04d}"}).encode())
     return bodies
+
+
+def write_trace(path: str, trace: list[str], api: Any, decisions: Any) -> None:
+    """Every decision of the run, for comparing two versions of the code: the cycles' filter
+    results and bind answers, each pod's annotations (the bind time left out) and the ledger's claims."""
+    names = bench.NAMES
+    with open(path, "w") as out:
+        out.writelines(line + "\n" for line in trace)
+        for name in sorted(api.pods):
+            annotations = dict(api.pods[name]["metadata"]["annotations"])
+            annotations.pop(names.predicate_time, None)
+            if names.allocation in annotations:
+                record = json.loads(annotations[names.allocation])
+                record.pop("assignedAtNs")
+                annotations[names.allocation] = record
+            out.write(f"pod {name} on {api.pods[name]['spec'].get('nodeName')}: "
+                      f"{json.dumps(annotations, sort_keys=True)}\n")
+        out.write(json.dumps(decisions.ledger.claims(), sort_keys=True) + "\n")
 
 
 def serve(args: argparse.Namespace) -> None:
@@ -154,8 +175,9 @@ def in_process(args: argparse.Namespace) -> None:
 
     started = time.perf_counter()
     nodes, pods = cluster(args)
-    decisions = Decisions(bench.build_ledger(nodes, pods), bench.InMemoryPods(), bench.NAMES, args.policy)
-    prepare(args, decisions, nodes, pods)
+    api = bench.InMemoryPods()
+    decisions = Decisions(bench.build_ledger(nodes, pods), api, bench.NAMES, args.policy)
+    trace = prepare(args, decisions, nodes, pods)
     del nodes, pods
     gc.collect()
     gc.freeze()  # as the extender does after its first full list
@@ -176,6 +198,9 @@ def in_process(args: argparse.Namespace) -> None:
         cpu.append(time.process_time() - c)
         wall.append(time.perf_counter() - t)
         refused += bool(reply["Error"])  # the throughput phase counts refusals too (a full card)
+        trace.append(f"bind {body.decode()}: {reply['Error']}")
+    if args.trace:
+        write_trace(args.trace, trace, api, decisions)
     print(f"{args.binds} binds, {refused} refused (the card was full)")
     if args.timing:
         for what, values in (("wall", wall), ("CPU", cpu)):
@@ -214,6 +239,7 @@ def main() -> None:
                         help="filter -> bind cycles before the binds (bench_extender's 300 + 20 warm-up)")
     parser.add_argument("--cache", help="a pickle of the nodes and running pods, written on first use "
                                         "(the same --nodes/--gpus/--pods/--seed each time)")
+    parser.add_argument("--trace", help="in process: write every decision to FILE (to compare two versions)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
