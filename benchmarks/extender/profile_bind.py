@@ -15,10 +15,13 @@ Three modes:
 - ``--timing``: the same without the profiler, each bind's CPU and wall time;
 - ``--http``: the extender (tornado, its bind executor) in a child process and 8 keep-alive
   clients here, as bench_extender's throughput phase (without its latency phase): binds
-  per second and the server's CPU per bind; ``--py-spy FILE`` records the server meanwhile.
+  per second, the server's and the clients' CPU per bind; ``--py-spy FILE`` records the
+  server meanwhile; ``--null`` measures bench_extender's null-wire server instead (the same
+  tornado stack answering at once: the HTTP floor).
 
 Usage: python benchmarks/extender/profile_bind.py [--policy fgd-filter] [--binds 1000]
-           [--headroom] [--timing | --http [--py-spy FILE]] [--trace FILE] [--top 25]
+           [--headroom] [--timing | --http [--clients 8] [--null] [--py-spy FILE]]
+           [--trace FILE] [--top 25]
            [--nodes 5000] [--pods 100000] [--cache FILE]
 """
 
@@ -128,11 +131,14 @@ def serve(args: argparse.Namespace) -> None:
 
 def over_http(args: argparse.Namespace) -> None:
     port = bench.free_port()
-    command = [sys.executable, __file__, "--serve", "--port", str(port), "--policy", args.policy,
-               "--nodes", str(args.nodes), "--gpus", str(args.gpus), "--pods", str(args.pods),
-               "--seed", str(args.seed), "--cycles", str(args.cycles)]
-    command += ["--cache", args.cache] if args.cache else []
-    command += ["--headroom"] if args.headroom else []
+    if args.null:  # bench_extender's null-wire server: tornado, parse and answer, no decision, no executor
+        command = [sys.executable, bench.__file__, "--serve", "null-wire", "--port", str(port)]
+    else:
+        command = [sys.executable, __file__, "--serve", "--port", str(port), "--policy", args.policy,
+                   "--nodes", str(args.nodes), "--gpus", str(args.gpus), "--pods", str(args.pods),
+                   "--seed", str(args.seed), "--cycles", str(args.cycles)]
+        command += ["--cache", args.cache] if args.cache else []
+        command += ["--headroom"] if args.headroom else []
     server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         line = server.stdout.readline() if server.stdout else ""
@@ -156,15 +162,18 @@ def over_http(args: argparse.Namespace) -> None:
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.0)  # py-spy attaches
         cpu_before, started = bench._cpu_seconds(server.pid), time.perf_counter()
-        with ThreadPoolExecutor(8) as pool:
+        clients_before = time.process_time()
+        with ThreadPoolExecutor(args.clients) as pool:
             list(pool.map(one, bodies))
         elapsed = time.perf_counter() - started
         cpu = bench._cpu_seconds(server.pid) - cpu_before
+        clients = time.process_time() - clients_before
         if spy is not None:
             spy.send_signal(2)
             spy.wait(30)
-        print(f"{len(bodies)} binds over HTTP, 8 clients, {refused[0]} refused: {len(bodies) / elapsed:.0f} binds/s; "
-              f"server CPU {cpu / len(bodies) * 1000:.3f} ms per bind; load {os.getloadavg()[0]:.2f}")
+        print(f"{'null-wire: ' if args.null else ''}{len(bodies)} binds over HTTP, {args.clients} clients, {refused[0]} refused: {len(bodies) / elapsed:.0f} binds/s; "
+              f"server CPU {cpu / len(bodies) * 1000:.3f} ms per bind, the clients' {clients / len(bodies) * 1000:.3f} ms; "
+              f"load {os.getloadavg()[0]:.2f}")
     finally:
         server.kill()
 
@@ -233,6 +242,9 @@ def main() -> None:
                         help="the nodes' CPU headroom known, as the extender's watches make it")
     parser.add_argument("--timing", action="store_true", help="no profiler: CPU and wall time per bind")
     parser.add_argument("--http", action="store_true", help="over HTTP, 8 clients, the server in its own process")
+    parser.add_argument("--clients", type=int, default=8, help="with --http: concurrent keep-alive clients")
+    parser.add_argument("--null", action="store_true",
+                        help="with --http: bench_extender's null-wire server instead (the HTTP floor)")
     parser.add_argument("--py-spy", help="with --http: py-spy's raw stacks of the server during the binds, to FILE")
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--cycles", type=int, default=320,
