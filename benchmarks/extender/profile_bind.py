@@ -16,7 +16,7 @@ Three modes:
 - ``--http``: the extender (tornado, its bind executor) in a child process and 8 keep-alive
   clients here, as bench_extender's throughput phase (without its latency phase): binds
   per second, the server's and the clients' CPU per bind; ``--py-spy FILE`` records the
-  server meanwhile; ``--null`` measures bench_extender's null-wire server instead (the same
+  server meanwhile (py-spy is not a dependency: ``pip install py-spy``); ``--null`` measures bench_extender's null-wire server instead (the same
   tornado stack answering at once: the HTTP floor).
 
 Usage: python benchmarks/extender/profile_bind.py [--policy fgd-filter] [--binds 1000]
