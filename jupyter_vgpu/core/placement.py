@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from jupyter_vgpu.core import fgd
 from jupyter_vgpu.core.claims import held_memory_units
@@ -78,7 +78,9 @@ class CardState:
         return self.healthy and self.free_cores >= cores and self.free_memory_units >= memory_units
 
     def holding(self, cores: int, memory_units: int) -> CardState:
-        return replace(self, used_cores=self.used_cores + cores, used_memory_units=self.used_memory_units + memory_units)
+        # the constructor, not dataclasses.replace: the same card, several times cheaper (bind's hot path)
+        return CardState(self.index, self.memory_units, self.healthy, self.used_cores + cores,
+                         self.used_memory_units + memory_units)
 
 
 @dataclass(frozen=True)
@@ -171,15 +173,18 @@ class NodeState:
         """The topology tree's inner groups (not the root, not single cards)."""
         if self.topology is None:
             return ()
-        present = {card.index for card in self.cards}
-        out = []
-        for _, node in self.topology.tree.walk():
-            if node.level not in ("ROOT", "GPU") and len(node.gpus) > 1:
-                out.append(frozenset(node.gpus) & present)
-        return tuple(out)
+        return _tree_groups(self.topology, frozenset(card.index for card in self.cards))
 
     def free_cards(self) -> tuple[int, ...]:
         return tuple(card.index for card in self.cards if card.is_free)
+
+
+@lru_cache(maxsize=256)
+def _tree_groups(topology: Topology, present: frozenset[int]) -> tuple[frozenset[int], ...]:
+    """``NodeState.groups``, once per topology and set of cards (a state is built per decision;
+    a cluster has a few topologies)."""
+    return tuple(frozenset(node.gpus) & present for _, node in topology.tree.walk()
+                 if node.level not in ("ROOT", "GPU") and len(node.gpus) > 1)
 
 
 @dataclass(frozen=True)
@@ -207,10 +212,12 @@ def _share_area(cards: Iterable[CardState]) -> int:
     The union of the rectangles [1..free cores] x [1..free memory] over healthy cards,
     a staircase: the number of distinct share requests the node can still host.
     """
-    boxes = sorted(
-        ((min(c.free_cores, CORES_PER_CARD - 1), c.free_memory_units) for c in cards if c.healthy),
-        reverse=True,
-    )
+    return _staircase_area([(min(c.free_cores, CORES_PER_CARD - 1), c.free_memory_units) for c in cards if c.healthy])
+
+
+def _staircase_area(boxes: list[tuple[int, int]]) -> int:
+    """``_share_area`` of the healthy cards' (usable cores, free memory) boxes."""
+    boxes.sort(reverse=True)
     area, tallest = 0, 0
     for width, height in boxes:  # widest first; each adds the part above what is covered
         if height > tallest:
@@ -258,7 +265,11 @@ def _share_candidates(state: NodeState, request: Request, policy: str,
     fitting = [card for card in state.cards if card.fits_share(cores, memory)]
     if not fitting:
         return []
-    area_before = _share_area(state.cards) if policy != "fragment" else 0
+    if policy == "fgd-filter":  # none of the other policies' measures below
+        return [((card.index, cores, memory),) for card in _fgd_share_order(state, fitting, request, view)]
+    # each healthy card's (usable cores, free memory) box, for the share area with one card taken
+    boxes = {c.index: (min(c.free_cores, CORES_PER_CARD - 1), c.free_memory_units) for c in state.cards if c.healthy}
+    area_before = _staircase_area(list(boxes.values())) if policy != "fragment" else 0
     intact_before = _intact(state, frozenset())
     mix = (view or FragmentView()).mix_for({0: request}) if policy == "fragment" else None
     headroom = _headroom_after(state, view or FragmentView())
@@ -286,8 +297,11 @@ def _share_candidates(state: NodeState, request: Request, policy: str,
         same = (card.healthy, card.free_cores, card.free_memory_units)
         stranded = stranded_by_state.get(same)
         if stranded is None:
-            after = [c.holding(cores, memory) if c.index == card.index else c for c in state.cards]
-            stranded = stranded_by_state[same] = area_before - _share_area(after)  # no longer fit anywhere
+            # _share_area of the cards with this one holding the share: only its box changes
+            after = dict(boxes)
+            after[card.index] = (min(max(0, CORES_PER_CARD - (card.used_cores + cores)), CORES_PER_CARD - 1),
+                                 max(0, card.memory_units - (card.used_memory_units + memory)))
+            stranded = stranded_by_state[same] = area_before - _staircase_area(list(after.values()))
         # _intact(state, {card}) with the free set computed once
         broken = (intact_before - sum(len(group) for group in state.groups if group <= free_now - {card.index})
                   if card.is_free else 0)
@@ -299,8 +313,6 @@ def _share_candidates(state: NodeState, request: Request, policy: str,
         # binpack: keep whole cards, then whole groups, then the most share sizes; best fit last
         return (card.is_free, broken, stranded, left_cores + left_memory, card.index)
 
-    if policy == "fgd-filter":
-        return [((card.index, cores, memory),) for card in _fgd_share_order(state, fitting, request, view)]
     # fragment: the card whose use leaves the least expected fragment; then keep whole cards
     # and tree groups, then the tightest fit (binpack's order without its share-area count)
     key = fragment_rank if policy == "fragment" else rank
@@ -321,11 +333,16 @@ def _fgd_share_order(state: NodeState, fitting: Sequence[CardState], request: Re
     view = view or FragmentView()
     mix, cpu = view.mix_for({0: request}), _fgd_cpu_after(state, view)
     by_free: dict[int, float] = {}  # cards with the same free cores leave the same fragment
+    healthy = [c for c in state.cards if c.healthy]
+    free_now = [c.free_cores for c in healthy]
+    position = {c.index: i for i, c in enumerate(healthy)}
 
     def rank(card: CardState) -> tuple[float, int, int, int]:
         after = by_free.get(card.free_cores)
         if after is None:
-            free = _fgd_free(c.holding(request.cores, 0) if c.index == card.index else c for c in state.cards)
+            # _fgd_free of the cards with this one holding the share's cores (it fits: it is healthy)
+            free = list(free_now)
+            free[position[card.index]] = max(0, CORES_PER_CARD - (card.used_cores + request.cores))
             after = by_free[card.free_cores] = round(fgd.node_fragment(free, cpu, state.labels, mix), 6)
         return (after, card.free_cores, card.free_memory_units, card.index)
 
@@ -502,6 +519,14 @@ def _candidates(state: NodeState, request: Request, policy: str,
         yield from _whole_candidates(state, request)
 
 
+def _fits_alone(state: NodeState, request: Request) -> bool:
+    """Whether ``_candidates`` would yield anything, without ranking them: a share fits
+    when one card has room for it; whole cards when a set of them does."""
+    if request.is_share:
+        return any(card.fits_share(request.cores, request.memory_units) for card in state.cards)
+    return best_card_set(state, request) is not None
+
+
 def _refusal(state: NodeState, request: Request) -> str:
     return _share_refusal(state, request) if request.is_share else _whole_refusal(state, request)
 
@@ -544,20 +569,23 @@ def _place(state: NodeState, requests: Mapping[int, Request], policy: str,
     order = sorted(requests, key=lambda i: (-requests[i].cards, requests[i].is_share,
                                             -requests[i].cores, -requests[i].memory_units, i))
     for index in order:  # a container that does not fit even alone explains the refusal best
-        if next(_candidates(state, requests[index], policy), None) is None:
+        if not _fits_alone(state, requests[index]):
             prefix = f"container {index}: " if len(requests) > 1 else ""
             return Refusal(prefix + _refusal(state, requests[index]))
 
     budget = [_SEARCH_BUDGET]
+    last = len(order) - 1
 
     def search(position: int, current: NodeState) -> dict[int, Assignment] | None:
-        if position == len(order):
+        if position > last:
             return {}
         index = order[position]
         for assignment in _candidates(current, requests[index], policy, view):
             budget[0] -= 1
             if budget[0] < 0:
                 return None
+            if position == last:  # nothing left to place on the state this assignment leaves
+                return {index: assignment}
             rest = search(position + 1, current._with(assignment))
             if rest is not None:
                 rest[index] = assignment

@@ -8,11 +8,11 @@ reads ``"stop"`` or the pipe closes.
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
-__all__ = ["await_ready", "spawn", "stop"]
+__all__ = ["await_ready", "commands", "spawn", "stop"]
 
 
 def spawn(target: Callable[..., None], args: tuple[Any, ...], name: str) -> tuple[Any, Connection]:
@@ -34,6 +34,18 @@ def await_ready(conn: Connection, timeout: float) -> tuple[str, Any]:
     except EOFError:
         return "failed", "it exited"
     return ("ready", detail) if state == "ready" else ("failed", detail)
+
+
+def commands(conn: Connection) -> Iterator[Any]:
+    """In the child: the parent's requests, one by one, until it says "stop" or is gone."""
+    while True:
+        try:
+            command = conn.recv()
+        except EOFError:
+            return
+        if command == "stop":
+            return
+        yield command
 
 
 def stop(process: Any, conn: Connection | None, timeout: float) -> None:

@@ -34,11 +34,7 @@ def _serve(conn: Connection, port: int, token: str, cert_pem: bytes, key_pem: by
         return
     conn.send(("ready", api.port))
     try:
-        while True:
-            try:
-                command = conn.recv()
-            except EOFError:
-                break
+        for command in child.commands(conn):
             if command != "restart":
                 break
             api.restart()

@@ -186,11 +186,17 @@ def test_panel_without_a_vgpu(browser: Any, labextension_built: Path, tmp_path: 
         assert panel.locator(".jp-vgpu-topo-gpu").count() == 0
         assert panel.get_by_role("button", name="Release GPU").is_disabled()
         # the palette lists the command
-        page.keyboard.press("Control+Shift+C")
         search = page.locator(".jp-ModalCommandPalette .lm-CommandPalette-input")
-        search.wait_for(state="visible")  # typed before the palette has the focus, the words go elsewhere
-        search.press_sequentially("vGPU panel")
-        page.wait_for_selector(".lm-CommandPalette-item:has-text('Show vGPU Panel')")
+        item = page.locator(".lm-CommandPalette-item:has-text('Show vGPU Panel')")
+
+        def palette_lists_the_command() -> bool:
+            if not search.is_visible():  # the modal palette closes when the focus moves (a lab still settling)
+                page.keyboard.press("Control+Shift+C")
+                return False
+            search.fill("vGPU panel")
+            return item.is_visible()
+
+        wait_for(palette_lists_the_command, timeout=60, interval=0.5, what="the palette to list Show vGPU Panel")
         page.keyboard.press("Escape")
         panel.screenshot(path=str(artifacts / "lab-panel-none.png"))
         page.context.close()

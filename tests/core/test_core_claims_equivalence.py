@@ -165,7 +165,7 @@ def outcome(read: Any, pod: dict[str, Any], names: Names, schedulers: Any) -> An
         return "raised", type(error), str(error)
 
 
-@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=pods(), schedulers=st.sampled_from([None, frozenset({"vgpu-scheduler"})]))
 @example(case=({"metadata": {"annotations": {N.predicate_gpu_idx(0): "1,1"}},
                 "spec": {"nodeName": "n", "containers": [{"resources": {"limits": {N.core_resource: "200"}}}]}}, N),

@@ -157,13 +157,7 @@ def _serve(conn: Connection, spec: ControlPlaneSpec) -> None:
         return
     conn.send(("ready", _address(plane)))
     try:
-        while True:
-            try:
-                command = conn.recv()
-            except EOFError:
-                break
-            if command == "stop":
-                break
+        for command in child.commands(conn):
             try:
                 conn.send(("ok", _handle(plane, command)))
             except Exception as error:  # noqa: BLE001 - the parent raises it as ControlPlaneError

@@ -792,7 +792,7 @@ class Decisions:
                 result = place_here(mine, ask, self._state_without(entry, uid))
             if isinstance(result, placement.Refusal):
                 return f"{where} does not fit on node {args.node} any more: {result.reason}"
-            allocation = self._allocation(pod, args.node, entry, result, ask.policy)
+            allocation = self._allocation(pod, args.node, entry, result, ask)
             holding = Holding(uid, args.pod_namespace, args.pod_name, args.node, allocation.containers,
                               assumed=True, assumed_at=time.monotonic())
             previous = self.ledger.put(holding)
@@ -887,9 +887,9 @@ class Decisions:
                 self.ledger.put(previous)
 
     def _allocation(self, pod: Mapping[str, Any], node: str, entry: NodeEntry,
-                    result: node_placement.NodePlacement, policy: str) -> PodAllocation:
+                    result: node_placement.NodePlacement, ask: PodAsk) -> PodAllocation:
         containers = (pod.get("spec") or {}).get("containers") or []
-        requests = contract.pod_requests(pod, self.names)
+        requests = ask.requests  # read_ask's contract.pod_requests of this very pod
         cards = {card.index: card for card in entry.cards}
         allocated = []
         for index, shares in sorted(result.cards.containers.items()):
@@ -906,6 +906,6 @@ class Decisions:
             allocated.append(ContainerAllocation(index, name, (
                 CardShare(held.card, cards[held.card].uuid, request.cores, request.memory_units, held.uuid),)))
         allocated.sort(key=lambda c: c.index)
-        return PodAllocation(node, tuple(allocated), assigned_at_ns=time.time_ns(), policy=policy)
+        return PodAllocation(node, tuple(allocated), assigned_at_ns=time.time_ns(), policy=ask.policy)
 
 
