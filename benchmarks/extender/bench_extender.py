@@ -252,6 +252,19 @@ def free_port() -> int:
 
 # --- measurements ---------------------------------------------------------------------------
 
+def print_cprofile(profile: Any, title: str, top: int) -> None:
+    """A cProfile's ``top`` entries by cumulative and by own time, under ``title`` (paths made relative)."""
+    import io
+    import pstats
+    for order in ("cumulative", "tottime"):
+        out = io.StringIO()
+        pstats.Stats(profile, stream=out).sort_stats(order).print_stats(top)
+        text = out.getvalue()
+        body = text[text.index("   ncalls"):] if "   ncalls" in text else text
+        print(f"\n=== {title}, sorted by {order} ===")
+        print(body.replace(os.getcwd() + "/", "").rstrip())
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]

@@ -31,11 +31,9 @@ import argparse
 import cProfile
 import gc
 import http.client
-import io
 import json
 import os
 import pickle
-import pstats
 import subprocess
 import sys
 import threading
@@ -220,13 +218,7 @@ def in_process(args: argparse.Namespace) -> None:
                   f"p90 {at[90]:.3f} p99 {at[99]:.3f} ms (in process, no profiler)")
         return
     mean_ms = sum(wall) / len(wall) * 1000
-    for order in ("cumulative", "tottime"):
-        out = io.StringIO()
-        pstats.Stats(profile, stream=out).sort_stats(order).print_stats(args.top)
-        text = out.getvalue()
-        body = text[text.index("   ncalls"):] if "   ncalls" in text else text
-        print(f"\n=== bind: {mean_ms:.3f} ms per call under cProfile, sorted by {order} ===")
-        print(body.replace(os.getcwd() + "/", "").rstrip())
+    bench.print_cprofile(profile, f"bind: {mean_ms:.3f} ms per call under cProfile", args.top)
 
 
 def main() -> None:

@@ -18,10 +18,8 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
-import io
 import json
 import os
-import pstats
 import sys
 import time
 from typing import Any
@@ -134,13 +132,7 @@ def main() -> None:
     for verb, profile in profiles.items():
         mean_ms = spent[verb] / args.calls * 1000
         report[verb] = round(mean_ms, 3)
-        for order in ("cumulative", "tottime"):
-            out = io.StringIO()
-            pstats.Stats(profile, stream=out).sort_stats(order).print_stats(args.top)
-            text = out.getvalue()
-            body = text[text.index("   ncalls"):] if "   ncalls" in text else text
-            print(f"\n=== {verb}: {mean_ms:.3f} ms per call under cProfile, sorted by {order} ===")
-            print(body.replace(os.getcwd() + "/", "").rstrip())
+        bench.print_cprofile(profile, f"{verb}: {mean_ms:.3f} ms per call under cProfile", args.top)
     print("\nmean ms per call (profiled):", json.dumps(report))
 
 
