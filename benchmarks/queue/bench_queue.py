@@ -23,6 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from vgpu_plugin.extender.cluster import unbound  # noqa: E402
 from vgpu_plugin.extender.ledger import Ledger, node_cards  # noqa: E402
 from vgpu_plugin.extender.server import Extender  # noqa: E402
 
@@ -33,13 +34,18 @@ TOKEN = "bench-queue-token-0123456789abcdef"
 
 
 class PodCache:
-    """What ``Extender.queue_report`` reads of the informer: ``items()``."""
+    """What ``Extender.queue_report`` reads of the informer: ``subset_items()``, its index of the
+    unbound pods (``cluster.unbound``), kept apart from the bound ones as the informer does."""
 
     def __init__(self, pods: list[dict[str, Any]]) -> None:
         self.pods = pods
+        self.unbound = [p for p in pods if unbound(p)]
 
     def items(self) -> list[dict[str, Any]]:
         return self.pods
+
+    def subset_items(self) -> list[dict[str, Any]]:
+        return list(self.unbound)
 
 
 class View:
