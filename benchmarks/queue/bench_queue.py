@@ -24,13 +24,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from vgpu_plugin.extender.cluster import unbound  # noqa: E402
-from vgpu_plugin.extender.ledger import Ledger, node_cards  # noqa: E402
+from vgpu_plugin.extender.ledger import Holding, Ledger, node_cards  # noqa: E402
 from vgpu_plugin.extender.server import Extender  # noqa: E402
 
 from jupyter_vgpu.core import contract  # noqa: E402
+from jupyter_vgpu.core.contract import CardShare, ContainerAllocation  # noqa: E402
 from jupyter_vgpu.core.inventory import Card, NodeInventory  # noqa: E402
 
 TOKEN = "bench-queue-token-0123456789abcdef"
+DISTINCT_SIZES = (contract.MAX_CARD_MEMORY_MIB - 16384) // 256 + 1
 
 
 class PodCache:
@@ -89,24 +91,46 @@ def main() -> None:
                         help="distinct request shapes among the waiting pods (a Hub's profile list: a few)")
     parser.add_argument("--distinct-nodes", action="store_true",
                         help="give every node a room of its own (worst case; default: identical nodes)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="print cProfile's N costliest functions of one recompute, then stop")
     args = parser.parse_args()
 
     ledger = Ledger()
     for n in range(args.nodes):
         name = f"gpu-{n:04d}"
-        memory = 16384 + (256 * n if args.distinct_nodes else 0)
+        # distinct nodes: card memory steps by one unit up to the 512 GiB cap (1,985 sizes), and
+        # beyond that the node holds 1, 2, ... whole cards, so every node has a room of its own
+        step = n % DISTINCT_SIZES if args.distinct_nodes else 0
+        memory = 16384 + 256 * step
         cards = tuple(Card(index=i, uuid=f"GPU-{name}-{i}", model="A100", memory_mib=memory, minor=i)
                       for i in range(8))
         inventory = NodeInventory(node=name, cards=cards, topology=None)
         node = {"metadata": {"name": name, "annotations": {contract.DEFAULT_NAMES.node_inventory: inventory.to_json()}}}
         ledger.set_node(name, node_cards(node, contract.DEFAULT_NAMES))
+        held = n // DISTINCT_SIZES if args.distinct_nodes else 0
+        if held:
+            shares = tuple(CardShare(i, f"GPU-{name}-{i}", contract.CORES_PER_CARD, memory // 256) for i in range(held))
+            ledger.put(Holding(f"held-{name}", "jhub", f"held-{name}", name,
+                               (ContainerAllocation(0, "notebook", shares),)))
     pods = [pod(f"bound-{i}", 0, 0, f"gpu-{i % args.nodes:04d}", i) for i in range(args.bound)]
     # every waiting pod asks more memory than any card has (each gets a reason and an alternative)
-    top = 16384 // 256 + (args.nodes if args.distinct_nodes else 0)
+    top = 16384 // 256 + (min(args.nodes, DISTINCT_SIZES) if args.distinct_nodes else 0)
     pods += [pod(f"waiting-{i}", 1 + i % args.shapes % 99, top + 1 + i % args.shapes // 99, None, i)
              for i in range(args.waiting)]
     extender = Extender(port=0, ledger=ledger, queue_token=TOKEN, queue_max_age=3600, queue_notice_interval=None)
     extender.view = View(pods)  # type: ignore[assignment]
+
+    if args.profile:
+        import cProfile
+        import pstats
+
+        extender.queue_report()  # warm, as the notifier's second round is
+        profiler = cProfile.Profile()
+        profiler.enable()
+        extender.queue_report()
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile)
+        return
 
     computes = []
     for _ in range(5):
