@@ -38,7 +38,7 @@ from .headroom import HostHeadroom
 from .ledger import Ledger
 from .notices import QueueNotifier
 from .queue_access import QueueAuth, QueueCache, one_pod, valid_name
-from .waiting import queue_report
+from .waiting import NodeRooms, queue_report
 from .wire import (
     WireError,
     binding_result,
@@ -345,6 +345,7 @@ class Extender:
         self.decisions = Decisions(self.ledger, api, names, policy, scheduler_names, hosts=hosts)
         self.queue_auth = QueueAuth(queue_token, queue_token_file)
         self.queue = QueueCache(self.queue_report, queue_max_age)
+        self._rooms = NodeRooms()  # per node, kept between reports (read under the queue cache's lock)
         self.notifier: QueueNotifier | None = None
         if api_client is not None and queue_notice_interval:
             self.notifier = QueueNotifier(self.queue.report, api_client, queue_notice_interval)
@@ -361,7 +362,7 @@ class Extender:
         with self.ledger.lock:
             free = {name: entry.free for name, entry in self.ledger.nodes.items() if entry.known}
         schedulers = self.decisions.schedulers or frozenset((contract.SCHEDULER_NAME,))
-        return queue_report(pods, free, self.names, schedulers)
+        return queue_report(pods, free, self.names, schedulers, self._rooms)
 
     @property
     def url(self) -> str:

@@ -111,6 +111,22 @@ Room = tuple[tuple[tuple[int, int], ...], tuple[int, ...]]
 untouched cards' memory, largest first."""
 
 
+def room_of(free: Sequence[FreeCard]) -> Room:
+    """One node's ``Room`` from its free cards."""
+    distinct = {(f.free_cores, f.free_memory_units) for f in free}
+    pairs = tuple(sorted(p for p in distinct
+                         if not any(q != p and q[0] >= p[0] and q[1] >= p[1] for q in distinct)))
+    return pairs, tuple(sorted((f.free_memory_units for f in free if f.whole), reverse=True))
+
+
+def node_line(name: str, free: Sequence[FreeCard]) -> dict[str, Any]:
+    """One node's entry in the report's ``nodes``: whole cards free and the largest share one card gives."""
+    best = max(free, key=lambda f: (f.free_cores * f.free_memory_units, f.free_cores), default=None)
+    return {"name": name, "wholeCardsFree": sum(f.whole for f in free),
+            "largestShare": None if best is None else {
+                "cores": best.free_cores, "memoryMib": best.free_memory_units * MEMORY_UNIT_MIB}}
+
+
 @dataclass(frozen=True)
 class FreeRoom:
     """Every node's free cards, reduced once per report to what the fit rule looks at, with nodes
@@ -123,14 +139,12 @@ class FreeRoom:
 
     @classmethod
     def of(cls, free_by_node: Mapping[str, Sequence[FreeCard]]) -> FreeRoom:
-        rooms: dict[str, Room] = {}
+        return cls.counted({name: room_of(free) for name, free in free_by_node.items()})
+
+    @classmethod
+    def counted(cls, rooms: dict[str, Room]) -> FreeRoom:
         counts: dict[Room, int] = {}
-        for name, free in free_by_node.items():
-            distinct = {(f.free_cores, f.free_memory_units) for f in free}
-            pairs = tuple(sorted(p for p in distinct
-                                 if not any(q != p and q[0] >= p[0] and q[1] >= p[1] for q in distinct)))
-            room = (pairs, tuple(sorted((f.free_memory_units for f in free if f.whole), reverse=True)))
-            rooms[name] = room
+        for room in rooms.values():
             counts[room] = counts.get(room, 0) + 1
         return cls(rooms, counts)
 
@@ -186,33 +200,67 @@ def alternative(request: Request, free_by_node: Mapping[str, Sequence[FreeCard]]
     return Alternative(wanted.cores, wanted.memory_units, nodes) if nodes else None
 
 
+class NodeRooms:
+    """Each node's ``Room`` and report line, kept from one report to the next and recomputed only
+    for a node whose free cards changed (issue 18: at 5,000 nodes the per-node work was most of
+    a recompute, and between two reports a bind burst touches a few nodes, not all).
+
+    "Changed" is "another object": the ledger's ``NodeEntry.free`` is one tuple until the node's
+    accounting changes (``touch`` drops it), so the same tuple means the same cards. A node given
+    as anything but a tuple (mutable) is computed afresh every time. The lines handed out are
+    shared between reports: readers must not change them (the server only serialises them).
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[Sequence[FreeCard], Room, dict[str, Any]]] = {}
+
+    def update(self, free_by_node: Mapping[str, Sequence[FreeCard]]) -> tuple[FreeRoom, list[dict[str, Any]]]:
+        """The ``FreeRoom`` of ``free_by_node`` and its ``nodes`` lines in name order."""
+        known = self._known
+        kept: dict[str, tuple[Sequence[FreeCard], Room, dict[str, Any]]] = {}
+        rooms: dict[str, Room] = {}
+        lines: dict[str, dict[str, Any]] = {}
+        for name, free in free_by_node.items():
+            entry = known.get(name)
+            if entry is None or entry[0] is not free:
+                entry = (free, room_of(free), node_line(name, free))
+            if isinstance(free, tuple):
+                kept[name] = entry  # a node no longer given is forgotten
+            rooms[name], lines[name] = entry[1], entry[2]
+        self._known = kept
+        return FreeRoom.counted(rooms), [lines[name] for name in sorted(free_by_node)]
+
+
 def queue_report(pods: Iterable[Mapping[str, Any]], free_by_node: Mapping[str, Sequence[FreeCard]],
-                 names: Names, schedulers: Collection[str]) -> dict[str, Any]:
+                 names: Names, schedulers: Collection[str], rooms: NodeRooms | None = None) -> dict[str, Any]:
     """``GET /queue``: every pending vGPU pod with its position, why it waits and what fits now;
-    and per node the largest share one card can still give."""
+    and per node the largest share one card can still give. ``rooms`` (kept by the caller between
+    reports) spares the per-node work for nodes whose free cards did not change; the report is
+    the same with or without it."""
     pending = pending_pods(pods, names, schedulers)
-    room = FreeRoom.of(free_by_node) if pending else None  # only a waiting pod asks what fits
-    answers: dict[Request, tuple[str | None, Alternative | None]] = {}  # waiting pods share a few shapes
+    if rooms is not None:
+        room: FreeRoom | None
+        room, nodes = rooms.update(free_by_node)
+    else:
+        room = FreeRoom.of(free_by_node) if pending else None  # only a waiting pod asks what fits
+        nodes = [node_line(name, free_by_node[name]) for name in sorted(free_by_node)]
+    # waiting pods share a few shapes: each is answered (and worded) once
+    answers: dict[Request, tuple[str | None, dict[str, Any] | None]] = {}
     entries = []
     for position, pod in enumerate(pending, start=1):
-        if pod.request not in answers:
+        answer = answers.get(pod.request)
+        if answer is None:
             assert room is not None
             reason = why(pod.request, room)
-            answers[pod.request] = (reason, alternative(pod.request, room) if reason else None)
-        reason, other = answers[pod.request]
+            other = alternative(pod.request, room) if reason else None
+            answer = answers[pod.request] = (reason, None if other is None else {
+                "cores": other.cores, "memoryMib": other.memory_units * MEMORY_UNIT_MIB, "nodes": other.nodes,
+                "text": other.describe()})
+        reason, described = answer
         entries.append({
             "namespace": pod.namespace, "pod": pod.name, "uid": pod.uid, "position": position,
             "priority": pod.priority, "cores": pod.request.cores,
             "memoryMib": pod.request.memory_units * MEMORY_UNIT_MIB, "why": reason,
-            "alternative": None if other is None else {
-                "cores": other.cores, "memoryMib": other.memory_units * MEMORY_UNIT_MIB, "nodes": other.nodes,
-                "text": other.describe()},
+            "alternative": None if described is None else dict(described),
         })
-    nodes = []
-    for name in sorted(free_by_node):
-        free = free_by_node[name]
-        best = max(free, key=lambda f: (f.free_cores * f.free_memory_units, f.free_cores), default=None)
-        nodes.append({"name": name, "wholeCardsFree": sum(f.whole for f in free),
-                      "largestShare": None if best is None else {
-                          "cores": best.free_cores, "memoryMib": best.free_memory_units * MEMORY_UNIT_MIB}})
     return {"pending": entries, "nodes": nodes}
