@@ -32,7 +32,7 @@ from jupyter_vgpu.core.contract import CardShare, ContainerAllocation  # noqa: E
 from jupyter_vgpu.core.inventory import Card, NodeInventory  # noqa: E402
 
 TOKEN = "bench-queue-token-0123456789abcdef"
-DISTINCT_SIZES = (contract.MAX_CARD_MEMORY_MIB - 16384) // 256 + 1
+DISTINCT_SIZES = (contract.MAX_CARD_MEMORY_MIB - 16384) // 256 - 8  # room for the waiting pods to ask more
 
 
 class PodCache:
@@ -91,6 +91,8 @@ def main() -> None:
                         help="distinct request shapes among the waiting pods (a Hub's profile list: a few)")
     parser.add_argument("--distinct-nodes", action="store_true",
                         help="give every node a room of its own (worst case; default: identical nodes)")
+    parser.add_argument("--touch", type=int, default=0, metavar="N",
+                        help="before each timed recompute, bind one pod on each of N nodes (a bind burst)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="print cProfile's N costliest functions of one recompute, then stop")
     args = parser.parse_args()
@@ -98,7 +100,7 @@ def main() -> None:
     ledger = Ledger()
     for n in range(args.nodes):
         name = f"gpu-{n:04d}"
-        # distinct nodes: card memory steps by one unit up to the 512 GiB cap (1,985 sizes), and
+        # distinct nodes: card memory steps by one unit up to just below the 512 GiB cap (1,976 sizes), and
         # beyond that the node holds 1, 2, ... whole cards, so every node has a room of its own
         step = n % DISTINCT_SIZES if args.distinct_nodes else 0
         memory = 16384 + 256 * step
@@ -132,8 +134,17 @@ def main() -> None:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile)
         return
 
+    def bind_burst(round_: int) -> None:
+        for k in range(args.touch):
+            name = f"gpu-{(round_ * args.touch + k) % args.nodes:04d}"
+            share = CardShare(7, f"GPU-{name}-7", 10, 4)
+            ledger.put(Holding(f"burst-{round_}-{k}", "jhub", f"burst-{round_}-{k}", name,
+                               (ContainerAllocation(0, "notebook", (share,)),)))
+
+    extender.queue_report()  # the first recompute reads every node; the timed ones follow it
     computes = []
-    for _ in range(5):
+    for round_ in range(5):
+        bind_burst(round_)
         started = time.perf_counter()
         report = extender.queue_report()
         computes.append(time.perf_counter() - started)
@@ -155,7 +166,7 @@ def main() -> None:
         extender.stop()
     print(f"{args.nodes} {'distinct' if args.distinct_nodes else 'identical'} nodes x 8 cards, "
           f"{args.waiting} waiting pods in {args.shapes} shapes + {args.bound} bound pods")
-    print(f"recompute (one pass over the pod cache): median {statistics.median(computes) * 1000:.1f} ms, "
+    print(f"recompute after {args.touch} nodes changed (one pass over the pod cache): median {statistics.median(computes) * 1000:.1f} ms, "
           f"max {max(computes) * 1000:.1f} ms; passes during the HTTP calls: {extender.queue.computed}")
     for label, values in (("GET /queue (whole)", whole), ("GET /queue?namespace=&pod= (one pod)", one)):
         print(f"{label}: p50 {percentile(values, 0.5) * 1000:.2f} ms, p99 {percentile(values, 0.99) * 1000:.2f} ms")
