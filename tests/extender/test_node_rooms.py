@@ -8,7 +8,7 @@ from extender_support import NAMES, node, pod
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from vgpu_plugin.extender.ledger import Holding, Ledger, node_cards
-from vgpu_plugin.extender.waiting import NodeRooms, queue_report
+from vgpu_plugin.extender.waiting import FreeRoom, NodeRooms, fits, queue_report
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.core.claims import FreeCard
@@ -88,3 +88,21 @@ def test_a_node_given_as_a_list_is_read_afresh_each_report() -> None:
     assert second == queue_report(pods, {"a": cards}, NAMES, SCHEDULERS)
     assert second["pending"][0]["why"] == "no card on any node has 50 % and 10 GiB free"
     assert second["nodes"][0]["wholeCardsFree"] == 0
+
+
+free_cards = st.builds(lambda i, c, u, w: FreeCard(i, 100 if w else c, u, w), st.integers(0, 7),
+                       st.integers(0, 100), st.integers(0, 160), st.booleans())
+requests = st.one_of(st.builds(lambda c, u: contract.Request(c, u), st.integers(1, 99), st.integers(1, 160)),
+                     st.builds(lambda n, u: contract.Request(100 * n, u), st.integers(1, 4),
+                               st.sampled_from([0, 64, 400])))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from("abcdefgh"), st.lists(free_cards, max_size=8), max_size=8), requests)
+def test_the_per_shape_pass_counts_as_fits_alone_node_by_node(free_by_node, request) -> None:
+    """``fits_somewhere`` (over the rooms' pairs) and ``nodes_fitting`` (inlined for shares) are
+    the extender's fit rule applied to every node's cards."""
+    room = FreeRoom.of(free_by_node)
+    fitting = sum(fits(free, request) for free in free_by_node.values())
+    assert room.nodes_fitting(request) == fitting
+    assert room.fits_somewhere(request) == (fitting > 0)

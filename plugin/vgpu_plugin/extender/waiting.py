@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from jupyter_vgpu.core.claims import FreeCard, fits_alone, is_finished
@@ -156,17 +157,34 @@ class FreeRoom:
         n = request.cards
         return len(intact) >= n and (not request.memory_units or sum(intact[:n]) >= request.memory_units)
 
+    @cached_property
+    def pairs(self) -> frozenset[tuple[int, int]]:
+        """Every room's (free cores, free memory) pairs, once: a share fits on some node exactly
+        when one of these holds it, so ``why`` and ``alternative`` look at each pair once, not
+        once per room (5,000 distinct rooms share a few thousand pairs)."""
+        return frozenset(pair for pairs, _ in self.counts for pair in pairs)
+
+    def fits_somewhere(self, request: Request) -> bool:
+        if request.is_share:
+            cores, units = request.cores, request.memory_units
+            return any(c >= cores and u >= units for c, u in self.pairs)
+        return any(self.room_fits(each, request) for each in self.counts)
+
     def fits_on(self, node: str, request: Request) -> bool:
         return self.room_fits(self.rooms[node], request)
 
     def nodes_fitting(self, request: Request) -> int:
+        if request.is_share:  # room_fits inlined: this is the per-shape pass over every distinct room
+            cores, units = request.cores, request.memory_units
+            return sum(count for (pairs, _), count in self.counts.items()
+                       if any(c >= cores and u >= units for c, u in pairs))
         return sum(count for room, count in self.counts.items() if self.room_fits(room, request))
 
 
 def why(request: Request, free_by_node: Mapping[str, Sequence[FreeCard]] | FreeRoom) -> str | None:
     """Why the request fits on no node now (None when it fits somewhere)."""
     room = free_by_node if isinstance(free_by_node, FreeRoom) else FreeRoom.of(free_by_node)
-    if any(room.room_fits(each, request) for each in room.counts):
+    if room.fits_somewhere(request):
         return None
     if not room.rooms:
         return "no GPU node is known to the scheduler"
@@ -183,8 +201,7 @@ def alternative(request: Request, free_by_node: Mapping[str, Sequence[FreeCard]]
     room = free_by_node if isinstance(free_by_node, FreeRoom) else FreeRoom.of(free_by_node)
     if request.is_share:
         # a pair another card of the same node beats never gives a larger candidate
-        candidates = {(min(c, request.cores), min(u, request.memory_units))
-                      for pairs, _ in room.counts for c, u in pairs}
+        candidates = {(min(c, request.cores), min(u, request.memory_units)) for c, u in room.pairs}
         candidates = {(c, u) for c, u in candidates if c > 0 and u > 0}
         if not candidates:
             return None
