@@ -9,6 +9,8 @@ GET /queue?namespace=&pod= (one pod's entry) over HTTP while the report is cache
     .venv/bin/python benchmarks/queue/bench_queue.py --nodes 1000 --waiting 500 --bound 20000 --calls 300
     .venv/bin/python benchmarks/queue/bench_queue.py --nodes 1000 --waiting 500 --bound 20000 --calls 300 \
         --distinct-nodes --shapes 500   # the worst case
+    .venv/bin/python benchmarks/queue/bench_queue.py --nodes 5000 --waiting 1500 --bound 100000 --calls 100 \
+        --touch 200   # a recompute after a bind burst on 200 nodes (issue 18); --profile 30: cProfile of one
 """
 
 from __future__ import annotations
