@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 import pytest
 from browser_support import PANEL, Cluster, Lab, open_lab, start_lab, stop_lab
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from simkube.waiting import wait_for
 
 
@@ -193,7 +194,10 @@ def test_panel_without_a_vgpu(browser: Any, labextension_built: Path, tmp_path: 
             if not search.is_visible():  # the modal palette closes when the focus moves (a lab still settling)
                 page.keyboard.press("Control+Shift+C")
                 return False
-            search.fill("vGPU panel")
+            try:
+                search.fill("vGPU panel", timeout=2_000)
+            except PlaywrightTimeoutError:  # it closed again between the look and the fill
+                return False
             return item.is_visible()
 
         wait_for(palette_lists_the_command, timeout=60, interval=0.5, what="the palette to list Show vGPU Panel")
