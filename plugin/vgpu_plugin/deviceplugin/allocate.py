@@ -192,22 +192,29 @@ def quota(kind: str, allocation: ContainerAllocation, size: int) -> dict[int, in
 
 def preferred_ids(available: Sequence[str], must_include: Sequence[str], size: int,
                   per_card: Mapping[int, int]) -> list[str]:
-    """kubelet's must-include IDs, then IDs on the planned cards up to each card's quota, then any."""
+    """kubelet's must-include IDs, then IDs on the planned cards up to each card's quota, then any.
+
+    In the order of ``_id_order`` (card, then ID): the planned cards' IDs are sorted card by card,
+    and the whole pool only when those do not fill the request (kubelet names ~2,000 IDs a call)."""
     chosen = list(dict.fromkeys(must_include))[:size] if size > 0 else []
-    pool = sorted(set(available) - set(chosen), key=_id_order)
+    picked = set(chosen)
     taken = cards_in(chosen)
-    for device in pool:
-        card = card_of(device)
-        if len(chosen) >= size:
-            break
-        if card is not None and card in per_card and taken[card] < per_card[card]:
-            chosen.append(device)
-            taken[card] += 1
-    for device in pool:  # kubelet's accounting may differ from ours: fill up from the rest
-        if len(chosen) >= size:
-            break
-        if device not in chosen:
-            chosen.append(device)
+    on_planned: dict[int, set[str]] = {}
+    if per_card:
+        for device in available:
+            card = card_of(device)
+            if card is not None and card in per_card and taken[card] < per_card[card] and device not in picked:
+                on_planned.setdefault(card, set()).add(device)
+    for card in sorted(on_planned):
+        room = min(per_card[card] - taken[card], size - len(chosen))
+        if room <= 0:
+            continue
+        some = sorted(on_planned[card])[:room]
+        chosen.extend(some)
+        taken[card] += len(some)
+    if len(chosen) < size:  # kubelet's accounting may differ from ours: fill up from the rest
+        picked = set(chosen)
+        chosen.extend(sorted((d for d in set(available) if d not in picked), key=_id_order)[:size - len(chosen)])
     return chosen
 
 
