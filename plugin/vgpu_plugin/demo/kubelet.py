@@ -83,6 +83,8 @@ class _Plugin:
     options: api_pb2.DevicePluginOptions
     devices: dict[str, str] = field(default_factory=dict)  # id -> health
     numa: dict[str, int | None] = field(default_factory=dict)
+    healthy: list[str] = field(default_factory=list)  # the healthy IDs, sorted: kept with ``devices``
+    ids: list[str] = field(default_factory=list)  # all IDs, sorted: kept with ``devices``
     channel: grpc.Channel | None = None
     stream: Any = None
     thread: threading.Thread | None = None
@@ -305,7 +307,7 @@ class SimKubelet:
             plugin.stream = stub.ListAndWatch(api_pb2.Empty())
             for response in plugin.stream:
                 with self._lock:
-                    plugin.devices = {d.ID: d.health for d in response.devices}
+                    _set_devices(plugin, {d.ID: d.health for d in response.devices})
                     plugin.numa = {d.ID: (d.topology.nodes[0].ID if d.HasField("topology") and d.topology.nodes
                                           else None) for d in response.devices}
                     plugin.connected = True
@@ -319,7 +321,7 @@ class SimKubelet:
                 plugin.connected = False
                 if self._plugins.get(plugin.resource) is plugin:
                     # kubelet keeps the endpoint's devices but stops counting them as healthy
-                    plugin.devices = dict.fromkeys(plugin.devices, "Unhealthy")
+                    _set_devices(plugin, dict.fromkeys(plugin.devices, "Unhealthy"))
             if not self._stopping.is_set():
                 self._publish_capacity()
 
@@ -339,7 +341,7 @@ class SimKubelet:
             self._status_published = time.monotonic()
             with self._lock:
                 capacity = {r: str(len(p.devices)) for r, p in self._plugins.items()}
-                allocatable = {r: str(sum(h == HEALTHY for h in p.devices.values())) for r, p in self._plugins.items()}
+                allocatable = {r: str(len(p.healthy)) for r, p in self._plugins.items()}
             if not capacity:
                 return
             try:
@@ -551,7 +553,7 @@ class SimKubelet:
         with self._lock:
             plugin = self._plugins[resource]
             busy = self.in_use(resource) | {d for cc in admitted.containers for d in cc.devices.get(resource, ())}
-            free = sorted(d for d, h in plugin.devices.items() if h == HEALTHY and d not in busy)
+            free = [d for d in plugin.healthy if d not in busy]  # sorted, as ``healthy`` is
         if len(free) < count:
             raise AdmissionError(f"requested number of devices unavailable for {resource}. "
                                  f"Requested: {count}, Available: {len(free)}")
@@ -736,8 +738,8 @@ class SimKubelet:
         with self._lock:
             entries = [PodDeviceEntry(pod.uid, ctr.name, resource, ids, ctr.responses.get(resource, b""))
                        for pod in self._pods.values() for ctr in pod.containers for resource, ids in ctr.devices.items()]
-            registered = {r: list(p.devices) for r, p in self._plugins.items()}
-            numa = {d: n for p in self._plugins.values() for d, n in p.numa.items()}
+            registered = {r: p.ids for r, p in self._plugins.items()}
+            numa = {d: n for p in self._plugins.values() for d, n in p.numa.items() if n is not None}
         write_checkpoint(self.checkpoint_path, entries, registered, numa)
 
     def _recover_from_checkpoint(self) -> None:
@@ -758,6 +760,14 @@ class SimKubelet:
                     pod.containers.append(ctr)
                 ctr.devices[entry.resource] = entry.device_ids
                 ctr.responses[entry.resource] = entry.alloc_response
+
+
+def _set_devices(plugin: _Plugin, devices: dict[str, str]) -> None:
+    """The plugin's devices, and its sorted healthy IDs (sorted once per ListAndWatch update rather than
+    per Allocate: ~2,000 IDs on an 8-card node)."""
+    plugin.devices = devices
+    plugin.ids = sorted(devices)
+    plugin.healthy = [d for d in plugin.ids if devices[d] == HEALTHY]
 
 
 def _cgroup_path(pod: dict[str, Any], uid: str, container_id: str) -> str:

@@ -50,12 +50,43 @@ def _read_bytes(path: str) -> bytes | None:
         return None
 
 
-def _parse_bytes(raw: bytes) -> list[PodDeviceEntry]:
+def _parse_bytes(raw: bytes, known: EntryMemo | None = None) -> list[PodDeviceEntry]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         raise CheckpointError(f"kubelet checkpoint is not UTF-8: {error}") from None
-    return parse_checkpoint(text)
+    return parse_checkpoint(text, known)
+
+
+class EntryMemo:
+    """The entries the last parse read, by the exact JSON of their raw object: kubelet rewrites the
+    whole file after each admission, and all but the new pod's entries are the ones read last time.
+    ``_entry`` is a function of the raw object alone, so a raw object seen before (the same JSON, its
+    keys in the same order) is the same entry. Only what the last parse met is kept."""
+
+    def __init__(self) -> None:
+        self._last: dict[bytes, PodDeviceEntry] = {}
+        self._now: dict[bytes, PodDeviceEntry] = {}
+        self.reused = 0  # entries answered from memory (the others were read)
+
+    def start(self) -> None:
+        self._now = {}
+
+    def finish(self) -> None:
+        self._last, self._now = self._now, {}
+
+    def entry(self, raw: object, where: str) -> PodDeviceEntry:
+        try:
+            key = orjson.dumps(raw)
+        except (orjson.JSONEncodeError, TypeError):  # e.g. an integer beyond 64 bits: read it, do not remember it
+            return _entry(raw, where)
+        found = self._now.get(key) or self._last.get(key)
+        if found is not None:
+            self.reused += 1
+        else:
+            found = _entry(raw, where)
+        self._now[key] = found
+        return found
 
 
 def read_checkpoint(path: str) -> list[PodDeviceEntry]:
@@ -75,6 +106,7 @@ class CheckpointReader:
         self.path = path
         self._raw: bytes | None = None
         self._entries: tuple[PodDeviceEntry, ...] = ()
+        self._known = EntryMemo()
         self.parses = 0  # how many times bytes were parsed (the other reads found the same bytes again)
 
     def read(self) -> list[PodDeviceEntry]:
@@ -83,17 +115,18 @@ class CheckpointReader:
             return []
         if raw != self._raw:
             self._raw = None  # a malformed file leaves nothing remembered
-            entries = _parse_bytes(raw)
+            entries = _parse_bytes(raw, self._known)
             self.parses += 1
             self._raw, self._entries = raw, tuple(entries)
         return list(self._entries)
 
 
-def parse_checkpoint(text: str) -> list[PodDeviceEntry]:
+def parse_checkpoint(text: str, known: EntryMemo | None = None) -> list[PodDeviceEntry]:
     """The entries of a checkpoint's text. Whatever the text holds, the answer is the entries or a
-    CheckpointError naming the first thing out of kubelet's format, never another exception."""
+    CheckpointError naming the first thing out of kubelet's format, never another exception.
+    ``known``: the entries a reader met in its last parse, to answer unchanged ones from."""
     try:
-        data = json.loads(text)
+        data = _loads(text)
     except (ValueError, RecursionError) as error:  # JSONDecodeError, an integer too long, nesting too deep
         raise CheckpointError(f"kubelet checkpoint is not JSON: {error}") from None
     if not isinstance(data, dict) or not isinstance(data.get("Data"), dict):
@@ -103,7 +136,45 @@ def parse_checkpoint(text: str) -> list[PodDeviceEntry]:
         return []
     if not isinstance(raw_entries, list):
         raise CheckpointError("kubelet checkpoint 'PodDeviceEntries' is not a list")
-    return [_entry(raw, f"PodDeviceEntries[{i}]") for i, raw in enumerate(raw_entries)]
+    if known is None:
+        return [_entry(raw, f"PodDeviceEntries[{i}]") for i, raw in enumerate(raw_entries)]
+    known.start()
+    entries = [known.entry(raw, f"PodDeviceEntries[{i}]") for i, raw in enumerate(raw_entries)]
+    known.finish()  # only after a whole parse: a malformed file leaves the last one's entries known
+    return entries
+
+
+def _loads(text: str) -> object:
+    """``json.loads(text)``, in C when orjson reads the text to the same value. Where orjson refuses
+    (NaN, lone surrogates, ...) the stdlib reads or refuses as before. Where orjson differs without
+    refusing, its answer holds a float (it reads an integer beyond 64 bits as one) or is nested deep
+    (it allows deeper nesting than the stdlib's recursion limit): those texts, never kubelet's, go to
+    the stdlib too. Any other value both read alike (strings, 64-bit integers, the last of duplicate keys)."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+    return json.loads(text) if _unlike_the_stdlib(value) else value
+
+
+_SHALLOW = 32  # kubelet's checkpoint nests 5 deep
+
+
+def _unlike_the_stdlib(value: object) -> bool:
+    """Whether orjson's value may not be the stdlib's: a float in it, or nesting deeper than ``_SHALLOW``."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > _SHALLOW:
+            return True
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            kind = type(child)
+            if kind is float:
+                return True
+            if kind is dict or kind is list:
+                stack.append((child, depth + 1))
+    return type(value) is float
 
 
 def _entry(raw: object, where: str) -> PodDeviceEntry:
