@@ -21,6 +21,7 @@ from vgpu_plugin.deviceplugin.allocator import AnswerMemo
 from vgpu_plugin.deviceplugin.checkpoint import (
     CheckpointError,
     CheckpointReader,
+    CheckpointWriter,
     PodDeviceEntry,
     read_checkpoint,
     write_checkpoint,
@@ -268,3 +269,39 @@ def test_texts_orjson_reads_differently_are_read_by_the_stdlib():
         except (ValueError, RecursionError) as error:
             got = ("refused", type(error).__name__)
         assert got == expected, text[:40]
+
+
+NUMA_MAP = st.dictionaries(st.sampled_from([f"gpu{card}-core-{i:02d}" for card in range(2) for i in range(6)]),
+                           st.one_of(st.none(), st.integers(0, 3)), max_size=12)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(writes=st.lists(st.tuples(st.lists(ENTRY, max_size=6), st.integers(0, 2)), min_size=1, max_size=10),
+       maps=st.lists(NUMA_MAP, min_size=3, max_size=3))
+def test_the_writer_writes_the_bytes_write_checkpoint_writes(writes, maps):
+    """The kubelet stand-in's writer keeps each entry's JSON object between writes; the file is byte for byte
+    ``write_checkpoint``'s, through entries added, removed and repeated and the NUMA map replaced."""
+    registered = {NAMES.core_resource: [f"gpu{card}-core-{i:02d}" for card in range(2) for i in range(6)]}
+    with tempfile.TemporaryDirectory(prefix="vdp-ck-", dir="/tmp") as directory:
+        writer = CheckpointWriter(os.path.join(directory, "kept"))
+        full = os.path.join(directory, "full")
+        kept_entries: list[PodDeviceEntry] = []
+        for entries, which in writes:
+            kept_entries = kept_entries[len(kept_entries) // 2:] + entries  # old entries stay, as on a node
+            writer.write(kept_entries, registered, maps[which])
+            write_checkpoint(full, kept_entries, registered, maps[which])
+            assert open(writer.path, "rb").read() == open(full, "rb").read()
+
+
+def test_the_writer_builds_only_new_entries():
+    registered = {NAMES.core_resource: ["gpu0-core-00", "gpu0-core-01"]}
+    entries = [PodDeviceEntry(f"uid-{n}", "c0", NAMES.core_resource, (f"gpu0-core-0{n}",)) for n in range(2)]
+    numa = {"gpu0-core-00": 0}
+    with tempfile.TemporaryDirectory(prefix="vdp-ck-", dir="/tmp") as directory:
+        writer = CheckpointWriter(os.path.join(directory, "kubelet_internal_checkpoint"))
+        writer.write(entries[:1], registered, numa)
+        writer.write(entries, registered, numa)
+        assert writer.built == 2
+        writer.write(entries, registered, dict(numa))  # another map: every object built again
+        assert writer.built == 4
+        assert read_checkpoint(writer.path) == entries

@@ -53,7 +53,7 @@ from simkube import waiting
 from jupyter_vgpu.core import contract as c
 
 from ..deviceplugin import api_pb2, api_pb2_grpc
-from ..deviceplugin.checkpoint import PodDeviceEntry, read_checkpoint, write_checkpoint
+from ..deviceplugin.checkpoint import CheckpointWriter, PodDeviceEntry, read_checkpoint
 from ..deviceplugin.devices import API_VERSION, CHECKPOINT_FILE, HEALTHY, KUBELET_SOCKET
 from .proctree import ProcessTree
 
@@ -183,6 +183,8 @@ class SimKubelet:
         self.allocate_calls: list[tuple[str, str, str, tuple[str, ...]]] = []  # (pod uid, container, resource, ids)
         self.preferred_calls = 0
         self.registrations: list[tuple[str, str]] = []  # (resource, endpoint), every Register accepted
+        self._checkpoint = CheckpointWriter(self.checkpoint_path)  # the file kubelet writes after each admission
+        self._numa_of: dict[str, int | None] | None = None  # device -> NUMA node over all plugins, for the checkpoint
 
     # --- lifecycle ----------------------------------------------------------------------------------
 
@@ -244,6 +246,7 @@ class SimKubelet:
                     pass
         with self._lock:
             self._plugins.clear()
+            self._numa_of = None
         self._recover_from_checkpoint()
         self._serve_registration()
         self._publish_capacity()
@@ -284,6 +287,7 @@ class SimKubelet:
         with self._lock:
             old = self._plugins.get(request.resource_name)
             self._plugins[request.resource_name] = plugin
+            self._numa_of = None
             self.registrations.append((request.resource_name, request.endpoint))
         if old is not None:
             self._disconnect(old)
@@ -310,6 +314,7 @@ class SimKubelet:
                     _set_devices(plugin, {d.ID: d.health for d in response.devices})
                     plugin.numa = {d.ID: (d.topology.nodes[0].ID if d.HasField("topology") and d.topology.nodes
                                           else None) for d in response.devices}
+                    self._numa_of = None
                     plugin.connected = True
                 self._publish_capacity()
                 self._queue.put(("", "", "devices"))  # devices may have freed up for waiting pods
@@ -739,8 +744,10 @@ class SimKubelet:
             entries = [PodDeviceEntry(pod.uid, ctr.name, resource, ids, ctr.responses.get(resource, b""))
                        for pod in self._pods.values() for ctr in pod.containers for resource, ids in ctr.devices.items()]
             registered = {r: p.ids for r, p in self._plugins.items()}
-            numa = {d: n for p in self._plugins.values() for d, n in p.numa.items() if n is not None}
-        write_checkpoint(self.checkpoint_path, entries, registered, numa)
+            if self._numa_of is None:  # built again after each ListAndWatch update
+                self._numa_of = {d: n for p in self._plugins.values() for d, n in p.numa.items()}
+            numa = self._numa_of
+        self._checkpoint.write(entries, registered, numa)
 
     def _recover_from_checkpoint(self) -> None:
         """After a restart kubelet knows from its checkpoint which devices its pods hold."""

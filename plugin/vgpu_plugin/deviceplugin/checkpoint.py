@@ -225,19 +225,53 @@ def write_checkpoint(path: str, entries: Iterable[PodDeviceEntry],
                      registered: Mapping[str, Iterable[str]], numa_of: Mapping[str, int | None] | None = None) -> None:
     """Write the file atomically in kubelet's format (for the simulated kubelet)."""
     numa_of = numa_of or {}
-    pod_entries = []
-    for entry in entries:
-        by_numa: dict[str, list[str]] = {}
-        for device in entry.device_ids:
-            numa = numa_of.get(device)
-            by_numa.setdefault(str(numa if numa is not None else -1), []).append(device)
-        pod_entries.append({
-            "PodUID": entry.pod_uid,
-            "ContainerName": entry.container_name,
-            "ResourceName": entry.resource,
-            "DeviceIDs": by_numa,
-            "AllocResp": base64.b64encode(entry.alloc_response).decode(),
-        })
+    _write(path, [_entry_object(entry, numa_of) for entry in entries], registered)
+
+
+class CheckpointWriter:
+    """``write_checkpoint`` for one path, written again and again (the simulated kubelet after every
+    admission, ~70 entries on a packed node): each entry's JSON object is built once and kept while
+    the entry is written, as it is a function of the entry and the NUMA map alone. ``numa_of`` must
+    not change in place: a different map (by identity) forgets every object built with the last."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._numa_of: Mapping[str, int | None] | None = None
+        self._objects: dict[PodDeviceEntry, dict[str, object]] = {}
+        self.built = 0  # entry objects built (the others were kept from the write before)
+
+    def write(self, entries: Iterable[PodDeviceEntry], registered: Mapping[str, Iterable[str]],
+              numa_of: Mapping[str, int | None]) -> None:
+        if numa_of is not self._numa_of:
+            self._numa_of, self._objects = numa_of, {}
+        kept: dict[PodDeviceEntry, dict[str, object]] = {}
+        pod_entries = []
+        for entry in entries:
+            found = kept.get(entry) or self._objects.get(entry)
+            if found is None:
+                found = _entry_object(entry, numa_of)
+                self.built += 1
+            kept[entry] = found
+            pod_entries.append(found)
+        _write(self.path, pod_entries, registered)
+        self._objects = kept  # only what this write wrote
+
+
+def _entry_object(entry: PodDeviceEntry, numa_of: Mapping[str, int | None]) -> dict[str, object]:
+    by_numa: dict[str, list[str]] = {}
+    for device in entry.device_ids:
+        numa = numa_of.get(device)
+        by_numa.setdefault(str(numa if numa is not None else -1), []).append(device)
+    return {
+        "PodUID": entry.pod_uid,
+        "ContainerName": entry.container_name,
+        "ResourceName": entry.resource,
+        "DeviceIDs": by_numa,
+        "AllocResp": base64.b64encode(entry.alloc_response).decode(),
+    }
+
+
+def _write(path: str, pod_entries: list[dict[str, object]], registered: Mapping[str, Iterable[str]]) -> None:
     data = {"PodDeviceEntries": pod_entries,
             "RegisteredDevices": {name: sorted(ids) for name, ids in registered.items()}}
     # only the simulated kubelet writes: its dependency ("sim"), not the node daemon's
