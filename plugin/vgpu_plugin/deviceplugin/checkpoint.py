@@ -161,20 +161,22 @@ _SHALLOW = 32  # kubelet's checkpoint nests 5 deep
 
 
 def _unlike_the_stdlib(value: object) -> bool:
-    """Whether orjson's value may not be the stdlib's: a float in it, or nesting deeper than ``_SHALLOW``."""
+    """Whether orjson's value may not be the stdlib's: a float in it, or nesting deeper than ``_SHALLOW``.
+    Each container's members are typed in C (``map(type, ...)``): the file's long lists are strings."""
+    if type(value) is float:
+        return True
     stack = [(value, 0)]
     while stack:
         item, depth = stack.pop()
         if depth > _SHALLOW:
             return True
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        for child in children:
-            kind = type(child)
-            if kind is float:
-                return True
-            if kind is dict or kind is list:
-                stack.append((child, depth + 1))
-    return type(value) is float
+        members = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        kinds = set(map(type, members))
+        if float in kinds:
+            return True
+        if dict in kinds or list in kinds:
+            stack.extend((member, depth + 1) for member in members if type(member) is dict or type(member) is list)
+    return False
 
 
 def _entry(raw: object, where: str) -> PodDeviceEntry:
