@@ -36,8 +36,9 @@ class AllocationError(Exception):
 def settled_pods(views: Sequence[PodView], ledger: Ledger, running: Collection[str]) -> set[str]:
     """UIDs of the pods marked assigned that kubelet certainly admitted: the ledger holds every one
     of their containers, or kubelet runs them (a status only kubelet writes). No Allocate is for these."""
+    started = ledger.started_pods()
     return {v.uid for v in views if v.assigned and (v.uid in running or (
-        ledger.pod_started(v.uid) and all(ledger.container_complete(w) for w in v.containers)))}
+        v.uid in started and all(ledger.container_complete(w) for w in v.containers)))}
 
 
 def choose(ledger: Ledger, kind: str, count: int, ids: Sequence[str] | None, views: Sequence[PodView],
@@ -46,10 +47,11 @@ def choose(ledger: Ledger, kind: str, count: int, ids: Sequence[str] | None, vie
     id_cards = set(cards_in(ids or ()))
     best: tuple[Any, ...] | None = None
     chosen = None
+    started = ledger.started_pods()
     for view in views:
         if view.uid in settled or view.problem:
             continue
-        pod_started = ledger.pod_started(view.uid)
+        pod_started = view.uid in started
         for wanted in view.containers:
             key = (wanted.uid, wanted.index)
             if wanted.count(kind) != count or ledger.served_kind(key, kind):
