@@ -86,6 +86,7 @@ class _Plugin:
     healthy: list[str] = field(default_factory=list)  # the healthy IDs, sorted: kept with ``devices``
     ids: list[str] = field(default_factory=list)  # all IDs, sorted: kept with ``devices``
     channel: grpc.Channel | None = None
+    stub: tuple[grpc.Channel, api_pb2_grpc.DevicePluginStub] | None = None  # the stub of ``channel``
     stream: Any = None
     thread: threading.Thread | None = None
     connected: bool = False
@@ -298,10 +299,13 @@ class SimKubelet:
         return None
 
     def _stub(self, plugin: _Plugin) -> api_pb2_grpc.DevicePluginStub:
-        if plugin.channel is None:
-            plugin.channel = grpc.insecure_channel("unix://" + os.path.abspath(
+        channel = plugin.channel
+        if channel is None:
+            channel = plugin.channel = grpc.insecure_channel("unix://" + os.path.abspath(
                 os.path.join(self.plugin_dir, plugin.endpoint)))
-        return api_pb2_grpc.DevicePluginStub(plugin.channel)
+        if plugin.stub is None or plugin.stub[0] is not channel:  # one stub per channel, not one per call
+            plugin.stub = (channel, api_pb2_grpc.DevicePluginStub(channel))
+        return plugin.stub[1]
 
     def _list_and_watch(self, plugin: _Plugin) -> None:
         try:
