@@ -156,6 +156,7 @@ class Informer:
         self._thread: threading.Thread | None = None
         self._watch: Any = None
         self.resource_version: str | None = None
+        self.changes = 0  # bumped (under the lock) with every change to the cache: equal counts, equal items
         self.relists = 0  # how many full lists it has made (1 after the first sync)
         self.failures = 0  # how many list/watch attempts failed (API errors other than 410, connection errors)
         self.name = getattr(list_func, "__name__", "informer")
@@ -246,6 +247,7 @@ class Informer:
         subset = {} if in_subset is None else {key: obj for key, obj in fresh.items() if in_subset(obj)}
         with self._lock:
             old, self._cache, self._subset = self._cache, fresh, subset
+            self.changes += 1
         self.resource_version = (body.get("metadata") or {}).get("resourceVersion") or None
         self.relists += 1
         for key, obj in old.items():
@@ -282,6 +284,7 @@ class Informer:
             return
         key = _key(obj)
         with self._lock:
+            self.changes += 1
             if kind == "DELETED":
                 self._cache.pop(key, None)
                 self._subset.pop(key, None)

@@ -10,6 +10,7 @@ full reading answers, and the plan built from them is the full pass's plan.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 
@@ -20,6 +21,7 @@ from vgpu_plugin.deviceplugin.allocator import AnswerMemo
 from vgpu_plugin.deviceplugin.checkpoint import (
     CheckpointError,
     CheckpointReader,
+    CheckpointWriter,
     PodDeviceEntry,
     read_checkpoint,
     write_checkpoint,
@@ -196,3 +198,110 @@ def test_a_plan_with_remembered_answers_is_the_full_pass_plan():
     assert full.ledger.served[("uid-newer", 0)].allocation.allocation_id == "a1"  # the case did move the record
     for plan in plans:
         assert (plan.ledger, plan.dirty, plan.notes) == (full.ledger, full.dirty, full.notes)
+
+
+def test_a_rewrite_with_one_more_entry_reads_only_the_new_entry():
+    """kubelet rewrites the whole file after each admission: the entries met before are not read again,
+    and an entry changed in place (one of its device IDs) is read again."""
+    registered = {NAMES.core_resource: [f"gpu0-core-{i:02d}" for i in range(100)]}
+    entries = [PodDeviceEntry(f"uid-{n}", "c0", NAMES.core_resource, (f"gpu0-core-{n:02d}",), b"answer %d" % n)
+               for n in range(5)]
+    with tempfile.TemporaryDirectory(prefix="vdp-ck-", dir="/tmp") as directory:
+        path = os.path.join(directory, "kubelet_internal_checkpoint")
+        reader = CheckpointReader(path)
+        write_checkpoint(path, entries[:4], registered)
+        assert reader.read() == entries[:4] and reader._known.reused == 0
+        write_checkpoint(path, entries, registered)
+        assert reader.read() == entries == read_checkpoint(path)
+        assert reader._known.reused == 4
+        moved = [*entries[:2], PodDeviceEntry("uid-2", "c0", NAMES.core_resource, ("gpu0-core-42",), b"answer 2"),
+                 *entries[3:]]
+        write_checkpoint(path, moved, registered)
+        assert reader.read() == moved == read_checkpoint(path)
+        assert reader._known.reused == 4 + 4
+
+
+JSON_VALUE = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2 ** 70), max_value=2 ** 70),
+              st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=4), inner, max_size=4)),
+    max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON_VALUE, spaced=st.booleans())
+def test_the_checkpoint_json_is_read_as_the_stdlib_reads_it(value, spaced):
+    """orjson reads the text where it can; NaN, infinities and integers beyond 64 bits (which it refuses)
+    go to the stdlib: the value is the stdlib's either way."""
+    from vgpu_plugin.deviceplugin.checkpoint import _loads
+
+    text = json.dumps(value, indent=1 if spaced else None)
+    assert repr(_loads(text)) == repr(json.loads(text))
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet='{}[]":,0123456789.eE-+ntrufalsNIy \\ud', max_size=30))
+def test_what_the_stdlib_refuses_is_refused(text):
+    from vgpu_plugin.deviceplugin.checkpoint import _loads
+
+    try:
+        expected = ("value", repr(json.loads(text)))
+    except (ValueError, RecursionError):
+        expected = ("refused", "")
+    try:
+        got = ("value", repr(_loads(text)))
+    except (ValueError, RecursionError):
+        got = ("refused", "")
+    assert got == expected
+
+
+def test_texts_orjson_reads_differently_are_read_by_the_stdlib():
+    from vgpu_plugin.deviceplugin.checkpoint import _loads
+
+    for text in ("-9223372036854775809", "[18446744073709551616]", "9" * 5000, '{"a": NaN}', '"\\ud800"',
+                 "[" * 40 + "]" * 40, '{"Data": {"PodDeviceEntries": [{"PodUID": 1.5}]}}'):
+        try:
+            expected = ("value", repr(json.loads(text)))
+        except (ValueError, RecursionError) as error:
+            expected = ("refused", type(error).__name__)
+        try:
+            got = ("value", repr(_loads(text)))
+        except (ValueError, RecursionError) as error:
+            got = ("refused", type(error).__name__)
+        assert got == expected, text[:40]
+
+
+NUMA_MAP = st.dictionaries(st.sampled_from([f"gpu{card}-core-{i:02d}" for card in range(2) for i in range(6)]),
+                           st.one_of(st.none(), st.integers(0, 3)), max_size=12)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(writes=st.lists(st.tuples(st.lists(ENTRY, max_size=6), st.integers(0, 2)), min_size=1, max_size=10),
+       maps=st.lists(NUMA_MAP, min_size=3, max_size=3))
+def test_the_writer_writes_the_bytes_write_checkpoint_writes(writes, maps):
+    """The kubelet stand-in's writer keeps each entry's JSON object between writes; the file is byte for byte
+    ``write_checkpoint``'s, through entries added, removed and repeated and the NUMA map replaced."""
+    registered = {NAMES.core_resource: [f"gpu{card}-core-{i:02d}" for card in range(2) for i in range(6)]}
+    with tempfile.TemporaryDirectory(prefix="vdp-ck-", dir="/tmp") as directory:
+        writer = CheckpointWriter(os.path.join(directory, "kept"))
+        full = os.path.join(directory, "full")
+        kept_entries: list[PodDeviceEntry] = []
+        for entries, which in writes:
+            kept_entries = kept_entries[len(kept_entries) // 2:] + entries  # old entries stay, as on a node
+            writer.write(kept_entries, registered, maps[which])
+            write_checkpoint(full, kept_entries, registered, maps[which])
+            assert open(writer.path, "rb").read() == open(full, "rb").read()
+
+
+def test_the_writer_builds_only_new_entries():
+    registered = {NAMES.core_resource: ["gpu0-core-00", "gpu0-core-01"]}
+    entries = [PodDeviceEntry(f"uid-{n}", "c0", NAMES.core_resource, (f"gpu0-core-0{n}",)) for n in range(2)]
+    numa = {"gpu0-core-00": 0}
+    with tempfile.TemporaryDirectory(prefix="vdp-ck-", dir="/tmp") as directory:
+        writer = CheckpointWriter(os.path.join(directory, "kubelet_internal_checkpoint"))
+        writer.write(entries[:1], registered, numa)
+        writer.write(entries, registered, numa)
+        assert writer.built == 2
+        writer.write(entries, registered, dict(numa))  # another map: every object built again
+        assert writer.built == 4
+        assert read_checkpoint(writer.path) == entries

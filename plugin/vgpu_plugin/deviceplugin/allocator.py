@@ -132,6 +132,8 @@ class Allocator:
         self._listed = ListedPods()  # the last list of the node's pods, while it is newer than the watch
         self._views: dict[str, tuple[str, PodView | None]] = {}  # uid -> (resourceVersion, view)
         self._running: set[str] = set()  # pods kubelet runs (it admitted them), from the last listing
+        # the informer's change count and the views and running pods read at it (see _all_views)
+        self._kept_views: tuple[int, tuple[PodView, ...], frozenset[str]] | None = None
         self._gone: set[str] = set()  # pods deleted or finished since the last reconcile
         self._answers = AnswerMemo(tokens.verify)
 
@@ -162,6 +164,16 @@ class Allocator:
         return None if self._listed.standing else items
 
     def _all_views(self, pods: list[dict[str, Any]] | None = None) -> list[PodView]:
+        """The views of ``pods`` (None: the node's pods, ``_items()``), and ``_running`` set from them.
+
+        Of the node's pods, the last answer is kept while the informer's cache has not changed
+        (its ``changes`` count, read before the items) and no list stands in for it: the views are
+        a function of the items (each of the ~4 calls per admission, and every reconcile, asks)."""
+        changes = getattr(self._pods, "changes", None) if pods is None else None
+        kept = self._kept_views
+        if changes is not None and kept is not None and kept[0] == changes and not self._listed.standing:
+            self._running = set(kept[2])
+            return list(kept[1])
         views = []
         seen = set()
         running = set()
@@ -176,6 +188,9 @@ class Allocator:
         for uid in [u for u in self._views if u not in seen]:
             del self._views[uid]
         self._running = running
+        if pods is None:
+            self._kept_views = (changes, tuple(views), frozenset(running)) \
+                if changes is not None and not self._listed.standing else None
         return views
 
     def _settled(self, views: list[PodView]) -> set[str]:

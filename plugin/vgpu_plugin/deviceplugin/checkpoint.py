@@ -50,12 +50,43 @@ def _read_bytes(path: str) -> bytes | None:
         return None
 
 
-def _parse_bytes(raw: bytes) -> list[PodDeviceEntry]:
+def _parse_bytes(raw: bytes, known: EntryMemo | None = None) -> list[PodDeviceEntry]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         raise CheckpointError(f"kubelet checkpoint is not UTF-8: {error}") from None
-    return parse_checkpoint(text)
+    return parse_checkpoint(text, known)
+
+
+class EntryMemo:
+    """The entries the last parse read, by the exact JSON of their raw object: kubelet rewrites the
+    whole file after each admission, and all but the new pod's entries are the ones read last time.
+    ``_entry`` is a function of the raw object alone, so a raw object seen before (the same JSON, its
+    keys in the same order) is the same entry. Only what the last parse met is kept."""
+
+    def __init__(self) -> None:
+        self._last: dict[bytes, PodDeviceEntry] = {}
+        self._now: dict[bytes, PodDeviceEntry] = {}
+        self.reused = 0  # entries answered from memory (the others were read)
+
+    def start(self) -> None:
+        self._now = {}
+
+    def finish(self) -> None:
+        self._last, self._now = self._now, {}
+
+    def entry(self, raw: object, where: str) -> PodDeviceEntry:
+        try:
+            key = orjson.dumps(raw)
+        except (orjson.JSONEncodeError, TypeError):  # e.g. an integer beyond 64 bits: read it, do not remember it
+            return _entry(raw, where)
+        found = self._now.get(key) or self._last.get(key)
+        if found is not None:
+            self.reused += 1
+        else:
+            found = _entry(raw, where)
+        self._now[key] = found
+        return found
 
 
 def read_checkpoint(path: str) -> list[PodDeviceEntry]:
@@ -75,6 +106,7 @@ class CheckpointReader:
         self.path = path
         self._raw: bytes | None = None
         self._entries: tuple[PodDeviceEntry, ...] = ()
+        self._known = EntryMemo()
         self.parses = 0  # how many times bytes were parsed (the other reads found the same bytes again)
 
     def read(self) -> list[PodDeviceEntry]:
@@ -83,17 +115,18 @@ class CheckpointReader:
             return []
         if raw != self._raw:
             self._raw = None  # a malformed file leaves nothing remembered
-            entries = _parse_bytes(raw)
+            entries = _parse_bytes(raw, self._known)
             self.parses += 1
             self._raw, self._entries = raw, tuple(entries)
         return list(self._entries)
 
 
-def parse_checkpoint(text: str) -> list[PodDeviceEntry]:
+def parse_checkpoint(text: str, known: EntryMemo | None = None) -> list[PodDeviceEntry]:
     """The entries of a checkpoint's text. Whatever the text holds, the answer is the entries or a
-    CheckpointError naming the first thing out of kubelet's format, never another exception."""
+    CheckpointError naming the first thing out of kubelet's format, never another exception.
+    ``known``: the entries a reader met in its last parse, to answer unchanged ones from."""
     try:
-        data = json.loads(text)
+        data = _loads(text)
     except (ValueError, RecursionError) as error:  # JSONDecodeError, an integer too long, nesting too deep
         raise CheckpointError(f"kubelet checkpoint is not JSON: {error}") from None
     if not isinstance(data, dict) or not isinstance(data.get("Data"), dict):
@@ -103,7 +136,47 @@ def parse_checkpoint(text: str) -> list[PodDeviceEntry]:
         return []
     if not isinstance(raw_entries, list):
         raise CheckpointError("kubelet checkpoint 'PodDeviceEntries' is not a list")
-    return [_entry(raw, f"PodDeviceEntries[{i}]") for i, raw in enumerate(raw_entries)]
+    if known is None:
+        return [_entry(raw, f"PodDeviceEntries[{i}]") for i, raw in enumerate(raw_entries)]
+    known.start()
+    entries = [known.entry(raw, f"PodDeviceEntries[{i}]") for i, raw in enumerate(raw_entries)]
+    known.finish()  # only after a whole parse: a malformed file leaves the last one's entries known
+    return entries
+
+
+def _loads(text: str) -> object:
+    """``json.loads(text)``, in C when orjson reads the text to the same value. Where orjson refuses
+    (NaN, lone surrogates, ...) the stdlib reads or refuses as before. Where orjson differs without
+    refusing, its answer holds a float (it reads an integer beyond 64 bits as one) or is nested deep
+    (it allows deeper nesting than the stdlib's recursion limit): those texts, never kubelet's, go to
+    the stdlib too. Any other value both read alike (strings, 64-bit integers, the last of duplicate keys)."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+    return json.loads(text) if _unlike_the_stdlib(value) else value
+
+
+_SHALLOW = 32  # kubelet's checkpoint nests 5 deep
+
+
+def _unlike_the_stdlib(value: object) -> bool:
+    """Whether orjson's value may not be the stdlib's: a float in it, or nesting deeper than ``_SHALLOW``.
+    Each container's members are typed in C (``map(type, ...)``): the file's long lists are strings."""
+    if type(value) is float:
+        return True
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > _SHALLOW:
+            return True
+        members = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        kinds = set(map(type, members))
+        if float in kinds:
+            return True
+        if dict in kinds or list in kinds:
+            stack.extend((member, depth + 1) for member in members if type(member) is dict or type(member) is list)
+    return False
 
 
 def _entry(raw: object, where: str) -> PodDeviceEntry:
@@ -154,19 +227,53 @@ def write_checkpoint(path: str, entries: Iterable[PodDeviceEntry],
                      registered: Mapping[str, Iterable[str]], numa_of: Mapping[str, int | None] | None = None) -> None:
     """Write the file atomically in kubelet's format (for the simulated kubelet)."""
     numa_of = numa_of or {}
-    pod_entries = []
-    for entry in entries:
-        by_numa: dict[str, list[str]] = {}
-        for device in entry.device_ids:
-            numa = numa_of.get(device)
-            by_numa.setdefault(str(numa if numa is not None else -1), []).append(device)
-        pod_entries.append({
-            "PodUID": entry.pod_uid,
-            "ContainerName": entry.container_name,
-            "ResourceName": entry.resource,
-            "DeviceIDs": by_numa,
-            "AllocResp": base64.b64encode(entry.alloc_response).decode(),
-        })
+    _write(path, [_entry_object(entry, numa_of) for entry in entries], registered)
+
+
+class CheckpointWriter:
+    """``write_checkpoint`` for one path, written again and again (the simulated kubelet after every
+    admission, ~70 entries on a packed node): each entry's JSON object is built once and kept while
+    the entry is written, as it is a function of the entry and the NUMA map alone. ``numa_of`` must
+    not change in place: a different map (by identity) forgets every object built with the last."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._numa_of: Mapping[str, int | None] | None = None
+        self._objects: dict[PodDeviceEntry, dict[str, object]] = {}
+        self.built = 0  # entry objects built (the others were kept from the write before)
+
+    def write(self, entries: Iterable[PodDeviceEntry], registered: Mapping[str, Iterable[str]],
+              numa_of: Mapping[str, int | None]) -> None:
+        if numa_of is not self._numa_of:
+            self._numa_of, self._objects = numa_of, {}
+        kept: dict[PodDeviceEntry, dict[str, object]] = {}
+        pod_entries = []
+        for entry in entries:
+            found = kept.get(entry) or self._objects.get(entry)
+            if found is None:
+                found = _entry_object(entry, numa_of)
+                self.built += 1
+            kept[entry] = found
+            pod_entries.append(found)
+        _write(self.path, pod_entries, registered)
+        self._objects = kept  # only what this write wrote
+
+
+def _entry_object(entry: PodDeviceEntry, numa_of: Mapping[str, int | None]) -> dict[str, object]:
+    by_numa: dict[str, list[str]] = {}
+    for device in entry.device_ids:
+        numa = numa_of.get(device)
+        by_numa.setdefault(str(numa if numa is not None else -1), []).append(device)
+    return {
+        "PodUID": entry.pod_uid,
+        "ContainerName": entry.container_name,
+        "ResourceName": entry.resource,
+        "DeviceIDs": by_numa,
+        "AllocResp": base64.b64encode(entry.alloc_response).decode(),
+    }
+
+
+def _write(path: str, pod_entries: list[dict[str, object]], registered: Mapping[str, Iterable[str]]) -> None:
     data = {"PodDeviceEntries": pod_entries,
             "RegisteredDevices": {name: sorted(ids) for name, ids in registered.items()}}
     # only the simulated kubelet writes: its dependency ("sim"), not the node daemon's

@@ -50,8 +50,9 @@ class Ledger:
         served = self.served.get(key)
         return served is not None and kind in served.devices
 
-    def pod_started(self, uid: str) -> bool:
-        return any(key[0] == uid for key in self.served)
+    def started_pods(self) -> set[str]:
+        """The UIDs of the pods with a container in the ledger (asked once per decision, not per pod)."""
+        return {key[0] for key in self.served}
 
     def container_complete(self, wanted: Wanted) -> bool:
         served = self.served.get((wanted.uid, wanted.index))
