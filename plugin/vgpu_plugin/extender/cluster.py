@@ -64,9 +64,10 @@ class KubePodAPI:
         except Exception as error:  # connection refused/reset, timeouts
             raise APIFailure(f"{what}: {type(error).__name__}: {error}") from None
         try:
-            return json.loads(data or b"{}")
+            decoded: dict[str, Any] = json.loads(data or b"{}")
         except ValueError:
             return {}
+        return decoded
 
     def _request(self, method: str, path: str, path_params: dict[str, str],
                  body: dict[str, Any] | None = None) -> bytes:
@@ -85,8 +86,9 @@ class KubePodAPI:
         return data
 
     def _patch(self, name: str, namespace: str, body: dict[str, Any]) -> bytes:
-        data: bytes = self._core.patch_namespaced_pod(name, namespace, body, _preload_content=False,
-                                                      _request_timeout=self._timeout).data
+        response: Any = self._core.patch_namespaced_pod(name, namespace, body, _preload_content=False,
+                                                        _request_timeout=self._timeout)
+        data: bytes = response.data
         return data
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
