@@ -92,6 +92,35 @@ def test_stop_waits_for_the_running_binds_drops_the_queued_and_refuses_new_ones(
     asyncio.run(main())
 
 
+def test_workers_restarted_on_a_new_loop_answer_there_after_the_old_loop_went_away():
+    started, release = threading.Event(), threading.Event()
+
+    def work(n: int) -> int:
+        if n == 0:
+            started.set()
+            release.wait()
+        return n
+
+    workers: BindWorkers[int, int] = BindWorkers(work, 1)
+    gone = asyncio.new_event_loop()  # an extender's loop that stops before its last answer is taken
+    workers.start(gone)
+    unanswered = workers.submit(0)
+    wait_for(started.is_set, timeout=10, what="the bind running")
+    release.set()
+    workers.stop()  # the answer's wake-up is queued on a loop that never runs again
+    assert not unanswered.done()
+    gone.close()
+
+    async def restarted() -> int:
+        workers.start(asyncio.get_running_loop())
+        try:
+            return await asyncio.wait_for(workers.submit(7), 30)  # a hang guard, not a timing
+        finally:
+            await asyncio.to_thread(workers.stop)
+
+    assert asyncio.run(restarted()) == 7
+
+
 class BrokenAPI:
     """A Kubernetes API whose reads fail with an error bind does not expect (a bug, not a refusal)."""
 

@@ -56,6 +56,9 @@ class BindWorkers(Generic[Item, Result]):
             raise RuntimeError("the bind workers are already running")
         self._loop = loop
         self._stopping = False
+        # answers left for a loop that has stopped, and its wake-up that never ran, go with it
+        self._done.clear()
+        self._wake_pending = False
         self._threads = [threading.Thread(target=self._run, name=f"{self._name}_{i}", daemon=True)
                          for i in range(self._count)]
         for thread in self._threads:
