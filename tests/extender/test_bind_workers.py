@@ -171,3 +171,15 @@ def test_binds_to_one_node_from_many_clients_fill_it_exactly(cluster, workers):
     assert cores == 90
     cluster.wait_ledger(lambda ledger: ledger.overcommitted() == [] and ledger.stats()["pods"] == 3,
                         "the ledger holding the three binds")
+
+
+def test_a_bind_arriving_once_the_workers_stop_is_refused_with_kube_schedulers_error_field():
+    ledger = Ledger()
+    ledger.set_node("n1", node_cards(node("n1"), NAMES))
+    with Extender(port=0, api=BrokenAPI(), ledger=ledger) as extender:
+        extender.binds.stop()  # as Extender.stop() does once its listeners are closed
+        status, reply = post(f"{extender.url}/bind", {"PodName": "nb", "PodNamespace": "default",
+                                                      "PodUID": "u1", "Node": "n1"})
+        assert status == 200
+        assert reply == {"Error": "the extender is stopping; try again"}
+    assert ledger.stats()["pods"] == 0
