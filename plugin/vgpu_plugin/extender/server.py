@@ -8,7 +8,8 @@ reason in ``Error`` of a 200 reply, which kube-scheduler turns into a scheduling
 failure. No reply ever carries a traceback.
 
 ``Extender(...).start()`` returns once the port is bound; the server runs on its own
-thread with its own event loop, binds run on a small thread pool (they call the API).
+thread with its own event loop, binds run on a fixed set of worker threads (they call the API;
+bind_workers.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import ssl
 import threading
 import time
 from collections.abc import Collection
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import tornado.httpserver
@@ -33,6 +33,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.core.contract import CORES_PER_CARD, MEMORY_UNIT_MIB, Names
 
+from .bind_workers import BindWorkers, WorkersStopped
 from .decisions import Decisions, PodAPI, PodProblem
 from .headroom import HostHeadroom
 from .ledger import Ledger
@@ -40,6 +41,7 @@ from .notices import QueueNotifier
 from .queue_access import QueueAuth, QueueCache, one_pod, valid_name
 from .waiting import NodeRooms, queue_report
 from .wire import (
+    ExtenderBindingArgs,
     WireError,
     binding_result,
     decode_binding_args,
@@ -176,8 +178,12 @@ class BindHandler(_Handler):
             if not_ready:
                 metrics.decided("bind", "not-ready").inc()
                 return self.write_json(binding_result(not_ready))
-            loop = asyncio.get_running_loop()
-            refusal = await loop.run_in_executor(self.extender.executor, self.extender.decisions.bind, args)
+            try:
+                answer = self.extender.binds.submit(args)
+            except WorkersStopped as stopping:
+                metrics.decided("bind", "not-ready").inc()
+                return self.write_json(binding_result(f"{stopping}; try again"))
+            refusal = await answer
             metrics.decided("bind", "refused" if refusal else "bound").inc()
             if refusal:
                 log.info("bind %s/%s -> %s refused: %s", args.pod_namespace, args.pod_name, args.node, refusal)
@@ -350,8 +356,7 @@ class Extender:
         if api_client is not None and queue_notice_interval:
             self.notifier = QueueNotifier(self.queue.report, api_client, queue_notice_interval)
         self.metrics = ExtenderMetrics(self.ledger)
-        self.executor: ThreadPoolExecutor | None = None
-        self._bind_workers = bind_workers
+        self.binds: BindWorkers[ExtenderBindingArgs, str] = BindWorkers(self.decisions.bind, bind_workers)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._servers: list[tornado.httpserver.HTTPServer] = []
@@ -408,7 +413,6 @@ class Extender:
                     sock.close()
                 raise
             self.metrics_port = metrics_sockets[0].getsockname()[1]
-        self.executor = ThreadPoolExecutor(self._bind_workers, thread_name_prefix="extender-bind")
         if self.view is not None:
             self.view.start()
             if self.notifier is not None:
@@ -428,6 +432,7 @@ class Extender:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         self._loop = loop
+        self.binds.start(loop)
         # 64 MiB: a thousand full Node objects when the scheduler does not cache nodes
         server = tornado.httpserver.HTTPServer(self.application(), max_body_size=64 << 20,
                                                ssl_options=self.ssl_context)
@@ -462,9 +467,7 @@ class Extender:
         thread.join(timeout)
         self._thread = self._loop = None
         self._servers = []
-        if self.executor is not None:
-            self.executor.shutdown(wait=True, cancel_futures=True)
-            self.executor = None
+        self.binds.stop()  # binds not started yet are dropped, running ones finish
         if self.notifier is not None:
             self.notifier.stop()
         if self.view is not None:
