@@ -53,6 +53,7 @@ from jupyter_vgpu.core.placement import CardState, FragmentView, NodeState
 from ..informer import resource_version
 from .cache import DecisionCache, NodeMemo, ScoreCache, VerdictCache, remember
 from .fgd_batch import CountMemo, LevelMemo, MixArrays, NodeRows, levels_of
+from .fgd_few import levels_few
 from .headroom import HostHeadroom, pod_cpu_memory
 from .ledger import Holding, Ledger, NodeEntry, node_cards, pod_holding, pod_key
 from .wire import MAX_EXTENDER_PRIORITY, ExtenderArgs, ExtenderBindingArgs
@@ -288,6 +289,9 @@ _SEEN_PODS = 4096
 _MIX_REFRESH = 16
 # fgd-filter: levels memoised for this many (request, pod CPU, snapshot) keys
 _FGD_MEMOS = 32
+# fgd-filter: at most this many rows to re-score go through the pure-Python path (fgd_few),
+# more through the numpy batch, whose ~90 array calls cost more than this many rows in Python
+_FGD_FEW_ROWS = 4
 
 
 def _pick(reasons: dict[str, str], names: list[str]) -> dict[str, str]:
@@ -557,15 +561,18 @@ class Decisions:
                 outdated = known.stale(picked, generation, cpu) if len(picked) else np.zeros(0, dtype=bool)
                 if single is not None and outdated.any():
                     some = picked[outdated]
-                    if self._fgd_counts.arrays is not arrays:
-                        self._fgd_counts = CountMemo(arrays)
+                    admitted = None
                     if arrays.reads_labels:  # a Python loop over the rows: only when some selector needs it
                         admitted = arrays.admitted(self.hosts.facts([rows.names[row] for row in some.tolist()])[1])
+                    if len(some) <= _FGD_FEW_ROWS and arrays.mix.shapes:  # the batch's numbers, in Python
+                        fresh, fit = levels_few(rows.free[some], rows.memory[some], rows.whole[some], cpu[outdated],
+                                                admitted, single, view.cpu_milli, arrays)
                     else:
-                        admitted = arrays.admit_all(len(some))
-                    fresh, fit = levels_of(rows.free[some], rows.memory[some], rows.whole[some], cpu[outdated],
-                                           admitted, single, view.cpu_milli, arrays,
-                                           self._fgd_counts.of(rows, some))
+                        if self._fgd_counts.arrays is not arrays:
+                            self._fgd_counts = CountMemo(arrays)
+                        fresh, fit = levels_of(rows.free[some], rows.memory[some], rows.whole[some], cpu[outdated],
+                                               arrays.admit_all(len(some)) if admitted is None else admitted,
+                                               single, view.cpu_milli, arrays, self._fgd_counts.of(rows, some))
                     known.store(some, generation[outdated], cpu[outdated], np.where(fit, fresh, -1))
                 scored = known.level[picked]
             if len(picked) and single is not None:

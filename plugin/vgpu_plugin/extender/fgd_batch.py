@@ -141,15 +141,11 @@ def counts_of(free: np.ndarray, arrays: MixArrays) -> tuple[np.ndarray, np.ndarr
     return arrays.fits[cores].sum(1), arrays.usable[cores].sum(1)
 
 
-def levels_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray, admitted: np.ndarray,
-              request: Request, pod_cpu_milli: int, arrays: MixArrays,
-              counts: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(level [K] int, fits [K] bool) for a pod of one container asking ``request``.
-
-    ``free``/``memory`` [K, G]: each healthy card's free cores and memory units (-1: no card),
-    ``whole`` [K, G]: the card is wholly free, ``cpu`` [K]: CPU headroom (NaN: unknown),
-    ``admitted`` [K, T]: ``arrays.admitted`` of the nodes' labels; ``counts``: ``counts_of``
-    (the same for every request, so the caller may keep it per mix snapshot)."""
+def falls_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray, admitted: np.ndarray,
+             request: Request, pod_cpu_milli: int, arrays: MixArrays,
+             counts: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(fall [K] float, fits [K] bool): ``levels_of`` before the level, the fragment each node's
+    placement of the pod removes (0 where it does not fit)."""
     k = free.shape[0]
     if not arrays.mix.shapes:  # nothing learned yet: the pod's own shape, as FragmentView.mix_for
         own = Shape.of_pod({0: request}, pod_cpu_milli)
@@ -191,8 +187,26 @@ def levels_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.n
         fit = whole.sum(1) >= n
         taken = float(n * CORES_PER_CARD)  # whole free cards fit every typical pod
         after = arrays.capped_fragment(total - taken, count - n, fitting - taken, admitted, caps)
-    fall = np.where(fit, before - np.where(fit, after, before), 0.0)
-    return (100 / (1 + np.exp(-fall / CORES_PER_CARD))).astype(int), np.asarray(fit)
+    return np.where(fit, before - np.where(fit, after, before), 0.0), np.asarray(fit)
+
+
+def levels_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray, admitted: np.ndarray,
+              request: Request, pod_cpu_milli: int, arrays: MixArrays,
+              counts: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(level [K] int, fits [K] bool) for a pod of one container asking ``request``.
+
+    ``free``/``memory`` [K, G]: each healthy card's free cores and memory units (-1: no card),
+    ``whole`` [K, G]: the card is wholly free, ``cpu`` [K]: CPU headroom (NaN: unknown),
+    ``admitted`` [K, T]: ``arrays.admitted`` of the nodes' labels; ``counts``: ``counts_of``
+    (the same for every request, so the caller may keep it per mix snapshot)."""
+    fall, fit = falls_of(free, memory, whole, cpu, admitted, request, pod_cpu_milli, arrays, counts)
+    return level_of_fall(fall), fit
+
+
+def level_of_fall(fall: np.ndarray) -> np.ndarray:
+    """The level [K] int of each fragment fall, numpy's ``exp`` for every path (``math.exp`` is
+    not numpy's SIMD ``exp``: they differ in the last bit for some values)."""
+    return (100 / (1 + np.exp(-fall / CORES_PER_CARD))).astype(int)
 
 
 def levels(nodes: Sequence[BatchNode], request: Request, pod_cpu_milli: int, arrays: MixArrays) -> list[int | None]:

@@ -1,0 +1,121 @@
+"""fgd-filter's pure-Python path for a few rows (``fgd_few``) against the numpy batch: the
+same falls bit for bit (not only the same levels: a level hides the last bits), so levels
+from either path may be compared in one filter."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_fgd_filter_property import _copies_cpu, _free_after, batch, node_states
+from vgpu_plugin.extender import fgd_batch, fgd_few
+from vgpu_plugin.extender.fgd_batch import MixArrays, NodeRows
+
+from jupyter_vgpu.core.contract import CORES_PER_CARD, Request
+from jupyter_vgpu.core.fragment import Headroom, Mix, Shape
+
+REQUESTS = st.one_of(st.builds(Request, st.integers(1, 99), st.integers(1, 96)),
+                     st.builds(lambda n: Request(CORES_PER_CARD * n), st.integers(1, 3)))
+
+
+@st.composite
+def wide_mixes(draw: st.DrawFn) -> Mix:
+    """1 to 40 typical pods (from 8 on numpy sums pairwise), some asking CPU, some with a selector."""
+    shapes = []
+    for _ in range(draw(st.integers(1, 40))):
+        cpu = draw(st.sampled_from([0, 250, 1000, 4000, 12_000]))
+        selector = draw(st.sampled_from([(), ("gpu=T4",)]))
+        if draw(st.booleans()):
+            shape = Shape(CORES_PER_CARD, 0, draw(st.integers(1, 4)), cpu, 0, selector)
+        else:
+            shape = Shape(draw(st.integers(1, 99)), 0, 1, cpu, 0, selector)
+        shapes.append((shape, draw(st.floats(0.01, 7))))
+    return Mix.of(shapes)
+
+
+def _arrays(states: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    rows = NodeRows()
+    for i, state in enumerate(states):
+        node = batch(state)
+        rows.set(str(i), node.free_cores, node.free_memory, node.whole_free)
+    index = rows.take([str(i) for i in range(len(states))])
+    cpu = np.array([np.nan if s.headroom is None else s.headroom.cpu_milli for s in states], dtype=float)
+    return rows.free[index], rows.memory[index], rows.whole[index], cpu
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(node_states(), min_size=1, max_size=12), wide_mixes(), st.integers(0, 8000), REQUESTS,
+       st.booleans())
+def test_few_rows_fall_as_the_batch_bit_for_bit(states, mix, pod_cpu, request, everyone):
+    arrays = MixArrays(mix)
+    free, memory, whole, cpu = _arrays(states)
+    admitted = arrays.admit_all(len(states)) if everyone else arrays.admitted(s.labels for s in states)
+    fall, fit = fgd_batch.falls_of(free, memory, whole, cpu, admitted, request, pod_cpu, arrays)
+    few_fall, few_fit = fgd_few.falls_few(free, memory, whole, cpu, None if everyone else admitted, request,
+                                          pod_cpu, arrays)
+    assert few_fit == fit.tolist()
+    # bit for bit where the pod fits (elsewhere the level is not read)
+    assert [f.hex() for f, ok in zip(few_fall, few_fit, strict=True) if ok] == \
+        [f.hex() for f, ok in zip(fall.tolist(), few_fit, strict=True) if ok]
+    level, _ = fgd_batch.levels_of(free, memory, whole, cpu, admitted, request, pod_cpu, arrays)
+    few_level, few_fits = fgd_few.levels_few(free, memory, whole, cpu, None if everyone else admitted, request,
+                                             pod_cpu, arrays)
+    assert few_fits.tolist() == fit.tolist()
+    assert few_level[fit].tolist() == level[fit].tolist()
+    # each row alone, as a filter re-scoring one changed row meets it
+    for k in range(len(states)):
+        alone = fgd_few.falls_few(free[k:k + 1], memory[k:k + 1], whole[k:k + 1], cpu[k:k + 1],
+                                  None if everyone else admitted[k:k + 1], request, pod_cpu, arrays)
+        assert alone == ([few_fall[k]], [few_fit[k]])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), max_size=300), st.integers(1, 6))
+def test_pairwise_sum_is_numpys_order(terms, rows):
+    """The batch sums [rows, T] arrays over T: numpy's pairwise order, which a plain running sum
+    does not reproduce (the differences show in the last bits)."""
+    spread = np.array(terms, dtype=float) * np.logspace(-8, 8, len(terms))
+    table = np.tile(spread, (rows, 1)) * np.arange(1, rows + 1)[:, None]
+    summed = table.sum(-1)
+    assert [fgd_few.pairwise_sum(row) for row in table.tolist()] == summed.tolist()
+
+
+def test_a_running_sum_would_differ():
+    """The test above can fail: over these terms a running sum is not numpy's."""
+    rng = np.random.default_rng(7)
+    terms = (rng.standard_normal(40) * 10.0 ** rng.integers(-6, 7, 40)).tolist()
+    running = 0.0
+    for term in terms:
+        running += term
+    assert fgd_few.pairwise_sum(terms) == np.add.reduce(np.array(terms))
+    assert running != np.add.reduce(np.array(terms))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(node_states(), min_size=1, max_size=6), wide_mixes(), st.integers(0, 4000), REQUESTS,
+       st.lists(st.tuples(st.booleans(), st.integers(-1, 1)), min_size=6, max_size=6))
+def test_few_rows_at_their_cpu_bound(states, mix, pod_cpu, request, aims):
+    """Each row's headroom at the CPU of as many copies of the typical pods that ask CPU as its
+    fitting cards hold, before or after the pod, and a millicore either side: where the batch
+    starts counting CPU copies, the few-rows path does too."""
+    asking = [shape for shape, _ in mix.shapes if shape.cpu_milli > 0]
+    if not asking:
+        mix = Mix.of([*mix.shapes, (Shape(30, 0, 1, 1000), 1.0)])
+        asking = [Shape(30, 0, 1, 1000)]
+    aimed = []
+    for state, (after, nudge) in zip(states, aims, strict=False):
+        free = _free_after(state, request) if after else [c.free_cores for c in state.cards if c.healthy]
+        aimed.append(replace(state, headroom=Headroom((pod_cpu if after else 0) + _copies_cpu(free, asking) + nudge,
+                                                      10**6)))
+    arrays = MixArrays(mix)
+    free, memory, whole, cpu = _arrays(aimed)
+    admitted = arrays.admit_all(len(aimed))
+    fall, fit = fgd_batch.falls_of(free, memory, whole, cpu, admitted, request, pod_cpu, arrays)
+    for k in range(len(aimed)):
+        alone, fits = fgd_few.falls_few(free[k:k + 1], memory[k:k + 1], whole[k:k + 1], cpu[k:k + 1], None, request,
+                                        pod_cpu, arrays)
+        assert fits == [bool(fit[k])]
+        if fit[k]:
+            assert alone[0].hex() == fall[k].hex()
