@@ -9,12 +9,19 @@ from dataclasses import replace
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_fgd_filter_property import _copies_cpu, _free_after, batch, node_states
+from test_fgd_filter_property import _copies_cpu, _free_after, _state, batch, node_states
+from test_filter_property import cards, pod_for
 from vgpu_plugin.extender import fgd_batch, fgd_few
+from vgpu_plugin.extender.decisions import Decisions, read_ask
 from vgpu_plugin.extender.fgd_batch import MixArrays, NodeRows
+from vgpu_plugin.extender.headroom import HostHeadroom
+from vgpu_plugin.extender.ledger import Holding, Ledger, NodeCards
+from vgpu_plugin.extender.wire import ExtenderArgs
 
-from jupyter_vgpu.core.contract import CORES_PER_CARD, Request
+from jupyter_vgpu.core import placement
+from jupyter_vgpu.core.contract import CORES_PER_CARD, CardShare, ContainerAllocation, Request
 from jupyter_vgpu.core.fragment import Headroom, Mix, Shape
+from jupyter_vgpu.core.inventory import Card
 
 REQUESTS = st.one_of(st.builds(Request, st.integers(1, 99), st.integers(1, 96)),
                      st.builds(lambda n: Request(CORES_PER_CARD * n), st.integers(1, 3)))
@@ -119,3 +126,41 @@ def test_few_rows_at_their_cpu_bound(states, mix, pod_cpu, request, aims):
         assert fits == [bool(fit[k])]
         if fit[k]:
             assert alone[0].hex() == fall[k].hex()
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), layout=st.lists(cards, min_size=2, max_size=5),
+       ask=st.builds(lambda c, m: [(c, m)], st.integers(1, 99), st.integers(1, 64)))
+def test_levels_follow_cpu_headroom_for_one_request_shape(data, layout, ask):
+    """The same request shape filtered again and again (its levels memoised per row) while the
+    nodes' CPU headroom moves around the few copies of it that fit: the node passed is always
+    the core's best with the headroom of the moment (a level kept past a headroom change fails)."""
+    ledger, hosts = Ledger(), HostHeadroom()
+    for n, specs in enumerate(layout):
+        ledger.set_node(f"n{n}", NodeCards(tuple(Card(i, f"u{i}", "m", gib * 1024) for i, gib in enumerate(specs)),
+                                           None, "inventory"))
+    fgd = Decisions(ledger, None, policy="fgd-filter", hosts=hosts)
+    names = sorted(ledger.nodes)
+    cpu = data.draw(st.sampled_from(["1", "2", "4"]))
+    for step in range(data.draw(st.integers(2, 8))):
+        for name in data.draw(st.lists(st.sampled_from(names), max_size=len(names))):
+            hosts.on_node("MODIFIED", {"metadata": {"name": name}, "status": {"allocatable": {
+                "cpu": data.draw(st.sampled_from(["0", "1", "2", "3", "4", "6", "8", "12", "64"])), "memory": "64Gi"}}})
+        if data.draw(st.booleans()):
+            node = data.draw(st.sampled_from(names))
+            card = data.draw(st.integers(0, len(ledger.node(node).cards) - 1))
+            ledger.put(Holding(f"uid{step}", "ns", f"h{step}", node, (
+                ContainerAllocation(0, "c", (CardShare(card, "", 25, 8),)),)))
+        pod = pod_for(ask)
+        pod["metadata"]["uid"] = f"ask{step}"
+        pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": cpu}
+        args = ExtenderArgs(pod=pod, node_names=names, nodes=None, raw_nodes=None)
+        passed, _, _ = fgd.filter(args)
+        fits, _, _ = Decisions(ledger, None).filter(args)
+        if len(fits) > 1:
+            view = fgd._fgd_view(pod)
+            requests = read_ask(pod, fgd.names, "fgd-filter").requests
+            best = {n: placement.fgd_level(replace(_state(ledger, n), headroom=hosts.headroom(n),
+                                                   labels=hosts.labels(n)), requests, view) for n in fits}
+            top = max(best.values())
+            assert passed == [min(n for n in fits if best[n] == top)]

@@ -11,6 +11,7 @@ anything else (several containers, MIG slices) with the core.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -235,6 +236,7 @@ class NodeRows:
         self.plain = np.zeros(0, dtype=bool)
         self.generation = np.zeros(0, dtype=np.int64)  # bumped at every rewrite of the row
         self.cpu = np.zeros(0, dtype=float)  # the node's CPU headroom (NaN: unknown), kept by the caller
+        self.stamp = np.zeros(0, dtype=np.int64)  # bumped at every rewrite and every CPU headroom change
         self.names: list[str] = []  # row -> name
         self._rank = np.zeros(0, dtype=np.int64)
 
@@ -259,6 +261,9 @@ class NodeRows:
             cpus = np.full(grow_rows, np.nan)
             cpus[:len(self.cpu)] = self.cpu
             self.cpu = cpus
+            stamps = np.zeros(grow_rows, dtype=np.int64)
+            stamps[:len(self.stamp)] = self.stamp
+            self.stamp = stamps
         self.free[row] = -1
         self.memory[row] = -1
         self.whole[row] = False
@@ -267,6 +272,14 @@ class NodeRows:
         self.whole[row, :len(whole)] = whole
         self.plain[row] = plain
         self.generation[row] += 1
+        self.stamp[row] += 1
+
+    def set_cpu(self, row: int, cpu: float) -> None:
+        """The row's CPU headroom (NaN: unknown); the stamp moves only when it changed."""
+        old = float(self.cpu[row])
+        if old != cpu and not (math.isnan(old) and math.isnan(cpu)):
+            self.cpu[row] = cpu
+            self.stamp[row] += 1
 
     def take(self, names: Sequence[str]) -> np.ndarray:
         return np.array([self.index[name] for name in names], dtype=np.int64)
@@ -307,26 +320,22 @@ class CountMemo:
 
 class LevelMemo:
     """Levels computed for one (request, pod CPU, mix snapshot), per node row, with the row's
-    generation and the CPU headroom they were computed with: stale when either changed."""
+    ``NodeRows.stamp`` they were computed at: stale once the row or its CPU headroom changed."""
 
     def __init__(self) -> None:
         self.level = np.zeros(0, dtype=np.int64)
-        self.generation = np.full(0, -1, dtype=np.int64)
-        self.cpu = np.zeros(0, dtype=float)
+        self.stamp = np.full(0, -1, dtype=np.int64)
 
-    def stale(self, rows: np.ndarray, generation: np.ndarray, cpu: np.ndarray) -> np.ndarray:
-        size = int(rows.max()) + 1 if len(rows) else 0
+    def stale(self, rows: np.ndarray, stamp: np.ndarray, size: int) -> np.ndarray:
+        """Which of ``rows`` (indices below ``size``) were not computed at ``stamp``."""
         if size > len(self.level):
             grow = max(size, 2 * len(self.level))
             self.level = np.concatenate([self.level, np.zeros(grow - len(self.level), dtype=np.int64)])
-            self.generation = np.concatenate([self.generation, np.full(grow - len(self.generation), -1, dtype=np.int64)])
-            self.cpu = np.concatenate([self.cpu, np.zeros(grow - len(self.cpu))])
-        known = self.cpu[rows]
-        same_cpu = (known == cpu) | (np.isnan(known) & np.isnan(cpu))
-        return np.asarray((self.generation[rows] != generation) | ~same_cpu)
+            self.stamp = np.concatenate([self.stamp, np.full(grow - len(self.stamp), -1, dtype=np.int64)])
+        return np.asarray(self.stamp[rows] != stamp)
 
-    def store(self, rows: np.ndarray, generation: np.ndarray, cpu: np.ndarray, level: np.ndarray) -> None:
-        self.level[rows], self.generation[rows], self.cpu[rows] = level, generation, cpu
+    def store(self, rows: np.ndarray, stamp: np.ndarray, level: np.ndarray) -> None:
+        self.level[rows], self.stamp[rows] = level, stamp
 
 
 def _grown(array: np.ndarray, rows: int, width: int, fill: object) -> np.ndarray:
