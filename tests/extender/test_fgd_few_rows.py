@@ -164,3 +164,25 @@ def test_levels_follow_cpu_headroom_for_one_request_shape(data, layout, ask):
                                                    labels=hosts.labels(n)), requests, view) for n in fits}
             top = max(best.values())
             assert passed == [min(n for n in fits if best[n] == top)]
+
+
+def test_numpy_exp_of_an_element_does_not_depend_on_the_array():
+    """The few-rows path takes numpy's exp of 1-4 values, the batch of thousands: each element
+    must come out the same (a SIMD kernel with a different tail or short-array path would not)."""
+    rng = np.random.default_rng(11)
+    values = rng.uniform(-40, 40, 20_000)
+    whole = np.exp(values)
+    for size in (1, 2, 3, 4):
+        parts = np.concatenate([np.exp(values[i:i + size]) for i in range(0, len(values) - size + 1, size)])
+        assert parts.tolist() == whole[:len(parts)].tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(-800, 800, allow_nan=False), st.integers(-800, 800).map(float)),
+                min_size=1, max_size=4))
+def test_few_rows_level_is_the_batch_expression(falls):
+    """levels_few's level arithmetic (numpy's exp, then Python's add, divide and int) against the
+    batch's ``level_of_fall``, falls near whole levels included."""
+    near = [8 * float(np.log(100 / k - 1)) for k in range(1, 100, 7)]  # where the level steps
+    tried = falls + near + [float(np.nextafter(f, 1e9)) for f in near] + [float(np.nextafter(f, -1e9)) for f in near]
+    assert fgd_few.levels_of_falls(tried) == fgd_batch.level_of_fall(np.array(tried)).tolist()

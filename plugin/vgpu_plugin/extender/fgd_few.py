@@ -5,9 +5,10 @@ was last seen; the numpy batch costs ~90 small array calls whatever the rows (0.
 this a few dozen float operations per row. Every operation is the batch's, in its order:
 elementwise IEEE float arithmetic is the same in Python and numpy, counts and free cores
 are integers (exact in either), and a sum over the typical pods follows numpy's pairwise
-summation (``pairwise_sum``). The last step, the level from the fall, is the batch's own
-numpy expression (``level_of_fall``): ``math.exp`` is not numpy's SIMD ``exp`` and differs
-from it in the last bit for some values, so every level comes from numpy's.
+summation (``pairwise_sum``). The level from the fall takes numpy's ``exp``, as the batch
+(``level_of_fall``): ``math.exp`` is not numpy's SIMD ``exp`` (on this machine they differ in
+the last bit for ~5 % of values), and numpy's gives each element the same result whatever
+the array's length (``tests/extender/test_fgd_few_rows.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 
 from jupyter_vgpu.core.contract import CORES_PER_CARD, Request
 
-from .fgd_batch import MixArrays, level_of_fall
+from .fgd_batch import MixArrays
 
 _BLOCK = 128  # numpy's PW_BLOCKSIZE
 
@@ -178,4 +179,12 @@ def levels_few(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.
                request: Request, pod_cpu_milli: int, arrays: MixArrays) -> tuple[np.ndarray, np.ndarray]:
     """``fgd_batch.levels_of`` of a few rows (see ``falls_few``), the same arrays out."""
     falls, fits = falls_few(free, memory, whole, cpu, admitted, request, pod_cpu_milli, arrays)
-    return level_of_fall(np.array(falls, dtype=float)), np.array(fits, dtype=bool)
+    return np.array(levels_of_falls(falls), dtype=np.int64), np.array(fits, dtype=bool)
+
+
+def levels_of_falls(falls: Sequence[float]) -> list[int]:
+    """``fgd_batch.level_of_fall`` of a few falls: numpy's exp (one call), then IEEE add and
+    divide, the same in Python (negating and dividing by a power of two are exact), and
+    truncation as ``astype(int)``."""
+    grown = np.exp(np.array([-fall / CORES_PER_CARD for fall in falls], dtype=float)).tolist()
+    return [int(100 / (1 + e)) for e in grown]
