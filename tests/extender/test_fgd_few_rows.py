@@ -13,7 +13,7 @@ from test_fgd_filter_property import _copies_cpu, _free_after, _state, batch, no
 from test_filter_property import cards, pod_for
 from vgpu_plugin.extender import fgd_batch, fgd_few
 from vgpu_plugin.extender.decisions import Decisions, read_ask
-from vgpu_plugin.extender.fgd_batch import MixArrays, NodeRows
+from vgpu_plugin.extender.fgd_batch import MixArrays, NodeRows, counts_of
 from vgpu_plugin.extender.headroom import HostHeadroom
 from vgpu_plugin.extender.ledger import Holding, Ledger, NodeCards
 from vgpu_plugin.extender.wire import ExtenderArgs
@@ -86,7 +86,7 @@ def test_pairwise_sum_is_numpys_order(terms, rows):
     spread = np.array(terms, dtype=float) * np.logspace(-8, 8, len(terms))
     table = np.tile(spread, (rows, 1)) * np.arange(1, rows + 1)[:, None]
     summed = table.sum(-1)
-    assert [fgd_few.pairwise_sum(row) for row in table.tolist()] == summed.tolist()
+    assert [fgd_batch.pairwise_sum(row) for row in table.tolist()] == summed.tolist()
 
 
 def test_a_running_sum_would_differ():
@@ -96,7 +96,7 @@ def test_a_running_sum_would_differ():
     running = 0.0
     for term in terms:
         running += term
-    assert fgd_few.pairwise_sum(terms) == np.add.reduce(np.array(terms))
+    assert fgd_batch.pairwise_sum(terms) == np.add.reduce(np.array(terms))
     assert running != np.add.reduce(np.array(terms))
 
 
@@ -186,3 +186,25 @@ def test_few_rows_level_is_the_batch_expression(falls):
     near = [8 * float(np.log(100 / k - 1)) for k in range(1, 100, 7)]  # where the level steps
     tried = falls + near + [float(np.nextafter(f, 1e9)) for f in near] + [float(np.nextafter(f, -1e9)) for f in near]
     assert fgd_few.levels_of_falls(tried) == fgd_batch.level_of_fall(np.array(tried)).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(node_states(), min_size=1, max_size=30), wide_mixes(), st.booleans())
+def test_typical_pods_first_fragment_is_the_rows_first_sum(states, mix, everyone):
+    """The batch lays (row, value) entries out typical pods first and sums over them run by run:
+    bit for bit what the rows-first layout and numpy's ``sum(-1)`` give (how it was computed)."""
+    arrays = MixArrays(mix)
+    free, _, _, cpu = _arrays(states)
+    count, fitting = counts_of(free, arrays)
+    total = np.clip(free, 0, CORES_PER_CARD).sum(1).astype(float)
+    admitted = arrays.admit_all(len(states)) if everyone else arrays.admitted(s.labels for s in states)
+    caps = arrays.caps(cpu, fitting)
+    use = (1 - arrays.blend) * fitting + arrays.blend * fitting
+    ok = admitted & (count >= arrays.cards)
+    if caps is not None:
+        fit = fitting[caps.rows]
+        use[caps.rows] = (1 - arrays.blend) * np.minimum(fit, caps.cap) + arrays.blend * fit
+        ok[caps.rows] &= caps.one
+    rows_first = (np.where(ok, total[:, None] - use, total[:, None]) * arrays.weight).sum(-1)
+    got = arrays.capped_fragment(total, count.T, fitting.T, None if everyone else admitted.T, caps)
+    assert [x.hex() for x in got.tolist()] == [x.hex() for x in rows_first.tolist()]

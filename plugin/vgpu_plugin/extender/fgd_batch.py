@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -51,6 +52,8 @@ class MixArrays:
         # per free value v (0-100) and typical pod: whether a card with v free fits it, and v if so
         self.fits = (_VALUES[:, None] >= self.need[None, :]).astype(float)
         self.usable = self.fits * _VALUES[:, None]
+        self.fits_by_pod = np.ascontiguousarray(self.fits.T)  # [T, 101]: typical pods first
+        self.usable_by_pod = np.ascontiguousarray(self.usable.T)
         self._asks = self.cpu > 0
         self._asking = bool(self._asks.any())
         self._shapes = shapes
@@ -82,9 +85,9 @@ class MixArrays:
 
     def fragment(self, total: np.ndarray, count: np.ndarray, fitting: np.ndarray, cpu: np.ndarray,
                  admitted: np.ndarray) -> np.ndarray:
-        """Expected fragment (cores); ``count``/``fitting``: per typical pod, how many cards fit it
-        and their free cores [..., T]; ``total`` free cores [...]; ``cpu`` headroom [...] (NaN: unknown)."""
-        return self.capped_fragment(total, count, fitting, admitted, self.caps(cpu, fitting))
+        """Expected fragment (cores) [K]; ``count``/``fitting``: per typical pod, how many cards fit it
+        and their free cores [K, T]; ``total`` free cores [K]; ``cpu`` headroom [K] (NaN: unknown)."""
+        return self.capped_fragment(total, count.T, fitting.T, admitted.T, self.caps(cpu, fitting))
 
     def caps(self, cpu: np.ndarray, fitting: np.ndarray) -> Caps | None:
         """The CPU caps of the rows [K] whose headroom (NaN: unknown) may bind; None when none may.
@@ -104,17 +107,59 @@ class MixArrays:
         copies = np.floor(np.where(self._asks, np.maximum(cpu[rows], 0)[:, None] / np.maximum(self.cpu, 1), np.inf))
         return Caps(rows, copies * self.per_copy, copies >= 1)
 
-    def capped_fragment(self, total: np.ndarray, count: np.ndarray, fitting: np.ndarray, admitted: np.ndarray,
-                        caps: Caps | None) -> np.ndarray:
-        """``fragment`` with ``caps`` given: a typical pod uses min(fitting, cap) of the cores of the
-        capped rows (and none without one copy's CPU), its fitting cores elsewhere."""
-        use = (1 - self.blend) * fitting + self.blend * fitting
-        ok = admitted & (count >= self.cards)
+    def capped_fragment(self, total: np.ndarray, count: np.ndarray, fitting: np.ndarray,
+                        admitted: np.ndarray | None, caps: Caps | None) -> np.ndarray:
+        """``fragment`` [N] with ``caps`` given, typical pods first: ``count``/``fitting``/``admitted``
+        [T, N] (``admitted`` None: every typical pod everywhere), ``total`` [N]. A typical pod uses
+        min(fitting, cap) of the cores of the capped rows (and none without one copy's CPU), its
+        fitting cores elsewhere. Each typical pod's N values are one contiguous run (a long inner
+        loop per operation, not T = 5 values per row), and the sum over the typical pods adds
+        those runs in numpy's own order for a sum over T (``pairwise_sum``): the same numbers as
+        the [N, T] layout's ``sum(-1)``."""
+        use = (1 - self.blend) * fitting
+        use += self.blend * fitting  # (1 - blend) x fitting + blend x fitting, element by element
+        ok = count >= self.cards[:, None]
+        if admitted is not None:
+            ok &= admitted
         if caps is not None:  # the same expression on the rows whose CPU may bind, gathered
-            fit = fitting[caps.rows]
-            use[caps.rows] = (1 - self.blend) * np.minimum(fit, caps.cap) + self.blend * fit
-            ok[caps.rows] &= caps.one
-        return np.asarray((np.where(ok, total[..., None] - use, total[..., None]) * self.weight).sum(-1))
+            fit = fitting[:, caps.rows]
+            use[:, caps.rows] = (1 - self.blend) * np.minimum(fit, caps.cap.T) + self.blend * fit
+            ok[:, caps.rows] &= caps.one.T
+        left = np.subtract(total, use, out=use)
+        np.copyto(left, np.broadcast_to(total, left.shape), where=~ok)  # where(ok, total - use, total)
+        left *= self.weight[:, None]
+        return np.asarray(pairwise_sum(list(left))) if len(left) else np.zeros(left.shape[1:])
+
+
+_BLOCK = 128  # numpy's PW_BLOCKSIZE
+
+
+def pairwise_sum(terms: Sequence[Any], start: int = 0, count: int | None = None) -> Any:
+    """``np.add.reduce`` over float64 ``terms`` in numpy's order (``pairwise_sum`` in its loops:
+    fewer than 8 in a row, else 8 running sums, blocks over 128 split in two), of floats or
+    element by element of equal arrays (the sum over the typical pods of many rows at once)."""
+    n = len(terms) - start if count is None else count
+    if n < 8:
+        total: Any = 0.0
+        for i in range(start, start + n):
+            total = total + terms[i]
+        return total
+    if n <= _BLOCK:
+        r = list(terms[start:start + 8])
+        i = 8
+        whole = n - n % 8
+        while i < whole:
+            at = start + i
+            r = [r[j] + terms[at + j] for j in range(8)]
+            i += 8
+        total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        while i < n:
+            total = total + terms[start + i]
+            i += 1
+        return total
+    half = n // 2
+    half -= half % 8
+    return pairwise_sum(terms, start, half) + pairwise_sum(terms, start + half, n - half)
 
 
 @dataclass(frozen=True)
@@ -156,7 +201,8 @@ def falls_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.nd
     cores = np.clip(free, 0, CORES_PER_CARD)
     count, fitting = counts if counts is not None else counts_of(free, arrays)  # [K, T]
     total = cores.sum(1).astype(float)
-    before = arrays.capped_fragment(total, count, fitting, admitted, arrays.caps(cpu, fitting))
+    everyone = None if admitted.all() else admitted.T  # None: no pass over it per (row, value)
+    before = arrays.capped_fragment(total, count.T, fitting.T, everyone, arrays.caps(cpu, fitting))
     # the node's CPU once the pod is on it; the pod only takes fitting cores, so the bound is
     # taken at the row's fitting cores before it
     caps = arrays.caps(cpu - pod_cpu_milli, fitting)
@@ -171,13 +217,17 @@ def falls_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.nd
         first &= values >= 0
         v = values[first]  # row by row, so each node's values are consecutive: repeat, not gather
         each = first.sum(1)
-        # what taking c cores off a card with v free changes, per v (integer-valued: exact)
+        # what taking c cores off a card with v free changes, per typical pod and v (integer-valued: exact)
         shifted = np.maximum(_VALUES - c, 0)
-        fits_change, usable_change = arrays.fits[shifted] - arrays.fits, arrays.usable[shifted] - arrays.usable
-        after_each = arrays.capped_fragment(np.repeat(total, each) - c,
-                                            np.repeat(count, each, axis=0) + fits_change[v],
-                                            np.repeat(fitting, each, axis=0) + usable_change[v],
-                                            np.repeat(admitted, each, axis=0),
+        fits_change = arrays.fits_by_pod[:, shifted] - arrays.fits_by_pod
+        usable_change = arrays.usable_by_pod[:, shifted] - arrays.usable_by_pod
+        # [T, E] per (row, value) entry, typical pods first
+        moved_count = np.repeat(count.T, each, axis=1)
+        moved_count += np.take(fits_change, v, axis=1)
+        moved_fitting = np.repeat(fitting.T, each, axis=1)
+        moved_fitting += np.take(usable_change, v, axis=1)
+        after_each = arrays.capped_fragment(np.repeat(total, each) - c, moved_count, moved_fitting,
+                                            None if everyone is None else np.repeat(everyone, each, axis=1),
                                             None if caps is None else caps.repeated(each))
         after = np.full(k, np.inf)
         placed = each > 0
@@ -187,7 +237,7 @@ def falls_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.nd
         n = request.cards
         fit = whole.sum(1) >= n
         taken = float(n * CORES_PER_CARD)  # whole free cards fit every typical pod
-        after = arrays.capped_fragment(total - taken, count - n, fitting - taken, admitted, caps)
+        after = arrays.capped_fragment(total - taken, count.T - n, fitting.T - taken, everyone, caps)
     return np.where(fit, before - np.where(fit, after, before), 0.0), np.asarray(fit)
 
 

@@ -20,36 +20,7 @@ import numpy as np
 
 from jupyter_vgpu.core.contract import CORES_PER_CARD, Request
 
-from .fgd_batch import MixArrays
-
-_BLOCK = 128  # numpy's PW_BLOCKSIZE
-
-
-def pairwise_sum(terms: Sequence[float], start: int = 0, count: int | None = None) -> float:
-    """``np.add.reduce`` of float64 ``terms`` in numpy's order (``pairwise_sum`` in its
-    loops: fewer than 8 in a row, else 8 running sums, blocks of 128 split in two)."""
-    n = len(terms) - start if count is None else count
-    if n < 8:
-        total = 0.0
-        for i in range(start, start + n):
-            total += terms[i]
-        return total
-    if n <= _BLOCK:
-        r = list(terms[start:start + 8])
-        i = 8
-        whole = n - n % 8
-        while i < whole:
-            at = start + i
-            r = [r[j] + terms[at + j] for j in range(8)]
-            i += 8
-        total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
-        while i < n:
-            total += terms[start + i]
-            i += 1
-        return total
-    half = n // 2
-    half -= half % 8
-    return pairwise_sum(terms, start, half) + pairwise_sum(terms, start + half, n - half)
+from .fgd_batch import MixArrays, pairwise_sum
 
 
 class MixScalars:
