@@ -208,3 +208,19 @@ def test_typical_pods_first_fragment_is_the_rows_first_sum(states, mix, everyone
     rows_first = (np.where(ok, total[:, None] - use, total[:, None]) * arrays.weight).sum(-1)
     got = arrays.capped_fragment(total, count.T, fitting.T, None if everyone else admitted.T, caps)
     assert [x.hex() for x in got.tolist()] == [x.hex() for x in rows_first.tolist()]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(node_states(), min_size=1, max_size=30), wide_mixes())
+def test_counts_of_counts_each_rows_cards(states, mix):
+    """Per row and typical pod: how many of its cards fit it and their free cores, summed card
+    position by card position in the batch, counted here card by card."""
+    arrays = MixArrays(mix)
+    free, _, _, _ = _arrays(states)
+    count, fitting = counts_of(free, arrays)
+    shapes = [shape for shape, _ in mix.shapes]
+    for row, layout in enumerate(free.tolist()):
+        cores = [min(max(v, 0), CORES_PER_CARD) for v in layout]
+        need = [CORES_PER_CARD if s.whole else s.cores for s in shapes]
+        assert count[row].tolist() == [float(sum(1 for v in cores if v >= n)) for n in need]
+        assert fitting[row].tolist() == [float(sum(v for v in cores if v >= n)) for n in need]

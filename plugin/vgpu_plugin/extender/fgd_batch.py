@@ -53,6 +53,7 @@ class MixArrays:
         self.fits = (_VALUES[:, None] >= self.need[None, :]).astype(float)
         self.usable = self.fits * _VALUES[:, None]
         self.fits_by_pod = np.ascontiguousarray(self.fits.T)  # [T, 101]: typical pods first
+        self.fits_and_usable = np.concatenate([self.fits, self.usable], axis=1)  # [101, 2T]
         self.usable_by_pod = np.ascontiguousarray(self.usable.T)
         self._asks = self.cpu > 0
         self._asking = bool(self._asks.any())
@@ -182,9 +183,16 @@ class Caps:
 
 def counts_of(free: np.ndarray, arrays: MixArrays) -> tuple[np.ndarray, np.ndarray]:
     """Per node and typical pod [K, T]: how many cards fit it, and their free cores."""
-    cores = np.clip(free, 0, CORES_PER_CARD)
-    # table lookups summed over the cards (no BLAS: its threads only contend on a busy node)
-    return arrays.fits[cores].sum(1), arrays.usable[cores].sum(1)
+    width = len(arrays.weight)
+    cards = np.clip(free, 0, CORES_PER_CARD).T.copy()  # [G, K]: each card position one run
+    if not len(cards):
+        return np.zeros((free.shape[0], width)), np.zeros((free.shape[0], width))
+    # both tables' rows of each card, card by card, summed (integer-valued: exact in any order;
+    # no BLAS: its threads only contend on a busy node)
+    both = np.take(arrays.fits_and_usable, cards[0], axis=0)
+    for card in cards[1:]:
+        both += np.take(arrays.fits_and_usable, card, axis=0)
+    return both[:, :width], both[:, width:]
 
 
 def falls_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray, admitted: np.ndarray,
