@@ -5,13 +5,14 @@ from either path may be compared in one filter."""
 from __future__ import annotations
 
 from dataclasses import replace
+from unittest.mock import patch
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_fgd_filter_property import _copies_cpu, _free_after, _state, batch, node_states
 from test_filter_property import cards, pod_for
-from vgpu_plugin.extender import fgd_batch, fgd_few
+from vgpu_plugin.extender import decisions, fgd_batch, fgd_few
 from vgpu_plugin.extender.decisions import Decisions, read_ask
 from vgpu_plugin.extender.fgd_batch import MixArrays, NodeRows, counts_of
 from vgpu_plugin.extender.headroom import HostHeadroom
@@ -130,11 +131,18 @@ def test_few_rows_at_their_cpu_bound(states, mix, pod_cpu, request, aims):
 
 @settings(max_examples=150, deadline=None)
 @given(data=st.data(), layout=st.lists(cards, min_size=2, max_size=5),
-       ask=st.builds(lambda c, m: [(c, m)], st.integers(1, 99), st.integers(1, 64)))
-def test_levels_follow_cpu_headroom_for_one_request_shape(data, layout, ask):
+       ask=st.builds(lambda c, m: [(c, m)], st.integers(1, 99), st.integers(1, 64)), batch_only=st.booleans())
+def test_levels_follow_cpu_headroom_for_one_request_shape(data, layout, ask, batch_only):
     """The same request shape filtered again and again (its levels memoised per row) while the
-    nodes' CPU headroom moves around the few copies of it that fit: the node passed is always
-    the core's best with the headroom of the moment (a level kept past a headroom change fails)."""
+    nodes' CPU headroom (and labels) move around the few copies of it that fit: the node passed is always
+    the core's best with the headroom of the moment (a level kept past a headroom change fails).
+    ``batch_only``: every re-scoring through the numpy batch and its per-snapshot memo of the
+    fragment before the pod, however few rows changed."""
+    with patch.object(decisions, "_FGD_FEW_ROWS", -1 if batch_only else decisions._FGD_FEW_ROWS):
+        _follow_cpu_headroom(data, layout, ask)
+
+
+def _follow_cpu_headroom(data: st.DataObject, layout: list[list[int]], ask: list[tuple[int, int]]) -> None:
     ledger, hosts = Ledger(), HostHeadroom()
     for n, specs in enumerate(layout):
         ledger.set_node(f"n{n}", NodeCards(tuple(Card(i, f"u{i}", "m", gib * 1024) for i, gib in enumerate(specs)),
@@ -142,9 +150,11 @@ def test_levels_follow_cpu_headroom_for_one_request_shape(data, layout, ask):
     fgd = Decisions(ledger, None, policy="fgd-filter", hosts=hosts)
     names = sorted(ledger.nodes)
     cpu = data.draw(st.sampled_from(["1", "2", "4"]))
+    selector = data.draw(st.booleans())  # the typical pod then admits only the nodes labelled gpu=T4
     for step in range(data.draw(st.integers(2, 8))):
         for name in data.draw(st.lists(st.sampled_from(names), max_size=len(names))):
-            hosts.on_node("MODIFIED", {"metadata": {"name": name}, "status": {"allocatable": {
+            labels = data.draw(st.sampled_from([{}, {"gpu": "T4"}, {"gpu": "A10"}]))
+            hosts.on_node("MODIFIED", {"metadata": {"name": name, "labels": labels}, "status": {"allocatable": {
                 "cpu": data.draw(st.sampled_from(["0", "1", "2", "3", "4", "6", "8", "12", "64"])), "memory": "64Gi"}}})
         if data.draw(st.booleans()):
             node = data.draw(st.sampled_from(names))
@@ -154,6 +164,8 @@ def test_levels_follow_cpu_headroom_for_one_request_shape(data, layout, ask):
         pod = pod_for(ask)
         pod["metadata"]["uid"] = f"ask{step}"
         pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": cpu}
+        if selector:
+            pod["spec"]["nodeSelector"] = {"gpu": "T4"}
         args = ExtenderArgs(pod=pod, node_names=names, nodes=None, raw_nodes=None)
         passed, _, _ = fgd.filter(args)
         fits, _, _ = Decisions(ledger, None).filter(args)

@@ -572,9 +572,11 @@ class Decisions:
                     else:
                         if self._fgd_counts.arrays is not arrays:
                             self._fgd_counts = CountMemo(arrays)
+                        counts = self._fgd_counts.of(rows, some)
+                        before = self._fgd_counts.before_of(rows, some, admitted, self.hosts.labels_version)
                         fresh, fit = levels_of(rows.free[some], rows.memory[some], rows.whole[some], cpu,
                                                arrays.admit_all(len(some)) if admitted is None else admitted,
-                                               single, view.cpu_milli, arrays, self._fgd_counts.of(rows, some))
+                                               single, view.cpu_milli, arrays, counts, before)
                     known.store(some, stamp[outdated], np.where(fit, fresh, -1))
                 scored = known.level[picked]
             if len(picked) and single is not None:

@@ -195,22 +195,36 @@ def counts_of(free: np.ndarray, arrays: MixArrays) -> tuple[np.ndarray, np.ndarr
     return both[:, :width], both[:, width:]
 
 
+def fragment_before(free: np.ndarray, cpu: np.ndarray, admitted: np.ndarray | None, arrays: MixArrays,
+                    counts: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Each row's fragment [K] before any pod, as ``falls_of`` computes it (row by row: the same
+    numbers for a row whatever the others); ``admitted`` [K, T] or None (every typical pod)."""
+    count, fitting = counts
+    total = np.clip(free, 0, CORES_PER_CARD).sum(1).astype(float)
+    return arrays.capped_fragment(total, count.T, fitting.T, None if admitted is None else admitted.T,
+                                  arrays.caps(cpu, fitting))
+
+
 def falls_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray, admitted: np.ndarray,
              request: Request, pod_cpu_milli: int, arrays: MixArrays,
-             counts: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+             counts: tuple[np.ndarray, np.ndarray] | None = None,
+             before: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(fall [K] float, fits [K] bool): ``levels_of`` before the level, the fragment each node's
-    placement of the pod removes (0 where it does not fit)."""
+    placement of the pod removes (0 where it does not fit). ``before``: ``fragment_before`` of the
+    rows with ``counts`` (the same for every request, so the caller may keep it per snapshot)."""
     k = free.shape[0]
     if not arrays.mix.shapes:  # nothing learned yet: the pod's own shape, as FragmentView.mix_for
         own = Shape.of_pod({0: request}, pod_cpu_milli)
         arrays = MixArrays(Mix(((own, 1.0),)) if own is not None else Mix(), arrays.blend)
         admitted = np.ones((k, len(arrays.weight)), dtype=bool)
         counts = None
+        before = None
     cores = np.clip(free, 0, CORES_PER_CARD)
     count, fitting = counts if counts is not None else counts_of(free, arrays)  # [K, T]
     total = cores.sum(1).astype(float)
     everyone = None if admitted.all() else admitted.T  # None: no pass over it per (row, value)
-    before = arrays.capped_fragment(total, count.T, fitting.T, everyone, arrays.caps(cpu, fitting))
+    if before is None:
+        before = arrays.capped_fragment(total, count.T, fitting.T, everyone, arrays.caps(cpu, fitting))
     # the node's CPU once the pod is on it; the pod only takes fitting cores, so the bound is
     # taken at the row's fitting cores before it
     caps = arrays.caps(cpu - pod_cpu_milli, fitting)
@@ -251,14 +265,16 @@ def falls_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.nd
 
 def levels_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray, admitted: np.ndarray,
               request: Request, pod_cpu_milli: int, arrays: MixArrays,
-              counts: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+              counts: tuple[np.ndarray, np.ndarray] | None = None,
+              before: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(level [K] int, fits [K] bool) for a pod of one container asking ``request``.
 
     ``free``/``memory`` [K, G]: each healthy card's free cores and memory units (-1: no card),
     ``whole`` [K, G]: the card is wholly free, ``cpu`` [K]: CPU headroom (NaN: unknown),
     ``admitted`` [K, T]: ``arrays.admitted`` of the nodes' labels; ``counts``: ``counts_of``
-    (the same for every request, so the caller may keep it per mix snapshot)."""
-    fall, fit = falls_of(free, memory, whole, cpu, admitted, request, pod_cpu_milli, arrays, counts)
+    (the same for every request, so the caller may keep it per mix snapshot), and ``before``
+    likewise (``fragment_before``)."""
+    fall, fit = falls_of(free, memory, whole, cpu, admitted, request, pod_cpu_milli, arrays, counts, before)
     return level_of_fall(fall), fit
 
 
@@ -352,7 +368,9 @@ class NodeRows:
 
 
 class CountMemo:
-    """``counts_of`` per node row for one mix snapshot, with the row's generation."""
+    """``counts_of`` per node row for one mix snapshot, with the row's generation; and each row's
+    fragment before any pod (``fragment_before``: the same for every request, so the request
+    shapes filtered after a snapshot moves share it), with the row's stamp and labels version."""
 
     def __init__(self, arrays: MixArrays) -> None:
         self.arrays = arrays
@@ -360,6 +378,9 @@ class CountMemo:
         self.count = np.zeros((0, width))
         self.fitting = np.zeros((0, width))
         self.generation = np.full(0, -1, dtype=np.int64)
+        self.before = np.zeros(0)
+        self.before_stamp = np.full(0, -1, dtype=np.int64)
+        self.labels_version: object = None
 
     def of(self, rows: NodeRows, picked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         size = len(rows.generation)
@@ -368,12 +389,32 @@ class CountMemo:
             self.count = np.concatenate([self.count, np.zeros((grow, self.count.shape[1]))])
             self.fitting = np.concatenate([self.fitting, np.zeros((grow, self.fitting.shape[1]))])
             self.generation = np.concatenate([self.generation, np.full(grow, -1, dtype=np.int64)])
+            self.before = np.concatenate([self.before, np.zeros(grow)])
+            self.before_stamp = np.concatenate([self.before_stamp, np.full(grow, -1, dtype=np.int64)])
         generation = rows.generation[picked]
         changed = picked[self.generation[picked] != generation]
         if len(changed):
             self.count[changed], self.fitting[changed] = counts_of(rows.free[changed], self.arrays)
             self.generation[changed] = rows.generation[changed]
         return self.count[picked], self.fitting[picked]
+
+    def before_of(self, rows: NodeRows, picked: np.ndarray, admitted: np.ndarray | None,
+                  labels_version: object) -> np.ndarray:
+        """``fragment_before`` of the ``picked`` rows (after ``of`` for them) at their CPU headroom
+        (``rows.cpu``); ``admitted`` [len(picked), T] (None: every typical pod everywhere) as of
+        ``labels_version``."""
+        if labels_version != self.labels_version:  # a label changed: what rows admit may have
+            self.before_stamp[:] = -1
+            self.labels_version = labels_version
+        stamp = rows.stamp[picked]
+        stale = self.before_stamp[picked] != stamp
+        if stale.any():
+            changed = picked[stale]
+            self.before[changed] = fragment_before(rows.free[changed], rows.cpu[changed],
+                                                   None if admitted is None else admitted[stale], self.arrays,
+                                                   (self.count[changed], self.fitting[changed]))
+            self.before_stamp[changed] = stamp[stale]
+        return self.before[picked]
 
 
 class LevelMemo:
