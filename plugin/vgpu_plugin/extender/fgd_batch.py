@@ -201,7 +201,8 @@ def fragment_before(free: np.ndarray, cpu: np.ndarray, admitted: np.ndarray | No
     numbers for a row whatever the others); ``admitted`` [K, T] or None (every typical pod)."""
     count, fitting = counts
     total = np.clip(free, 0, CORES_PER_CARD).sum(1).astype(float)
-    return arrays.capped_fragment(total, count.T, fitting.T, None if admitted is None else admitted.T,
+    return arrays.capped_fragment(total, np.ascontiguousarray(count.T), np.ascontiguousarray(fitting.T),
+                                  None if admitted is None else np.ascontiguousarray(admitted.T),
                                   arrays.caps(cpu, fitting))
 
 
@@ -222,9 +223,10 @@ def falls_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.nd
     cores = np.clip(free, 0, CORES_PER_CARD)
     count, fitting = counts if counts is not None else counts_of(free, arrays)  # [K, T]
     total = cores.sum(1).astype(float)
-    everyone = None if admitted.all() else admitted.T  # None: no pass over it per (row, value)
+    everyone = None if admitted.all() else np.ascontiguousarray(admitted.T)  # None: no pass per entry
+    by_pod = np.ascontiguousarray(count.T), np.ascontiguousarray(fitting.T)  # [T, K], each pod one run
     if before is None:
-        before = arrays.capped_fragment(total, count.T, fitting.T, everyone, arrays.caps(cpu, fitting))
+        before = arrays.capped_fragment(total, *by_pod, everyone, arrays.caps(cpu, fitting))
     # the node's CPU once the pod is on it; the pod only takes fitting cores, so the bound is
     # taken at the row's fitting cores before it
     caps = arrays.caps(cpu - pod_cpu_milli, fitting)
@@ -244,9 +246,9 @@ def falls_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.nd
         fits_change = arrays.fits_by_pod[:, shifted] - arrays.fits_by_pod
         usable_change = arrays.usable_by_pod[:, shifted] - arrays.usable_by_pod
         # [T, E] per (row, value) entry, typical pods first
-        moved_count = np.repeat(count.T, each, axis=1)
+        moved_count = np.repeat(by_pod[0], each, axis=1)
         moved_count += np.take(fits_change, v, axis=1)
-        moved_fitting = np.repeat(fitting.T, each, axis=1)
+        moved_fitting = np.repeat(by_pod[1], each, axis=1)
         moved_fitting += np.take(usable_change, v, axis=1)
         after_each = arrays.capped_fragment(np.repeat(total, each) - c, moved_count, moved_fitting,
                                             None if everyone is None else np.repeat(everyone, each, axis=1),
@@ -259,7 +261,7 @@ def falls_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.nd
         n = request.cards
         fit = whole.sum(1) >= n
         taken = float(n * CORES_PER_CARD)  # whole free cards fit every typical pod
-        after = arrays.capped_fragment(total - taken, count.T - n, fitting.T - taken, everyone, caps)
+        after = arrays.capped_fragment(total - taken, by_pod[0] - n, by_pod[1] - taken, everyone, caps)
     return np.where(fit, before - np.where(fit, after, before), 0.0), np.asarray(fit)
 
 
