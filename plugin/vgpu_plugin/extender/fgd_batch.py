@@ -127,7 +127,7 @@ class MixArrays:
             use[:, caps.rows] = (1 - self.blend) * np.minimum(fit, caps.cap.T) + self.blend * fit
             ok[:, caps.rows] &= caps.one.T
         left = np.subtract(total, use, out=use)
-        np.copyto(left, np.broadcast_to(total, left.shape), where=~ok)  # where(ok, total - use, total)
+        np.copyto(left, total, where=~ok)  # where(ok, total - use, total): total broadcast
         left *= self.weight[:, None]
         return np.asarray(pairwise_sum(list(left))) if len(left) else np.zeros(left.shape[1:])
 
