@@ -7,7 +7,11 @@ and the functions with the most cumulative and own time.
 
 Usage: python benchmarks/extender/profile_extender.py [--nodes 5000] [--pods 100000]
            [--names kube-scheduler|all] [--calls 300] [--top 15]
-           [--policy binpack|fgd-filter|...] [--timing [--warmup 20]] [--no-headroom]
+           [--policy binpack|fgd-filter|...] [--timing [--warmup 20] [--stages]] [--no-headroom]
+
+``--stages`` (with ``--timing``): the filter's CPU time per stage too (decode, the generic
+filter, fgd-filter's pick and its parts), percentiles over the filters that ran the stage, and
+the stages of the slowest filters.
 
 Every node's CPU headroom is known (128 CPUs allocatable less 2 per running pod), as the
 deployed extender's informers give it; ``--no-headroom`` leaves it unknown.
@@ -42,11 +46,13 @@ def main() -> None:
     parser.add_argument("--timing", action="store_true",
                         help="no profiler: each call's time, percentiles after --warmup calls")
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--stages", action="store_true", help="with --timing: CPU time per stage of the filter")
     parser.add_argument("--no-headroom", action="store_true",
                         help="leave every node's CPU headroom unknown (what this script did before: the "
                              "fgd-filter batch then never counts CPU copies, unlike the deployed extender)")
     args = parser.parse_args()
 
+    stages = _time_stages() if args.stages else None
     from vgpu_plugin.extender.decisions import Decisions
     from vgpu_plugin.extender.headroom import HostHeadroom
     from vgpu_plugin.extender.wire import (
@@ -120,6 +126,8 @@ def main() -> None:
         if error:
             raise RuntimeError(f"bind refused: {error}")
     if args.timing:
+        if stages is not None:
+            _print_stages(stages, args.warmup)
         for verb in calls:
             for what, values in (("wall", each[verb]), ("CPU", cpu[verb])):
                 kept = sorted(values[args.warmup:])
@@ -134,6 +142,56 @@ def main() -> None:
         report[verb] = round(mean_ms, 3)
         bench.print_cprofile(profile, f"{verb}: {mean_ms:.3f} ms per call under cProfile", args.top)
     print("\nmean ms per call (profiled):", json.dumps(report))
+
+
+def _time_stages() -> dict[str, list[tuple[int, float]]]:
+    """Wrap the filter's stages (those this checkout has) to record (filter number, CPU seconds)."""
+    import functools
+
+    from vgpu_plugin.extender import decisions, fgd_batch, wire
+
+    stages: dict[str, list[tuple[int, float]]] = {}
+    number = [0]
+    aimed = [(wire, "decode_extender_args", "decode (filter and prioritize)"),
+             (decisions.Decisions, "filter", "filter, decided"), (decisions.Decisions, "_filter", "generic _filter"),
+             (decisions.Decisions, "_fgd_best", "fgd pick"), (decisions.Decisions, "_fgd_index", "  row lookups"),
+             (decisions, "levels_of", "  numpy batch"), (decisions, "levels_few", "  few rows in Python"),
+             (fgd_batch.CountMemo, "of", "  counts per snapshot"),
+             (fgd_batch.CountMemo, "before_of", "  fragment before, per snapshot")]
+    for owner, name, label in aimed:
+        if not hasattr(owner, name):
+            continue
+        function = getattr(owner, name)
+
+        def timed(*args: Any, _function: Any = function, _label: str = label, **kwargs: Any) -> Any:
+            if _label == "filter, decided":
+                number[0] += 1
+            started = time.process_time()
+            try:
+                return _function(*args, **kwargs)
+            finally:
+                stages.setdefault(_label, []).append((number[0], time.process_time() - started))
+
+        setattr(owner, name, functools.wraps(function)(timed))
+    return stages
+
+
+def _print_stages(stages: dict[str, list[tuple[int, float]]], warmup: int) -> None:
+    per_filter: dict[int, dict[str, float]] = {}
+    for label, values in stages.items():
+        for number, seconds in values:
+            if number > warmup:
+                per_filter.setdefault(number, {}).setdefault(label, 0.0)
+                per_filter[number][label] += seconds
+    for label in stages:
+        kept = sorted(entry[label] for entry in per_filter.values() if label in entry)
+        if kept:
+            at = {q: kept[min(len(kept) - 1, int(q / 100 * len(kept)))] * 1000 for q in (50, 90, 99)}
+            print(f"stage {label:32} {len(kept):4} filters: p50 {at[50]:.3f} p90 {at[90]:.3f} p99 {at[99]:.3f} ms CPU")
+    slowest = sorted(per_filter, key=lambda n: -per_filter[n].get("filter, decided", 0.0))[:5]
+    for number in slowest:
+        print(f"slow filter {number}: " + ", ".join(f"{label.strip()} {seconds * 1000:.2f}"
+                                                    for label, seconds in per_filter[number].items()))
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ from jupyter_vgpu.core.placement import CardState, FragmentView, NodeState
 from ..informer import resource_version
 from .cache import DecisionCache, NodeMemo, ScoreCache, VerdictCache, remember
 from .fgd_batch import CountMemo, LevelMemo, MixArrays, NodeRows, levels_of
+from .fgd_few import levels_few
 from .headroom import HostHeadroom, pod_cpu_memory
 from .ledger import Holding, Ledger, NodeEntry, node_cards, pod_holding, pod_key
 from .wire import MAX_EXTENDER_PRIORITY, ExtenderArgs, ExtenderBindingArgs
@@ -288,6 +289,9 @@ _SEEN_PODS = 4096
 _MIX_REFRESH = 16
 # fgd-filter: levels memoised for this many (request, pod CPU, snapshot) keys
 _FGD_MEMOS = 32
+# fgd-filter: at most this many rows to re-score go through the pure-Python path (fgd_few),
+# more through the numpy batch, whose ~90 array calls cost more than this many rows in Python
+_FGD_FEW_ROWS = 4
 
 
 def _pick(reasons: dict[str, str], names: list[str]) -> dict[str, str]:
@@ -546,27 +550,34 @@ class Decisions:
             usable = (index >= 0) & rows.plain[np.maximum(index, 0)] if single is not None else index < -1
             if own is not None and own.node in rows.index:
                 usable &= index != rows.index[own.node]
-            core = np.flatnonzero(~usable)
-            if len(core):
+            if usable.all():
+                picked = index
+            else:
+                core = np.flatnonzero(~usable)
                 self._fgd_core_levels(args, ask, view, own, {passed[i] for i in core.tolist()}, found)
-            picked = index[usable]
-            generation = rows.generation[picked]
-            cpu = rows.cpu[picked]
+                picked = index[usable]
+            stamp = rows.stamp[picked]
             with self._fgd_lock:
                 known = self._fgd_memo((ask.key, view.cpu_milli, version, self.hosts.labels_version))
-                outdated = known.stale(picked, generation, cpu) if len(picked) else np.zeros(0, dtype=bool)
+                outdated = known.stale(picked, stamp, len(rows.stamp))
                 if single is not None and outdated.any():
                     some = picked[outdated]
-                    if self._fgd_counts.arrays is not arrays:
-                        self._fgd_counts = CountMemo(arrays)
+                    cpu = rows.cpu[some]
+                    admitted = None
                     if arrays.reads_labels:  # a Python loop over the rows: only when some selector needs it
                         admitted = arrays.admitted(self.hosts.facts([rows.names[row] for row in some.tolist()])[1])
+                    if len(some) <= _FGD_FEW_ROWS and arrays.mix.shapes:  # the batch's numbers, in Python
+                        fresh, fit = levels_few(rows.free[some], rows.memory[some], rows.whole[some], cpu,
+                                                admitted, single, view.cpu_milli, arrays)
                     else:
-                        admitted = arrays.admit_all(len(some))
-                    fresh, fit = levels_of(rows.free[some], rows.memory[some], rows.whole[some], cpu[outdated],
-                                           admitted, single, view.cpu_milli, arrays,
-                                           self._fgd_counts.of(rows, some))
-                    known.store(some, generation[outdated], cpu[outdated], np.where(fit, fresh, -1))
+                        if self._fgd_counts.arrays is not arrays:
+                            self._fgd_counts = CountMemo(arrays)
+                        counts = self._fgd_counts.of(rows, some)
+                        before = self._fgd_counts.before_of(rows, some, admitted, self.hosts.labels_version)
+                        fresh, fit = levels_of(rows.free[some], rows.memory[some], rows.whole[some], cpu,
+                                               arrays.admit_all(len(some)) if admitted is None else admitted,
+                                               single, view.cpu_milli, arrays, counts, before)
+                    known.store(some, stamp[outdated], np.where(fit, fresh, -1))
                 scored = known.level[picked]
             if len(picked) and single is not None:
                 top = int(scored.max())
@@ -591,13 +602,13 @@ class Decisions:
             name = hosts_dirty.pop()
             row = rows.index.get(name)
             if row is not None:
-                rows.cpu[row] = self.hosts.cpu_milli(name)
+                rows.set_cpu(row, self.hosts.cpu_milli(name))
         index = np.fromiter(map(rows.index.get, passed, itertools.repeat(-1)), dtype=np.int64, count=len(passed))
         for at in np.flatnonzero(index < 0).tolist():
             name = passed[at]
             if self._fgd_write_row(name, nodes.get(name)):
                 index[at] = rows.index[name]
-                rows.cpu[index[at]] = self.hosts.cpu_milli(name)
+                rows.set_cpu(int(index[at]), self.hosts.cpu_milli(name))
         return index
 
     def _fgd_write_row(self, name: str, entry: NodeEntry | None) -> bool:

@@ -1,0 +1,161 @@
+"""``fgd_batch.levels_of`` for a few rows, in plain Python: the same numbers, bit for bit.
+
+A steady-state filter re-scores the one or two rows changed since the same request shape
+was last seen; the numpy batch costs ~90 small array calls whatever the rows (0.2-0.4 ms),
+this a few dozen float operations per row. Every operation is the batch's, in its order:
+elementwise IEEE float arithmetic is the same in Python and numpy, counts and free cores
+are integers (exact in either), and a sum over the typical pods follows numpy's pairwise
+summation (``pairwise_sum``). The level from the fall takes numpy's ``exp``, as the batch
+(``level_of_fall``): ``math.exp`` is not numpy's SIMD ``exp`` (on this machine they differ in
+the last bit for ~5 % of values), and numpy's gives each element the same result whatever
+the array's length (``tests/extender/test_fgd_few_rows.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from jupyter_vgpu.core.contract import CORES_PER_CARD, Request
+
+from .fgd_batch import MixArrays, pairwise_sum
+
+
+class MixScalars:
+    """A ``MixArrays``' per typical pod values as Python floats and ints, with the per-row
+    counts and per-value changes it has computed (a cluster's rows repeat a few card layouts)."""
+
+    def __init__(self, arrays: MixArrays) -> None:
+        self.blend = arrays.blend
+        self.rest = 1 - arrays.blend
+        self.weight = arrays.weight.tolist()
+        self.need = arrays.need.tolist()
+        self.cards = arrays.cards.tolist()
+        self.cpu = arrays.cpu.tolist()
+        self.per_copy = arrays.per_copy.tolist()
+        self.asks = [c > 0 for c in self.cpu]
+        self.asking = any(self.asks)
+        self.size = len(self.weight)
+        self.fits = arrays.fits.tolist()  # per free value (0-100) and typical pod, as the batch's tables
+        self.usable = arrays.usable.tolist()
+        self._counts: dict[tuple[int, ...], tuple[list[float], list[float]]] = {}
+        self._changes: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
+
+    def counts(self, cores: Sequence[int]) -> tuple[list[float], list[float]]:
+        """``counts_of`` of one row: per typical pod, how many cards fit it and their free cores
+        (integer-valued: exact in any order)."""
+        key = tuple(cores)
+        found = self._counts.get(key)
+        if found is None:
+            count, fitting = [0.0] * self.size, [0.0] * self.size
+            for v in cores:
+                count = [a + b for a, b in zip(count, self.fits[v], strict=True)]
+                fitting = [a + b for a, b in zip(fitting, self.usable[v], strict=True)]
+            if len(self._counts) >= _MEMO:
+                self._counts.clear()
+            found = self._counts[key] = (count, fitting)
+        return found
+
+    def change(self, cores: int, value: int) -> tuple[list[float], list[float]]:
+        """What taking ``cores`` off a card with ``value`` free changes, per typical pod (the batch's
+        ``fits_change``/``usable_change``)."""
+        key = (cores, value)
+        found = self._changes.get(key)
+        if found is None:
+            left = max(value - cores, 0)
+            found = self._changes[key] = (
+                [a - b for a, b in zip(self.fits[left], self.fits[value], strict=True)],
+                [a - b for a, b in zip(self.usable[left], self.usable[value], strict=True)])
+        return found
+
+    def caps(self, cpu: float, fitting: Sequence[float]) -> tuple[list[float], list[bool]] | None:
+        """``MixArrays.caps`` of one row: (cap, one) per typical pod, None when its CPU cannot bind."""
+        if not self.asking or math.isnan(cpu):
+            return None
+        bound = max(float(max(math.ceil(fitting[t] / self.per_copy[t]), 1)) * float(self.cpu[t])
+                    for t in range(self.size) if self.asks[t])
+        if cpu >= bound:
+            return None
+        free = max(cpu, 0)
+        cap, one = [], []
+        for t in range(self.size):
+            copies = float(math.floor(free / float(max(self.cpu[t], 1)))) if self.asks[t] else math.inf
+            cap.append(copies * self.per_copy[t])
+            one.append(copies >= 1)
+        return cap, one
+
+    def fragment(self, total: float, count: Sequence[float], fitting: Sequence[float], admitted: Sequence[bool],
+                 caps: tuple[list[float], list[bool]] | None) -> float:
+        """``MixArrays.capped_fragment`` of one row."""
+        blend, rest = self.blend, self.rest
+        if caps is None:
+            terms = [(total - (rest * f + blend * f) if a and n >= k else total) * w
+                     for f, n, a, k, w in zip(fitting, count, admitted, self.cards, self.weight, strict=True)]
+        else:
+            terms = [(total - (rest * min(f, c) + blend * f) if a and n >= k and o else total) * w
+                     for f, n, a, k, w, c, o in zip(fitting, count, admitted, self.cards, self.weight, *caps,
+                                                    strict=True)]
+        return pairwise_sum(terms)
+
+
+_MEMO = 4096  # card layouts kept per mix snapshot
+
+
+def _scalars(arrays: MixArrays) -> MixScalars:
+    found = arrays.__dict__.get("_scalars")
+    if found is None:
+        found = arrays.__dict__["_scalars"] = MixScalars(arrays)
+    return found
+
+
+def falls_few(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray, admitted: np.ndarray | None,
+              request: Request, pod_cpu_milli: int, arrays: MixArrays) -> tuple[list[float], list[bool]]:
+    """``fgd_batch.falls_of`` row by row (the mix not empty; ``admitted`` None: every row admits
+    every typical pod), as Python floats and bools."""
+    mix = _scalars(arrays)
+    everyone = [True] * mix.size
+    allowed = admitted.tolist() if admitted is not None else None
+    falls, fits = [], []
+    for row, (frees, memories, wholes, headroom) in enumerate(zip(free.tolist(), memory.tolist(), whole.tolist(),
+                                                                  cpu.tolist(), strict=True)):
+        admits = everyone if allowed is None else allowed[row]
+        cores = [min(max(v, 0), CORES_PER_CARD) for v in frees]
+        count, fitting = mix.counts(cores)
+        total = float(sum(cores))
+        before = mix.fragment(total, count, fitting, admits, mix.caps(headroom, fitting))
+        caps = mix.caps(headroom - pod_cpu_milli, fitting)
+        if request.is_share:
+            c, u = request.cores, request.memory_units
+            values = sorted({v for v, f, m in zip(cores, frees, memories, strict=True) if f >= c and m >= u})
+            fit = bool(values)
+            after = math.inf
+            for v in values:  # same value, same fragment; the batch's minimum over them
+                moved_count, moved_fitting = mix.change(c, v)
+                after = min(after, mix.fragment(total - c, [a + b for a, b in zip(count, moved_count, strict=True)],
+                                                [a + b for a, b in zip(fitting, moved_fitting, strict=True)],
+                                                admits, caps))
+        else:
+            n = request.cards
+            fit = sum(wholes) >= n
+            taken = float(n * CORES_PER_CARD)
+            after = mix.fragment(total - taken, [x - n for x in count], [x - taken for x in fitting], admits, caps)
+        falls.append(before - after if fit else 0.0)
+        fits.append(fit)
+    return falls, fits
+
+
+def levels_few(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray, admitted: np.ndarray | None,
+               request: Request, pod_cpu_milli: int, arrays: MixArrays) -> tuple[np.ndarray, np.ndarray]:
+    """``fgd_batch.levels_of`` of a few rows (see ``falls_few``), the same arrays out."""
+    falls, fits = falls_few(free, memory, whole, cpu, admitted, request, pod_cpu_milli, arrays)
+    return np.array(levels_of_falls(falls), dtype=np.int64), np.array(fits, dtype=bool)
+
+
+def levels_of_falls(falls: Sequence[float]) -> list[int]:
+    """``fgd_batch.level_of_fall`` of a few falls: numpy's exp (one call), then IEEE add and
+    divide, the same in Python (negating and dividing by a power of two are exact), and
+    truncation as ``astype(int)``."""
+    grown = np.exp(np.array([-fall / CORES_PER_CARD for fall in falls], dtype=float)).tolist()
+    return [int(100 / (1 + e)) for e in grown]
