@@ -14,6 +14,7 @@ import ast
 import functools
 import importlib
 import inspect
+import itertools
 import pkgutil
 import re
 import sys
@@ -101,7 +102,27 @@ def code_needs(packages: tuple[str, ...], files: list | None = None) -> dict[Nee
             http_method, resource_path = candidates[classes[0]]
             for need in rbac_for(http_method, resource_path, watched=id(node) not in called):
                 needs.setdefault(need, []).append(f"{path.name}:{node.lineno} {node.attr}")
+        for http_method, resource_path, lineno in raw_requests(tree):
+            for need in rbac_for(http_method, resource_path, watched=False):
+                needs.setdefault(need, []).append(f"{path.name}:{lineno} {http_method} {resource_path}")
     return needs
+
+
+HTTP_METHODS = {"GET", "POST", "PATCH", "PUT", "DELETE"}
+
+
+def raw_requests(tree: ast.AST) -> list[tuple[str, str, int]]:
+    """Calls made through the client's ``ApiClient`` without a generated method (the extender's bind):
+    a literal HTTP method followed by a literal API path among one call's arguments."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        literals = [arg.value if isinstance(arg, ast.Constant) else None for arg in node.args]
+        for method, path in itertools.pairwise(literals):
+            if method in HTTP_METHODS and isinstance(path, str) and path.startswith(("/api/", "/apis/")):
+                found.append((method, path, node.lineno))
+    return found
 
 
 def granted(objects, role_names: tuple[str, ...], service_account: str) -> set[Need]:
@@ -157,7 +178,8 @@ def test_scheduler_gets_the_standard_roles_and_only_its_own_lease():
 
 
 def test_the_scanner_sees_calls_and_informers(tmp_path, monkeypatch):
-    """The scanner itself: a called read, a passed-along list (informer: list + watch), a binding."""
+    """The scanner itself: a called read, a passed-along list (informer: list + watch), a binding,
+    a request through the ApiClient with a literal method and path."""
     package = tmp_path / "fake"
     package.mkdir()
     (package / "mod.py").write_text(
@@ -168,13 +190,15 @@ def test_the_scanner_sees_calls_and_informers(tmp_path, monkeypatch):
         "core.create_namespaced_pod_binding('p', 'ns', {})\n"
         "client.EventsV1Api().create_namespaced_event('ns', {})\n"
         "self.api.patch_annotations('ns', 'p', {})\n"
+        "self._call('x', self._request, 'DELETE', '/api/v1/namespaces/{namespace}/configmaps/{name}', {})\n"
+        "log.info('%s %s', 'GET', 'not a path')\n"
     )
     for name in SHARED:
         (tmp_path / name).write_text("")
     monkeypatch.setattr(sys.modules[__name__], "PLUGIN", tmp_path)
     assert set(code_needs(("fake",))) == {
         ("", "pods", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
-        ("", "pods/binding", "create"), ("events.k8s.io", "events", "create"),
+        ("", "pods/binding", "create"), ("events.k8s.io", "events", "create"), ("", "configmaps", "delete"),
     }
 
 
