@@ -236,3 +236,50 @@ def test_counts_of_counts_each_rows_cards(states, mix):
         need = [CORES_PER_CARD if s.whole else s.cores for s in shapes]
         assert count[row].tolist() == [float(sum(1 for v in cores if v >= n)) for n in need]
         assert fitting[row].tolist() == [float(sum(v for v in cores if v >= n)) for n in need]
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), layout=st.lists(cards, min_size=2, max_size=6),
+       ask=st.builds(lambda c, m: [(c, m)], st.integers(1, 99), st.integers(1, 16)))
+def test_fragment_before_follows_label_changes_within_a_snapshot(data, layout, ask):
+    """Two filters of one request shape under one mix snapshot, the nodes' labels changed between
+    them and nothing else (same cards, same CPU headroom, so every row keeps its stamp): the
+    typical pod's node selector now admits other rows, and the fragment before the pod kept per
+    snapshot (``CountMemo.before_of``) must be recomputed, not reused. Each filter passes the
+    core's best node, all rows scored through the numpy batch and its memo."""
+    ledger, hosts = Ledger(), HostHeadroom()
+    for n, specs in enumerate(layout):
+        ledger.set_node(f"n{n}", NodeCards(tuple(Card(i, f"u{i}", "m", gib * 1024) for i, gib in enumerate(specs)),
+                                           None, "inventory"))
+    names = sorted(ledger.nodes)
+    for k, (node, cores) in enumerate(data.draw(st.lists(st.tuples(st.sampled_from(names), st.integers(1, 100)),
+                                                         max_size=8))):
+        card = data.draw(st.integers(0, len(ledger.node(node).cards) - 1))
+        ledger.put(Holding(f"uid{k}", "ns", f"h{k}", node, (ContainerAllocation(0, "c", (CardShare(card, "", cores, 1),)),)))
+    fgd = Decisions(ledger, None, policy="fgd-filter", hosts=hosts)
+    labelled = st.lists(st.sampled_from([{}, {"gpu": "T4"}]), min_size=len(names), max_size=len(names))
+    first = data.draw(labelled)
+    then = data.draw(labelled.filter(first.__ne__))
+    snapshot = None
+    with patch.object(decisions, "_FGD_FEW_ROWS", -1):
+        for step, labels in enumerate((first, then)):
+            for name, node_labels in zip(names, labels, strict=True):
+                hosts.on_node("MODIFIED", {"metadata": {"name": name, "labels": node_labels},
+                                           "status": {"allocatable": {"cpu": "8", "memory": "64Gi"}}})
+            pod = pod_for(ask)
+            pod["metadata"]["uid"] = f"ask{step}"
+            pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1"}
+            pod["spec"]["nodeSelector"] = {"gpu": "T4"}
+            args = ExtenderArgs(pod=pod, node_names=names, nodes=None, raw_nodes=None)
+            passed, _, _ = fgd.filter(args)
+            if snapshot is None:
+                snapshot = fgd.typical_snapshot
+            assert fgd.typical_snapshot is snapshot  # the second filter decides with the same snapshot
+            fits, _, _ = Decisions(ledger, None).filter(args)
+            if len(fits) > 1:
+                view = fgd._fgd_view(pod)
+                requests = read_ask(pod, fgd.names, "fgd-filter").requests
+                best = {n: placement.fgd_level(replace(_state(ledger, n), headroom=hosts.headroom(n),
+                                                       labels=hosts.labels(n)), requests, view) for n in fits}
+                top = max(best.values())
+                assert passed == [min(n for n in fits if best[n] == top)]
