@@ -2,7 +2,8 @@
 
 ``Cluster`` is the simulated API (``kube``) plus a started ``Extender`` watching it;
 ``post(url, body)`` sends raw bytes or JSON the way kube-scheduler does (POST,
-Content-Type application/json) and returns (status, decoded JSON).
+Content-Type application/json) and returns (status, decoded JSON). ``mixes`` draws FGD's
+typical-pod mixes for the fgd-filter properties.
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from hypothesis import strategies as st
 from simkube.waiting import wait_for
 
 from jupyter_vgpu.core import contract
+from jupyter_vgpu.core.fragment import Mix, Shape
 from jupyter_vgpu.core.inventory import Card, NodeInventory
 from jupyter_vgpu.core.topology import parse_nvidia_smi_topo
 
@@ -68,6 +71,26 @@ def pod(name: str, cores: int | None = 25, memory_units: int | None = 4 * GIB_UN
             "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {})},
             "spec": {"schedulerName": scheduler, "containers": specs},
             "status": {"phase": "Pending"}}
+
+
+def mixes(pods: tuple[int, int], cpus: Sequence[int], weights: tuple[float, float]) -> st.SearchStrategy[Mix]:
+    """Mixes of ``pods`` (fewest, most) typical pods, each asking one of ``cpus`` millicores, with
+    or without a gpu=T4 node selector, for 1-4 whole cards or 1-99 cores of one, weighted within ``weights``."""
+
+    @st.composite
+    def mix(draw: st.DrawFn) -> Mix:
+        shapes = []
+        for _ in range(draw(st.integers(*pods))):
+            cpu = draw(st.sampled_from(cpus))
+            selector = draw(st.sampled_from([(), ("gpu=T4",)]))
+            if draw(st.booleans()):
+                shape = Shape(contract.CORES_PER_CARD, 0, draw(st.integers(1, 4)), cpu, 0, selector)
+            else:
+                shape = Shape(draw(st.integers(1, 99)), 0, 1, cpu, 0, selector)
+            shapes.append((shape, draw(st.floats(*weights))))
+        return Mix.of(shapes)
+
+    return mix()
 
 
 def post(url: str, body: Any, timeout: float = 30) -> tuple[int, Any]:

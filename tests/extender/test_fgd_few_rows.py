@@ -8,6 +8,7 @@ from dataclasses import replace
 from unittest.mock import patch
 
 import numpy as np
+from extender_support import mixes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_fgd_filter_property import _copies_cpu, _free_after, _state, batch, node_states
@@ -28,19 +29,8 @@ REQUESTS = st.one_of(st.builds(Request, st.integers(1, 99), st.integers(1, 96)),
                      st.builds(lambda n: Request(CORES_PER_CARD * n), st.integers(1, 3)))
 
 
-@st.composite
-def wide_mixes(draw: st.DrawFn) -> Mix:
-    """1 to 40 typical pods (from 8 on numpy sums pairwise), some asking CPU, some with a selector."""
-    shapes = []
-    for _ in range(draw(st.integers(1, 40))):
-        cpu = draw(st.sampled_from([0, 250, 1000, 4000, 12_000]))
-        selector = draw(st.sampled_from([(), ("gpu=T4",)]))
-        if draw(st.booleans()):
-            shape = Shape(CORES_PER_CARD, 0, draw(st.integers(1, 4)), cpu, 0, selector)
-        else:
-            shape = Shape(draw(st.integers(1, 99)), 0, 1, cpu, 0, selector)
-        shapes.append((shape, draw(st.floats(0.01, 7))))
-    return Mix.of(shapes)
+# 1 to 40 typical pods (from 8 on numpy sums pairwise), some asking CPU, some with a selector
+WIDE_MIXES = mixes(pods=(1, 40), cpus=(0, 250, 1000, 4000, 12_000), weights=(0.01, 7))
 
 
 def _arrays(states: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -54,7 +44,7 @@ def _arrays(states: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarra
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(node_states(), min_size=1, max_size=12), wide_mixes(), st.integers(0, 8000), REQUESTS,
+@given(st.lists(node_states(), min_size=1, max_size=12), WIDE_MIXES, st.integers(0, 8000), REQUESTS,
        st.booleans())
 def test_few_rows_fall_as_the_batch_bit_for_bit(states, mix, pod_cpu, request, everyone):
     arrays = MixArrays(mix)
@@ -102,7 +92,7 @@ def test_a_running_sum_would_differ():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(node_states(), min_size=1, max_size=6), wide_mixes(), st.integers(0, 4000), REQUESTS,
+@given(st.lists(node_states(), min_size=1, max_size=6), WIDE_MIXES, st.integers(0, 4000), REQUESTS,
        st.lists(st.tuples(st.booleans(), st.integers(-1, 1)), min_size=6, max_size=6))
 def test_few_rows_at_their_cpu_bound(states, mix, pod_cpu, request, aims):
     """Each row's headroom at the CPU of as many copies of the typical pods that ask CPU as its
@@ -201,7 +191,7 @@ def test_few_rows_level_is_the_batch_expression(falls):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(node_states(), min_size=1, max_size=30), wide_mixes(), st.booleans())
+@given(st.lists(node_states(), min_size=1, max_size=30), WIDE_MIXES, st.booleans())
 def test_typical_pods_first_fragment_is_the_rows_first_sum(states, mix, everyone):
     """The batch lays (row, value) entries out typical pods first and sums over them run by run:
     bit for bit what the rows-first layout and numpy's ``sum(-1)`` give (how it was computed)."""
@@ -223,7 +213,7 @@ def test_typical_pods_first_fragment_is_the_rows_first_sum(states, mix, everyone
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(node_states(), min_size=1, max_size=30), wide_mixes())
+@given(st.lists(node_states(), min_size=1, max_size=30), WIDE_MIXES)
 def test_counts_of_counts_each_rows_cards(states, mix):
     """Per row and typical pod: how many of its cards fit it and their free cores, summed card
     position by card position in the batch, counted here card by card."""
@@ -236,3 +226,50 @@ def test_counts_of_counts_each_rows_cards(states, mix):
         need = [CORES_PER_CARD if s.whole else s.cores for s in shapes]
         assert count[row].tolist() == [float(sum(1 for v in cores if v >= n)) for n in need]
         assert fitting[row].tolist() == [float(sum(v for v in cores if v >= n)) for n in need]
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), layout=st.lists(cards, min_size=2, max_size=6),
+       ask=st.builds(lambda c, m: [(c, m)], st.integers(1, 99), st.integers(1, 16)))
+def test_fragment_before_follows_label_changes_within_a_snapshot(data, layout, ask):
+    """Two filters of one request shape under one mix snapshot, the nodes' labels changed between
+    them and nothing else (same cards, same CPU headroom, so every row keeps its stamp): the
+    typical pod's node selector now admits other rows, and the fragment before the pod kept per
+    snapshot (``CountMemo.before_of``) must be recomputed, not reused. Each filter passes the
+    core's best node, all rows scored through the numpy batch and its memo."""
+    ledger, hosts = Ledger(), HostHeadroom()
+    for n, specs in enumerate(layout):
+        ledger.set_node(f"n{n}", NodeCards(tuple(Card(i, f"u{i}", "m", gib * 1024) for i, gib in enumerate(specs)),
+                                           None, "inventory"))
+    names = sorted(ledger.nodes)
+    for k, (node, cores) in enumerate(data.draw(st.lists(st.tuples(st.sampled_from(names), st.integers(1, 100)),
+                                                         max_size=8))):
+        card = data.draw(st.integers(0, len(ledger.node(node).cards) - 1))
+        ledger.put(Holding(f"uid{k}", "ns", f"h{k}", node, (ContainerAllocation(0, "c", (CardShare(card, "", cores, 1),)),)))
+    fgd = Decisions(ledger, None, policy="fgd-filter", hosts=hosts)
+    labelled = st.lists(st.sampled_from([{}, {"gpu": "T4"}]), min_size=len(names), max_size=len(names))
+    first = data.draw(labelled)
+    then = data.draw(labelled.filter(first.__ne__))
+    snapshot = None
+    with patch.object(decisions, "_FGD_FEW_ROWS", -1):
+        for step, labels in enumerate((first, then)):
+            for name, node_labels in zip(names, labels, strict=True):
+                hosts.on_node("MODIFIED", {"metadata": {"name": name, "labels": node_labels},
+                                           "status": {"allocatable": {"cpu": "8", "memory": "64Gi"}}})
+            pod = pod_for(ask)
+            pod["metadata"]["uid"] = f"ask{step}"
+            pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1"}
+            pod["spec"]["nodeSelector"] = {"gpu": "T4"}
+            args = ExtenderArgs(pod=pod, node_names=names, nodes=None, raw_nodes=None)
+            passed, _, _ = fgd.filter(args)
+            if snapshot is None:
+                snapshot = fgd.typical_snapshot
+            assert fgd.typical_snapshot is snapshot  # the second filter decides with the same snapshot
+            fits, _, _ = Decisions(ledger, None).filter(args)
+            if len(fits) > 1:
+                view = fgd._fgd_view(pod)
+                requests = read_ask(pod, fgd.names, "fgd-filter").requests
+                best = {n: placement.fgd_level(replace(_state(ledger, n), headroom=hosts.headroom(n),
+                                                       labels=hosts.labels(n)), requests, view) for n in fits}
+                top = max(best.values())
+                assert passed == [min(n for n in fits if best[n] == top)]

@@ -8,6 +8,7 @@ import math
 from dataclasses import replace
 
 import numpy as np
+from extender_support import mixes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_filter_property import cards, pod_for, requests
@@ -27,18 +28,7 @@ from jupyter_vgpu.core.placement import CardState, FragmentView, NodeState
 LABELS = st.frozensets(st.sampled_from(["gpu=T4", "gpu=A10"]), max_size=2)
 
 
-@st.composite
-def typical_mixes(draw: st.DrawFn) -> Mix:
-    shapes = []
-    for _ in range(draw(st.integers(0, 6))):
-        cpu = draw(st.sampled_from([0, 1000, 4000, 12_000]))
-        selector = draw(st.sampled_from([(), ("gpu=T4",)]))
-        if draw(st.booleans()):
-            shape = Shape(CORES_PER_CARD, 0, draw(st.integers(1, 4)), cpu, 0, selector)
-        else:
-            shape = Shape(draw(st.integers(1, 99)), 0, 1, cpu, 0, selector)
-        shapes.append((shape, draw(st.floats(0.05, 5))))
-    return Mix.of(shapes)
+TYPICAL_MIXES = mixes(pods=(0, 6), cpus=(0, 1000, 4000, 12_000), weights=(0.05, 5))
 
 
 @st.composite
@@ -62,7 +52,7 @@ def batch(state: NodeState) -> BatchNode:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(node_states(), min_size=1, max_size=5), typical_mixes(), st.integers(0, 8000),
+@given(st.lists(node_states(), min_size=1, max_size=5), TYPICAL_MIXES, st.integers(0, 8000),
        st.one_of(st.builds(Request, st.integers(1, 99), st.integers(1, 96)),
                  st.builds(lambda n: Request(CORES_PER_CARD * n), st.integers(1, 3))))
 def test_batch_levels_equal_the_core(states, mix, cpu, request):
@@ -219,7 +209,7 @@ def test_filter_follows_headroom_labels_and_claims(data, layout):
 @st.composite
 def cpu_mixes(draw: st.DrawFn) -> Mix:
     """Mixes of which at least one typical pod asks for CPU (the batch's CPU-copies path)."""
-    mix = draw(typical_mixes())
+    mix = draw(TYPICAL_MIXES)
     asking = Shape(draw(st.integers(1, CORES_PER_CARD)), 0, 1, draw(st.sampled_from([250, 1000, 4000])))
     return Mix.of([*mix.shapes, (asking, draw(st.floats(0.05, 5)))])
 
