@@ -133,10 +133,7 @@ def test_levels_follow_cpu_headroom_for_one_request_shape(data, layout, ask, bat
 
 
 def _follow_cpu_headroom(data: st.DataObject, layout: list[list[int]], ask: list[tuple[int, int]]) -> None:
-    ledger, hosts = Ledger(), HostHeadroom()
-    for n, specs in enumerate(layout):
-        ledger.set_node(f"n{n}", NodeCards(tuple(Card(i, f"u{i}", "m", gib * 1024) for i, gib in enumerate(specs)),
-                                           None, "inventory"))
+    ledger, hosts = _ledger_of(layout), HostHeadroom()
     fgd = Decisions(ledger, None, policy="fgd-filter", hosts=hosts)
     names = sorted(ledger.nodes)
     cpu = data.draw(st.sampled_from(["1", "2", "4"]))
@@ -151,21 +148,42 @@ def _follow_cpu_headroom(data: st.DataObject, layout: list[list[int]], ask: list
             card = data.draw(st.integers(0, len(ledger.node(node).cards) - 1))
             ledger.put(Holding(f"uid{step}", "ns", f"h{step}", node, (
                 ContainerAllocation(0, "c", (CardShare(card, "", 25, 8),)),)))
-        pod = pod_for(ask)
-        pod["metadata"]["uid"] = f"ask{step}"
-        pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": cpu}
-        if selector:
-            pod["spec"]["nodeSelector"] = {"gpu": "T4"}
-        args = ExtenderArgs(pod=pod, node_names=names, nodes=None, raw_nodes=None)
+        args = _ask(ask, step, cpu, selector, names)
         passed, _, _ = fgd.filter(args)
-        fits, _, _ = Decisions(ledger, None).filter(args)
-        if len(fits) > 1:
-            view = fgd._fgd_view(pod)
-            requests = read_ask(pod, fgd.names, "fgd-filter").requests
-            best = {n: placement.fgd_level(replace(_state(ledger, n), headroom=hosts.headroom(n),
-                                                   labels=hosts.labels(n)), requests, view) for n in fits}
-            top = max(best.values())
-            assert passed == [min(n for n in fits if best[n] == top)]
+        _assert_the_core_best(passed, fgd, ledger, hosts, args)
+
+
+def _ledger_of(layout: list[list[int]]) -> Ledger:
+    """A ledger of nodes n0, n1, ... with the cards (GiB each) of ``layout``."""
+    ledger = Ledger()
+    for n, specs in enumerate(layout):
+        ledger.set_node(f"n{n}", NodeCards(tuple(Card(i, f"u{i}", "m", gib * 1024) for i, gib in enumerate(specs)),
+                                           None, "inventory"))
+    return ledger
+
+
+def _ask(ask: list[tuple[int, int]], step: int, cpu: str, selector: bool, names: list[str]) -> ExtenderArgs:
+    """kube-scheduler's filter arguments for a pod of ``ask`` (its own uid per step)."""
+    pod = pod_for(ask)
+    pod["metadata"]["uid"] = f"ask{step}"
+    pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": cpu}
+    if selector:
+        pod["spec"]["nodeSelector"] = {"gpu": "T4"}
+    return ExtenderArgs(pod=pod, node_names=names, nodes=None, raw_nodes=None)
+
+
+def _assert_the_core_best(passed: list[str], fgd: Decisions, ledger: Ledger, hosts: HostHeadroom,
+                          args: ExtenderArgs) -> None:
+    """fgd-filter passed the core's best node (FGD level with the headroom and labels of the moment),
+    whenever more than one node fits."""
+    fits, _, _ = Decisions(ledger, None).filter(args)
+    if len(fits) > 1:
+        view = fgd._fgd_view(args.pod)
+        requests = read_ask(args.pod, fgd.names, "fgd-filter").requests
+        best = {n: placement.fgd_level(replace(_state(ledger, n), headroom=hosts.headroom(n),
+                                               labels=hosts.labels(n)), requests, view) for n in fits}
+        top = max(best.values())
+        assert passed == [min(n for n in fits if best[n] == top)]
 
 
 def test_numpy_exp_of_an_element_does_not_depend_on_the_array():
@@ -237,10 +255,7 @@ def test_fragment_before_follows_label_changes_within_a_snapshot(data, layout, a
     typical pod's node selector now admits other rows, and the fragment before the pod kept per
     snapshot (``CountMemo.before_of``) must be recomputed, not reused. Each filter passes the
     core's best node, all rows scored through the numpy batch and its memo."""
-    ledger, hosts = Ledger(), HostHeadroom()
-    for n, specs in enumerate(layout):
-        ledger.set_node(f"n{n}", NodeCards(tuple(Card(i, f"u{i}", "m", gib * 1024) for i, gib in enumerate(specs)),
-                                           None, "inventory"))
+    ledger, hosts = _ledger_of(layout), HostHeadroom()
     names = sorted(ledger.nodes)
     for k, (node, cores) in enumerate(data.draw(st.lists(st.tuples(st.sampled_from(names), st.integers(1, 100)),
                                                          max_size=8))):
@@ -256,20 +271,9 @@ def test_fragment_before_follows_label_changes_within_a_snapshot(data, layout, a
             for name, node_labels in zip(names, labels, strict=True):
                 hosts.on_node("MODIFIED", {"metadata": {"name": name, "labels": node_labels},
                                            "status": {"allocatable": {"cpu": "8", "memory": "64Gi"}}})
-            pod = pod_for(ask)
-            pod["metadata"]["uid"] = f"ask{step}"
-            pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1"}
-            pod["spec"]["nodeSelector"] = {"gpu": "T4"}
-            args = ExtenderArgs(pod=pod, node_names=names, nodes=None, raw_nodes=None)
+            args = _ask(ask, step, "1", True, names)
             passed, _, _ = fgd.filter(args)
             if snapshot is None:
                 snapshot = fgd.typical_snapshot
             assert fgd.typical_snapshot is snapshot  # the second filter decides with the same snapshot
-            fits, _, _ = Decisions(ledger, None).filter(args)
-            if len(fits) > 1:
-                view = fgd._fgd_view(pod)
-                requests = read_ask(pod, fgd.names, "fgd-filter").requests
-                best = {n: placement.fgd_level(replace(_state(ledger, n), headroom=hosts.headroom(n),
-                                                       labels=hosts.labels(n)), requests, view) for n in fits}
-                top = max(best.values())
-                assert passed == [min(n for n in fits if best[n] == top)]
+            _assert_the_core_best(passed, fgd, ledger, hosts, args)
