@@ -20,7 +20,7 @@ GPU storm every component must agree (test_churn's ``_settled``: annotations, le
 /inspect, device plugins, kubelet stand-ins and their checkpoints).
 
 Usage: python benchmarks/storm/bench_storm.py [--nodes 40] [--pods 200] [--rounds 2] [--json FILE]
-       [--api-process] [--control-plane-process] [--policy P]
+       [--api-process] [--control-plane-process] [--node-processes N] [--policy P]
 """
 
 from __future__ import annotations
@@ -133,12 +133,15 @@ def pod_body(cluster: Any, kind: str, name: str, cores: int, memory: int | None)
 
 
 def cpu_seconds(cluster: Any) -> dict[str, float]:
-    """CPU time (user + system) so far of this process and of the API's and control plane's processes."""
-    processes = {"benchmark and nodes": os.getpid()}
+    """CPU time (user + system) so far of this process and of the API's, control plane's and node processes."""
+    processes = {"benchmark" if cluster.node_hosts else "benchmark and nodes": os.getpid()}
     for label, owner in (("API", cluster.kube), ("control plane", cluster.control_plane)):
         process = getattr(owner, "_process", None)
         if process is not None and process.pid is not None:
             processes[label] = process.pid
+    for number, host in enumerate(cluster.node_hosts):  # --node-processes
+        if host.pid is not None:
+            processes[f"nodes {number}"] = host.pid
     ticks = os.sysconf("SC_CLK_TCK")
     result = {}
     for label, pid in processes.items():
@@ -285,6 +288,9 @@ def main(argv: Sequence[str] | None = None, *, started: Callable[[Any], None] | 
                         help="run the simulated API server in a process of its own (its own GIL)")
     parser.add_argument("--control-plane-process", action="store_true",
                         help="run the extender and the scheduler stand-in in a process of their own, as deployed")
+    parser.add_argument("--node-processes", type=int, default=0, metavar="N",
+                        help="host the nodes (kubelet stand-in and node daemon each) in N processes, dealt "
+                             "round-robin (default 0: in this process)")
     parser.add_argument("--thread-cpu", action="store_true",
                         help="print this process's CPU time per kind of thread for each storm")
     parser.add_argument("--json", help="write the results here")
@@ -297,10 +303,12 @@ def main(argv: Sequence[str] | None = None, *, started: Callable[[Any], None] | 
 
     results: dict[str, Any] = {"nodes": args.nodes, "gpus": args.nodes * 8, "pods": args.pods, "policy": args.policy,
                                "api_process": args.api_process, "control_plane_process": args.control_plane_process,
+                               "node_processes": args.node_processes,
                                "load_start": load_average(), "storms": []}
     began = time.monotonic()
     with SimCluster(node_specs(args.nodes), metrics_period=30.0, ready_timeout=600, policy=args.policy,
-                    api_process=args.api_process, control_plane_process=args.control_plane_process) as cluster:
+                    api_process=args.api_process, control_plane_process=args.control_plane_process,
+                    node_processes=args.node_processes) as cluster:
         results["cluster_start_s"] = round(time.monotonic() - began, 1)
         print(f"cluster up in {results['cluster_start_s']} s (load {load_average()})", flush=True)
         if started is not None:

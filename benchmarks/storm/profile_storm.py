@@ -7,13 +7,15 @@ time is spent waiting (for an API reply, a lock, the binding pool), which py-spy
 of its samples. Timing the stages from the inside shows the waits. The wrappers are the
 only difference from bench_storm.py; every argument is passed through to it. With
 ``--control-plane-process`` the scheduler's and the extender's timers run in the control
-plane's process and are read back over its pipe before it stops.
+plane's process and are read back over its pipe before it stops; with ``--node-processes N``
+the nodes' run in each node process and are summed the same way.
 
 Usage: python benchmarks/storm/profile_storm.py --only gpu --rounds 1 [bench_storm options]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from typing import Any
@@ -24,23 +26,36 @@ import bench_storm  # noqa: E402
 import stage_timers  # noqa: E402
 
 
+def add(totals: dict[str, tuple[int, float]], more: dict[str, tuple[int, float]]) -> None:
+    for label, (calls, seconds) in more.items():
+        before = totals.get(label, (0, 0.0))
+        totals[label] = (before[0] + calls, before[1] + seconds)
+
+
 def main() -> None:
     split = "--control-plane-process" in sys.argv[1:]
-    stage_timers.install(stage_timers.NODES if split else stage_timers.NODES + stage_timers.CONTROL_PLANE)
+    hosts = argparse.ArgumentParser(add_help=False)
+    hosts.add_argument("--node-processes", type=int, default=0)
+    here = () if hosts.parse_known_args()[0].node_processes else stage_timers.NODES  # nodes in this process
+    stage_timers.install(here if split else here + stage_timers.CONTROL_PLANE)
     totals: dict[str, tuple[int, float]] = {}
 
     def started(cluster: Any) -> None:
         if split:
             cluster.control_plane.call(stage_timers.install_control_plane)
+        for host in cluster.node_hosts:
+            host.call(stage_timers.install_nodes)
 
     def stopping(cluster: Any) -> None:
         if split:
-            totals.update(cluster.control_plane.call(stage_timers.totals))
+            add(totals, cluster.control_plane.call(stage_timers.totals))
+        for host in cluster.node_hosts:  # each node process's timers, summed
+            add(totals, host.call(stage_timers.totals))
 
     try:
         bench_storm.main(started=started, stopping=stopping)
     finally:
-        totals.update(stage_timers.totals())
+        add(totals, stage_timers.totals())
         print(f"\n{'stage':48s} {'calls':>6s} {'total s':>8s} {'mean ms':>8s}")
         for label, (calls, seconds) in sorted(totals.items()):
             print(f"{label:48s} {calls:6d} {seconds:8.2f} {seconds / max(calls, 1) * 1000:8.1f}")

@@ -1,6 +1,7 @@
 """Wall-clock timers around named methods, per process: profile_storm.py installs the node
 side's in the benchmark's process and, with ``--control-plane-process``, the control
-plane's in its child (through ``ControlPlaneProcess.call``), and reads both back."""
+plane's in its child (through ``ControlPlaneProcess.call``) and, with ``--node-processes``,
+the nodes' in each node process (``NodeProcess.call``), and reads them all back."""
 
 from __future__ import annotations
 
@@ -65,6 +66,10 @@ def install(stages: tuple[tuple[str, str, str, str], ...]) -> None:
 
 def install_control_plane() -> None:
     install(CONTROL_PLANE)
+
+
+def install_nodes() -> None:
+    install(NODES)
 
 
 def totals() -> dict[str, tuple[int, float]]:

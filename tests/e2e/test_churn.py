@@ -106,13 +106,11 @@ class Watcher:
             extender = self.cluster.extender
             if extender is not None and extender.ledger is not None:
                 self.violations += [f"extender ledger: {p}" for p in extender.ledger.overcommitted()]
-            for name, node in list(self.cluster.nodes.items()):
-                daemon = node.daemon
-                if daemon is None:
-                    continue
-                usage = {(name, card): held for card, held in daemon.allocator.usage().items()}
+            # every running device plugin's usage and served containers (one request per node process)
+            for name, (held_by_card, served_by_key) in self.cluster.device_plugin_readings().items():
+                usage = {(name, card): held for card, held in held_by_card.items()}
                 self.violations += [f"device plugin: {p}" for p in overcommitted(usage, self.capacity)]
-                served = Counter(s.mig_device for entry in daemon.allocator.served().values()
+                served = Counter(s.mig_device for entry in served_by_key.values()
                                  for s in entry.allocation.cards if s.mig_device)
                 self.violations += [f"device plugin on {name}: MIG slice {s} served {n} times"
                                     for s, n in served.items() if n > 1]

@@ -23,6 +23,8 @@ Components can be stopped and restarted one at a time (``restart_daemon``,
 ``control_plane_process=True`` the extender and the scheduler stand-in in another
 (``demo.control_plane``), as deployed, where neither shares a host with the notebook
 nodes; ``extender`` is then a proxy with the same address and ledger queries.
+``node_processes=N`` hosts the nodes in N spawned children (``demo.node_process``), as
+each node of a real cluster is a host of its own; failure tests keep them in this process.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,55 +47,11 @@ from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.data import TOPOLOGY_DIR
 
 from .errors import ClusterError
+from .node import NodeSettings, NodeSpec, SimNode, new_daemon, new_node, start_node, stop_node
 
 __all__ = ["ClusterError", "NodeSpec", "SimCluster", "SimNode", "scheduler_config_path"]
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MODEL = "NVIDIA A100-SXM4-40GB"
-DEFAULT_MEMORY_MIB = 40960
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    """One GPU node: its name, an ``nvidia-smi topo -m`` capture, and the cards' model and memory."""
-
-    name: str
-    topology: str  # a file in the fixtures dir, or a path
-    model: str = DEFAULT_MODEL
-    memory_mib: int = DEFAULT_MEMORY_MIB
-    labels: Mapping[str, str] = field(default_factory=dict)
-    seed: int = 0
-    mig: Mapping[int, Sequence[str]] = field(default_factory=dict)
-    """Card index -> the MIG profiles an admin created on it ("2g.10gb", ...), set before the node starts."""
-    gpu_sharing: str | None = None
-    """The node's ``Names.gpu_sharing`` annotation (the admin's time-shared / MIG choice)."""
-
-
-@dataclass
-class SimNode:
-    spec: NodeSpec
-    gpus: Any  # jupyter_vgpu.gpu.simulated.SimulatedGPUs
-    kubelet: Any  # demo.kubelet.SimKubelet
-    daemon: Any  # deviceplugin.daemon.NodeDaemon
-    plugin_dir: str
-    state_dir: str
-    proc_root: str
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def metrics_url(self) -> str | None:
-        server = self.daemon.metrics_server if self.daemon is not None else None
-        return f"http://127.0.0.1:{server.port}" if server is not None else None
-
-    @property
-    def scrape_url(self) -> str | None:
-        """Prometheus /metrics and /metric (bearer SimCluster.scrape_token)."""
-        server = self.daemon.metrics_server if self.daemon is not None else None
-        return f"http://127.0.0.1:{server.scrape_port}" if server is not None else None
 
 
 def scheduler_config_path() -> Path:
@@ -110,18 +67,26 @@ class SimCluster:
                  enforcement: str = "hami-core", run_processes: bool = False, metrics_period: float = 1.0,
                  scheduler_config: str | os.PathLike[str] | None = None, names: c.Names = c.DEFAULT_NAMES,
                  kube_port: int = 0, ready_timeout: float = 60.0, api_process: bool = False,
-                 control_plane_process: bool = False) -> None:
+                 control_plane_process: bool = False, node_processes: int = 0) -> None:
         """``api_process``: run the API server in a process of its own (``simkube.process``), so
         it does not share this process's GIL; the store is then out of reach (no ``kube.call``).
         ``control_plane_process``: the extender and the scheduler stand-in in another
         (``demo.control_plane``); ``extender`` is then an ``ExtenderProxy`` (address, ledger
-        queries) and ``scheduler`` None."""
+        queries) and ``scheduler`` None.
+        ``node_processes``: host the nodes (kubelet stand-in and node daemon each) in that many
+        spawned children, dealt round-robin (``demo.node_process``); each node's ``kubelet``,
+        ``daemon`` and ``gpus`` are then proxies with the queries tests and benchmarks read, and
+        stopping or restarting one node's daemon or kubelet is refused (``ClusterError``)."""
         if not nodes:
             raise ValueError("a simulated cluster needs at least one node")
         duplicates = {spec.name for spec in nodes if sum(s.name == spec.name for s in nodes) > 1}
         if duplicates:
             raise ValueError(f"node names must be unique: {', '.join(sorted(duplicates))}")
+        if node_processes < 0:
+            raise ValueError(f"node_processes must be 0 (in this process) or more, not {node_processes}")
         self.specs = tuple(nodes)
+        self.node_processes = node_processes
+        self.node_hosts: list[Any] = []  # demo.node_process.NodeProcess, each hosting some nodes
         self.fixtures_dir = Path(fixtures_dir) if fixtures_dir else TOPOLOGY_DIR
         self.policy = policy
         self.enforcement = enforcement
@@ -153,8 +118,11 @@ class SimCluster:
             self.kube.start()
             self.kube.write_kubeconfig(self.kubeconfig)
             self._start_extender()
-            for index, spec in enumerate(self.specs):
-                self._start_node(index, spec)
+            if self.node_processes:
+                self._start_node_processes()
+            else:
+                for index, spec in enumerate(self.specs):
+                    self._start_node(index, spec)
             for node in self.nodes.values():
                 self._wait_node_ready(node)
             self._start_scheduler()
@@ -168,12 +136,13 @@ class SimCluster:
     def stop(self) -> None:
         if self._plane is not None:
             self._plane.stop_scheduler()
-        for node in reversed(list(self.nodes.values())):
-            if node.daemon is not None:
-                node.daemon.stop()
-            if node.kubelet is not None:
-                node.kubelet.stop()
-            node.gpus.close()
+        if self.node_hosts:
+            for host in reversed(self.node_hosts):  # each stops its nodes, as below
+                host.stop()
+            self.node_hosts.clear()
+        else:
+            for node in reversed(list(self.nodes.values())):
+                stop_node(node)
         self.nodes.clear()
         for plane in (self.control_plane, self._plane):
             if plane is not None:
@@ -256,43 +225,34 @@ class SimCluster:
                                     f"(looked in {self.fixtures_dir})")
         return path
 
+    @property
+    def _node_settings(self) -> NodeSettings:
+        return NodeSettings(self.names, self.enforcement, self.run_processes, self.metrics_period, self.scrape_token)
+
     def _start_node(self, index: int, spec: NodeSpec) -> None:
-        from jupyter_vgpu.gpu.simulated import SimulatedGPUs
+        node = new_node(spec, self._topology_path(spec), self._node_dirs(index))
+        self.nodes[spec.name] = node  # stop() closes what started of it, should the rest fail
+        start_node(node, self._node_settings, self.api_client)
 
-        plugin_dir, state_dir, proc_root = self._node_dirs(index)
-        gpus = SimulatedGPUs.from_fixture(self._topology_path(spec), model=spec.model, memory_mib=spec.memory_mib,
-                                          seed=spec.seed, host=spec.name)
-        for card, layout in spec.mig.items():
-            gpus.set_mig_layout(card, list(layout))
-        node = SimNode(spec, gpus, None, None, plugin_dir, state_dir, proc_root)
-        self.nodes[spec.name] = node
-        node.kubelet = self._new_kubelet(node).start()
-        if spec.labels:
-            self.core_v1.patch_node(spec.name, {"metadata": {"labels": dict(spec.labels)}})
-        if spec.gpu_sharing is not None:
-            self.core_v1.patch_node(spec.name, {"metadata": {"annotations": {self.names.gpu_sharing: spec.gpu_sharing}}})
-        node.daemon = self._new_daemon(node).start()
+    def _start_node_processes(self) -> None:
+        """The nodes dealt round-robin to ``node_processes`` children, started side by side;
+        ``nodes`` then holds each one's proxies, in the specs' order."""
+        from .node_process import NodeProcess, NodeProcessSpec
 
-    def _new_kubelet(self, node: SimNode) -> Any:
-        from .kubelet import SimKubelet
-
-        return SimKubelet(node.name, node.plugin_dir, self.api_client(), gpus=node.gpus, proc_root=node.proc_root,
-                          run_processes=self.run_processes,
-                          process_log_dir=os.path.join(os.path.dirname(node.plugin_dir), "logs"),
-                          seed=node.spec.seed)
-
-    def _new_daemon(self, node: SimNode) -> Any:
-        from ..deviceplugin.daemon import DaemonConfig, NodeDaemon
-        from ..deviceplugin.enforcement import EnforcementConfig
-
-        config = DaemonConfig(
-            node=node.name, plugin_dir=node.plugin_dir, names=self.names, state_dir=node.state_dir,
-            enforcement=EnforcementConfig(mode=self.enforcement,
-                                          hami_root=os.path.join(node.state_dir, "hami"),
-                                          hami_lock_dir=os.path.join(node.state_dir, "vgpulock")),
-            metrics={"address": "127.0.0.1", "port": 0, "proc_root": node.proc_root,
-                     "period": self.metrics_period, "scrape_port": 0, "scrape_token": self.scrape_token})
-        return NodeDaemon(config, node.gpus, self.api_client())
+        count = min(self.node_processes, len(self.specs))
+        dealt: list[list[tuple[NodeSpec, str, tuple[str, str, str]]]] = [[] for _ in range(count)]
+        for index, spec in enumerate(self.specs):
+            dealt[index % count].append((spec, str(self._topology_path(spec)), self._node_dirs(index)))
+        level = logging.getLogger().getEffectiveLevel()
+        for number, hosted in enumerate(dealt):
+            spec = NodeProcessSpec(self.kube.url, self.kube.token, self.kube.identity.cert_pem, self._node_settings,
+                                   tuple(hosted), self.ready_timeout, level)
+            self.node_hosts.append(NodeProcess(spec, name=f"sim-nodes-{number}").spawn())
+        proxies: dict[str, SimNode] = {}
+        for host in self.node_hosts:
+            proxies.update(host.await_ready())
+        for spec in self.specs:
+            self.nodes[spec.name] = proxies[spec.name]
 
     def _wait_node_ready(self, node: SimNode) -> None:
         """Registered with kubelet, capacity published, inventory annotated: schedulable."""
@@ -329,19 +289,42 @@ class SimCluster:
                 f"{'present' if seen.get('inventory') else 'missing'}; the kubelet stand-in holds {held} healthy "
                 f"{self.names.core_resource} devices)") from None
 
+    def device_plugin_readings(self) -> dict[str, tuple[dict[int, tuple[int, int]], dict[Any, Any]]]:
+        """Node -> (its allocator's ``usage()``, its ``served()``), for every node whose daemon
+        runs: one request per node process rather than two per node (the invariant watcher
+        polls these every 50 ms)."""
+        if self.node_hosts:
+            readings: dict[str, Any] = {}
+            for host in self.node_hosts:
+                readings.update(host.readings())
+            return {name: readings[name] for name in self.nodes if name in readings}
+        readings = {}
+        for name, node in list(self.nodes.items()):
+            daemon = node.daemon  # None while a failure test has it stopped
+            if daemon is not None:
+                readings[name] = (daemon.allocator.usage(), daemon.allocator.served())
+        return readings
+
     # --- failure injection -------------------------------------------------------------------------
 
-    def stop_daemon(self, name: str) -> None:
+    def _in_this_process(self, name: str, what: str) -> SimNode:
         node = self.node(name)
+        if self.node_hosts:
+            raise ClusterError(f"cannot {what} on {name}: its node runs in a node process "
+                               "(start the cluster without node_processes for failure tests)")
+        return node
+
+    def stop_daemon(self, name: str) -> None:
+        node = self._in_this_process(name, "stop the node daemon")
         if node.daemon is not None:
             node.daemon.stop()
             node.daemon = None
 
     def start_daemon(self, name: str) -> None:
-        node = self.node(name)
+        node = self._in_this_process(name, "start the node daemon")
         if node.daemon is not None:
             raise RuntimeError(f"the node daemon on {name} is already running")
-        node.daemon = self._new_daemon(node).start()
+        node.daemon = new_daemon(node, self._node_settings, self.api_client()).start()
         self._wait_node_ready(node)
 
     def restart_daemon(self, name: str) -> None:
@@ -351,7 +334,7 @@ class SimCluster:
 
     def restart_kubelet(self, name: str) -> None:
         """kubelet restarting: sockets wiped, the device plugin must register again."""
-        node = self.node(name)
+        node = self._in_this_process(name, "restart the kubelet stand-in")
         node.kubelet.restart()
         self._wait_node_ready(node)
 
