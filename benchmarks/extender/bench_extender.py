@@ -473,8 +473,9 @@ def end_to_end(args: argparse.Namespace, api_process: str) -> dict[str, Any]:
     ``jupyter-vgpu extender`` runs in its own process (so its memory is its own), lists
     the nodes and running pods through the official client, and then binds pending pods
     (chosen nodes pass its filter) with 8 concurrent clients, each on one keep-alive
-    connection as kube-scheduler keeps them; each bind GETs the pod and POSTs one Binding
-    carrying the claim's annotations against the simulated API. ``api_process``: the
+    connection as kube-scheduler keeps them; each bind POSTs one Binding carrying the claim's
+    annotations against the simulated API (the pod read from the extender's watch, which holds
+    the pending pods; a GET first only when that copy cannot be trusted, see decisions.py). ``api_process``: the
     simulated API runs in this process, next to the 8 clients ("shared"), or alone in
     its own ("own"), as a real API server does.
     """

@@ -901,9 +901,12 @@ class Decisions:
             if self.ledger.holding(uid) is not ours:
                 return
             copy = self.watched(ours.namespace, ours.name) if self.watched is not None else None
-            confirmed = (copy is not None and (copy.get("metadata") or {}).get("uid") == uid
-                         and rv is not None and (resource_version(copy) or 0) >= rv)
-            claim = pod_holding(copy if confirmed and copy is not None else pod, self.names, self.schedulers)
+            if copy is not None and ((copy.get("metadata") or {}).get("uid") != uid
+                                     or rv is None or (resource_version(copy) or 0) < rv):
+                copy = None
+            # without a watch (a ledger fed by hand) nothing would ever confirm an assumed claim
+            confirmed = copy is not None or self.watched is None
+            claim = pod_holding(copy if copy is not None else pod, self.names, self.schedulers)
             if isinstance(claim, Holding):
                 if confirmed:
                     self.ledger.put(claim)
