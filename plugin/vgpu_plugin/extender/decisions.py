@@ -18,13 +18,13 @@ Binding whose annotations the API server copies onto the pod together with nodeN
 write or not at all, so a refused Binding leaves nothing to undo but the ledger's claim.
 When an earlier claim left card keys this one
 does not cover, they are removed with a PATCH first (a Binding can only add keys).
+Cards a pod already names (``predicate-gpu-idx-<i>``, written by anyone) are adopted
+only when they still have room for it; otherwise the pod is placed afresh.
 
 The pod is read from the watch's copy, without a GET, only when nothing of this extender's
 can be newer than that copy (see ``Decisions._watched_copy``); the API server, not the copy,
 decides whether the pod can still be bound, and a refused Binding leaves the ledger saying
 what the API read after the refusal says.
-Cards a pod already names (``predicate-gpu-idx-<i>``, written by anyone) are adopted
-only when they still have room for it; otherwise the pod is placed afresh.
 """
 
 from __future__ import annotations
