@@ -20,6 +20,11 @@ When an earlier claim left card keys this one
 does not cover, they are removed with a PATCH first (a Binding can only add keys).
 Cards a pod already names (``predicate-gpu-idx-<i>``, written by anyone) are adopted
 only when they still have room for it; otherwise the pod is placed afresh.
+
+The pod is read from the watch's copy, without a GET, only when nothing of this extender's
+can be newer than that copy (see ``Decisions._watched_copy``); the API server, not the copy,
+decides whether the pod can still be bound, and a refused Binding leaves the ledger saying
+what the API read after the refusal says.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -55,7 +60,7 @@ from .cache import DecisionCache, NodeMemo, ScoreCache, VerdictCache, remember
 from .fgd_batch import CountMemo, LevelMemo, MixArrays, NodeRows, levels_of
 from .fgd_few import levels_few
 from .headroom import HostHeadroom, pod_cpu_memory
-from .ledger import Holding, Ledger, NodeEntry, node_cards, pod_holding, pod_key
+from .ledger import Holding, Ledger, NodeEntry, Unattributed, node_cards, pod_holding, pod_key
 from .wire import MAX_EXTENDER_PRIORITY, ExtenderArgs, ExtenderBindingArgs
 
 log = logging.getLogger(__name__)
@@ -78,6 +83,14 @@ class PodAPI(Protocol):
     def bind(self, namespace: str, name: str, uid: str, node: str,
              annotations: Mapping[str, str] | None = None) -> None:
         """POST the Binding; the API server copies its ``annotations`` onto the pod with nodeName."""
+
+
+WatchedPods = Callable[[str, str], Mapping[str, Any] | None]
+"""The watch's copy of a pod by namespace and name (``Informer.get``), None when it has none."""
+
+
+class _CopyOutdated(Exception):
+    """The watch's copy a bind started from is no longer the newest the extender has seen."""
 
 
 class PodProblem(ValueError):
@@ -312,12 +325,14 @@ class Decisions:
 
     def __init__(self, ledger: Ledger, api: PodAPI | None, names: Names = contract.DEFAULT_NAMES,
                  policy: str = "binpack", schedulers: Collection[str] | None = (contract.SCHEDULER_NAME,),
-                 hosts: HostHeadroom | None = None) -> None:
+                 hosts: HostHeadroom | None = None, watched: WatchedPods | None = None) -> None:
+        """``watched``: the pods' watch cache; bind reads a pod from it instead of a GET when that is safe."""
         if policy not in placement.POLICIES:
             raise ValueError(f"policy {policy!r} is not one of {', '.join(placement.POLICIES)}")
         self.ledger = ledger
         self.cache = DecisionCache(ledger)
         self.api = api
+        self.watched = watched
         self.names = names
         self.policy = policy
         self.schedulers = frozenset(schedulers) if schedulers is not None else None
@@ -703,29 +718,73 @@ class Decisions:
         # It guards the claim and the Binding; reading the pod and checking it are about this pod
         # alone (the pod lock keeps other binds of it out), so they happen before it is taken.
         with self._pod_locks(f"{args.pod_namespace}/{args.pod_name}"):
+            copy = self._watched_copy(args)
+            if copy is not None:
+                try:
+                    return self._bind_pod(copy, args, watched=True)
+                except _CopyOutdated:
+                    pass  # the watch moved on meanwhile: read the API, as for any other pod
             try:
                 pod = self._read_pod(args)
             except APIFailure as error:
                 return f"cannot read {where}: {error}"
             if pod is None:
                 return f"{where} not found"
-            metadata = pod.get("metadata") or {}
-            uid = metadata.get("uid") or ""
-            if args.pod_uid and uid and args.pod_uid != uid:
-                return (f"{where} has UID {uid}, not {args.pod_uid}: "
-                        f"it was deleted and created again since it was scheduled")
-            if claims.is_finished(pod):
-                return f"{where} has already terminated"
-            try:
-                ask = read_ask(pod, self.names, self.policy)
-            except PodProblem as problem:
-                return str(problem)
-            if ask.invalid:
-                return f"{where}: {ask.invalid}"
-            with self._node_locks(args.node):
-                return self._claim_and_bind(pod, args, uid, ask)
+            return self._bind_pod(pod, args, watched=False)
 
-    def _claim_and_bind(self, pod: dict[str, Any], args: ExtenderBindingArgs, uid: str, ask: PodAsk) -> str:
+    def _bind_pod(self, pod: Mapping[str, Any], args: ExtenderBindingArgs, *, watched: bool) -> str:
+        """Under the pod's lock: check the pod, then claim and bind under the node's lock.
+        ``watched``: ``pod`` is the watch's copy (``_watched_copy``), not a GET's answer."""
+        where = f"pod {args.pod_namespace}/{args.pod_name}"
+        metadata = pod.get("metadata") or {}
+        uid = metadata.get("uid") or ""
+        if args.pod_uid and uid and args.pod_uid != uid:
+            return (f"{where} has UID {uid}, not {args.pod_uid}: "
+                    f"it was deleted and created again since it was scheduled")
+        if claims.is_finished(pod):
+            return f"{where} has already terminated"
+        try:
+            ask = read_ask(pod, self.names, self.policy)
+        except PodProblem as problem:
+            return str(problem)
+        if ask.invalid:
+            return f"{where}: {ask.invalid}"
+        with self._node_locks(args.node):
+            if watched:
+                return self._allocate_and_bind(pod, args, uid, ask, watched=pod)
+            return self._claim_and_bind(pod, args, uid, ask)
+
+    def _watched_copy(self, args: ExtenderBindingArgs) -> Mapping[str, Any] | None:
+        """The watch's copy of the pod when binding from it cannot act on anything the API no
+        longer holds, else None (then bind GETs the pod).
+
+        The hazard is a copy older than a write of ours: a pod this extender bound a moment ago
+        still looks unbound there, and binding it again from that copy would move its claim in
+        the ledger (freeing the cards it holds) until the API refuses the Binding. Every write
+        of ours leaves the pod a claim in the ledger (assumed until the watch confirms it), and
+        the watch writes its cache before it tells the ledger; so with no claim in the ledger,
+        read first, the copy read next is at least as new as anything we wrote. The copy must
+        also be the pod the scheduler named (same UID), unbound, and carry no claim annotations
+        (adopting or clearing an earlier claim goes by what the API holds). Writes by others
+        that the watch has not delivered yet can only make the API refuse the Binding, which
+        writes nothing; ``_post_binding`` then reads the pod and the ledger says what it says.
+        """
+        if self.watched is None or not args.pod_uid or self.ledger.holding(args.pod_uid) is not None:
+            return None
+        copy = self.watched(args.pod_namespace, args.pod_name)
+        if copy is None:
+            return None
+        metadata = copy.get("metadata") or {}
+        if metadata.get("uid") != args.pod_uid or (copy.get("spec") or {}).get("nodeName"):
+            return None
+        names = self.names
+        for key in metadata.get("annotations") or ():
+            if key.startswith((names.predicate_gpu_idx_prefix, names.mig_slice_prefix)) \
+                    or key in (names.allocation, names.predicate_node):
+                return None
+        return copy
+
+    def _claim_and_bind(self, pod: Mapping[str, Any], args: ExtenderBindingArgs, uid: str, ask: PodAsk) -> str:
         """Under the pod's and the node's locks: adopt what the pod already holds, or claim cards; then bind."""
         where = f"pod {args.pod_namespace}/{args.pod_name}"
         current = pod_holding(pod, self.names, self.schedulers)
@@ -782,10 +841,15 @@ class Decisions:
             if known is None or not known.same_claim(holding):
                 self.ledger.put(holding)
 
-    def _allocate_and_bind(self, pod: dict[str, Any], args: ExtenderBindingArgs, uid: str,
-                           ask: PodAsk) -> str:
+    def _allocate_and_bind(self, pod: Mapping[str, Any], args: ExtenderBindingArgs, uid: str,
+                           ask: PodAsk, watched: Mapping[str, Any] | None = None) -> str:
+        """``watched``: the watch's copy ``pod`` is; the claim is recorded only while it is still
+        the newest copy and the ledger still holds nothing for the pod (else _CopyOutdated)."""
         where = f"pod {args.pod_namespace}/{args.pod_name}"
         with self.ledger.lock:
+            if watched is not None and (self.ledger.holding(uid) is not None or self.watched is None
+                                        or self.watched(args.pod_namespace, args.pod_name) is not watched):
+                raise _CopyOutdated(where)
             entry = self.ledger.node(args.node)
             if entry is None or not entry.known or not entry.cards:
                 problem = entry.problem if entry is not None and entry.problem else "no vGPU cards known"
@@ -823,18 +887,39 @@ class Decisions:
         self._watch_from(holding, resource_version(patched))
         return self._post_binding(pod, args, uid, patched=holding)
 
-    def _settle_bound(self, ours: Holding, pod: Mapping[str, Any]) -> None:
-        """The pod turned out bound to our node (by this call, its answer lost, or an earlier one):
-        the ledger holds what this version of it names, and the watch from here on."""
+    def _settle(self, ours: Holding, pod: Mapping[str, Any]) -> None:
+        """After a Binding that failed, or whose answer was lost: the ledger says what ``pod`` (read
+        from the API since) says in place of our claim, and the watch says the rest from there on.
+
+        While our claim was in flight the watch could not change it (only its own result confirms
+        it), so an event of the pod that came meanwhile (bound by someone else, say) was set aside:
+        when the watch's copy is already as new as ``pod``, it is what the ledger takes, as the
+        watch would have; otherwise ``pod``'s claim, assumed until the watch gets that far."""
+        uid = ours.uid
         rv = resource_version(pod)
-        claim = pod_holding(pod, self.names, self.schedulers)
         with self.ledger.lock:
-            if self.ledger.holding(ours.uid) is not ours:
+            if self.ledger.holding(uid) is not ours:
                 return
-            if isinstance(claim, Holding) and not claim.same_claim(ours):
-                self.ledger.put(replace(claim, assumed=True, assumed_at=time.monotonic(), min_resource_version=rv))
-            elif rv is not None:
-                self.ledger.put(replace(ours, min_resource_version=rv))
+            copy = self.watched(ours.namespace, ours.name) if self.watched is not None else None
+            if copy is not None and ((copy.get("metadata") or {}).get("uid") != uid
+                                     or rv is None or (resource_version(copy) or 0) < rv):
+                copy = None
+            # without a watch (a ledger fed by hand) nothing would ever confirm an assumed claim
+            confirmed = copy is not None or self.watched is None
+            claim = pod_holding(copy if copy is not None else pod, self.names, self.schedulers)
+            if isinstance(claim, Holding):
+                if confirmed:
+                    self.ledger.put(claim)
+                elif claim.same_claim(ours):
+                    if rv is not None:
+                        self.ledger.put(replace(ours, min_resource_version=rv))
+                else:
+                    self.ledger.put(replace(claim, assumed=True, assumed_at=time.monotonic(),
+                                            min_resource_version=rv))
+            elif isinstance(claim, Unattributed):
+                self.ledger.put_unattributed(claim)
+            else:
+                self.ledger.drop(uid)
 
     def _watch_from(self, holding: Holding, rv: int | None) -> None:
         """Watch events from ``rv`` on say what the pod holds (older ones cannot undo our claim)."""
@@ -843,7 +928,7 @@ class Decisions:
                 if self.ledger.holding(holding.uid) is holding:
                     self.ledger.put(replace(holding, min_resource_version=rv))
 
-    def _post_binding(self, pod: dict[str, Any], args: ExtenderBindingArgs, uid: str, *,
+    def _post_binding(self, pod: Mapping[str, Any], args: ExtenderBindingArgs, uid: str, *,
                       patched: Holding | None, annotations: Mapping[str, str] | None = None,
                       previous: Holding | None = None) -> str:
         """POST the Binding (carrying ``annotations`` when given); after a failure, undo our claim
@@ -861,7 +946,7 @@ class Decisions:
             now = None
         if now is not None and (now.get("spec") or {}).get("nodeName") == args.node:
             if patched is not None:
-                self._settle_bound(patched, now)
+                self._settle(patched, now)
             return ""
         elsewhere = ((now or {}).get("spec") or {}).get("nodeName") or ""
         if elsewhere:  # bound meanwhile to another node (our copy of the pod was older): say so
@@ -870,7 +955,10 @@ class Decisions:
             return failure  # the annotations predate this call; the claim stays as the API shows it
         if annotations is not None:
             # the Binding carried the claim: refused, it wrote nothing
-            self._restore(patched, previous)
+            if now is not None and (now.get("metadata") or {}).get("uid") == patched.uid:
+                self._settle(patched, now)  # what the pod holds now, e.g. bound elsewhere meanwhile
+            else:
+                self._restore(patched, previous)
             return failure
         removal: dict[str, str | None] = {
             key: None for key in (self.names.predicate_node, self.names.predicate_time,

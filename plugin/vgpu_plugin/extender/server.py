@@ -348,7 +348,8 @@ class Extender:
             self.view = ClusterView(api_client, self.ledger, names, assume_ttl=assume_ttl,
                                     schedulers=scheduler_names, hosts=hosts)
             api = api or KubePodAPI(api_client)
-        self.decisions = Decisions(self.ledger, api, names, policy, scheduler_names, hosts=hosts)
+        self.decisions = Decisions(self.ledger, api, names, policy, scheduler_names, hosts=hosts,
+                                   watched=self.view.pods.get if self.view is not None else None)
         self.queue_auth = QueueAuth(queue_token, queue_token_file)
         self.queue = QueueCache(self.queue_report, queue_max_age)
         self._rooms = NodeRooms()  # per node, kept between reports (read under the queue cache's lock)
