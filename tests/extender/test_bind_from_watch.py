@@ -107,3 +107,47 @@ def test_a_pod_bound_elsewhere_while_its_binding_is_on_the_way_leaves_the_api_cl
     settle(cluster)
     assert ledger.claims() == {"n1": {uid: [(0, 1, 40, 4 * GIB_UNITS)]}}
     assert ledger.overcommitted() == [] and api_overcommit(cluster) == []
+
+
+def test_a_pod_bound_elsewhere_after_its_copy_was_read_is_read_from_the_api(cluster):
+    """The watch delivers someone else's binding between bind's read of its copy and the claim:
+    the copy is outdated by then, so bind reads the API instead; it sends no Binding and the
+    ledger never holds a claim of ours for the pod, not even for a moment."""
+    cluster.add_node(node("n0", count=2, memory_gib=16))
+    cluster.add_node(node("n1", count=2, memory_gib=16))
+    cluster.start_extender()
+    created = cluster.add_pod(pod("nb", cores=40, memory_units=4 * GIB_UNITS))
+    uid = created["metadata"]["uid"]
+    watched(cluster, "nb")
+    allocation = contract.PodAllocation("n1", (contract.ContainerAllocation(
+        0, "notebook", (contract.CardShare(1, "GPU-n1-1", 40, 4 * GIB_UNITS),)),), assigned_at_ns=1)
+    decisions, ledger = cluster.extender.decisions, cluster.extender.ledger
+    read_copy = decisions.watched
+    held_on: list[str] = []
+    ledger.subscribe(lambda _node, _cards: held_on.append(getattr(ledger.holding(uid), "node", "")))
+
+    def copy_then_bound_elsewhere(namespace: str, name: str) -> Any:
+        copy = read_copy(namespace, name)
+        if held_on:
+            return copy
+        # the copy is read; before bind records its claim, another writer binds the pod to n1
+        # and the extender's watch tells the ledger
+        cluster.core.create_namespaced_pod_binding("nb", "default", {
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": "nb", "namespace": "default",
+                         "annotations": contract.predicate_annotations(allocation)},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}}, _preload_content=False)
+        wait_for(lambda: getattr(ledger.holding(uid), "node", "") == "n1", timeout=20,
+                 what="the extender's watch to give the ledger the pod's claim on n1")
+        return copy
+
+    decisions.watched = copy_then_bound_elsewhere
+    since = len(list(cluster.kube.emulator))
+    status, reply = post(f"{cluster.url}/bind", binding_args(created, "n0"))
+    assert reply == {"Error": "pod default/nb is already bound to node n1"}
+    assert served(cluster, since, "nb") == [("POST", "/api/v1/namespaces/default/pods/nb/binding"),
+                                            ("GET", "/api/v1/namespaces/default/pods/nb")]
+    assert held_on and set(held_on) == {"n1"}
+    settle(cluster)
+    assert ledger.claims() == {"n1": {uid: [(0, 1, 40, 4 * GIB_UNITS)]}}
+    assert ledger.overcommitted() == [] and api_overcommit(cluster) == []
