@@ -294,11 +294,11 @@ _FGD_MEMOS = 32
 _FGD_FEW_ROWS = 4
 
 
-def _pick_at(reasons: dict[str, str], names: list[str], at: np.ndarray) -> dict[str, str]:
-    """The ``reasons`` of the names at positions ``at`` (each has one; C-level loops)."""
-    if not len(at):
+def _pick_where(reasons: dict[str, str], names: list[str], where: np.ndarray) -> dict[str, str]:
+    """The ``reasons`` of the names where ``where`` is true (each has one; C-level loops)."""
+    if not where.any():
         return {}
-    picked = list(map(names.__getitem__, at.tolist()))
+    picked = list(itertools.compress(names, where.tobytes()))
     return dict(zip(picked, map(reasons.__getitem__, picked), strict=True))
 
 
@@ -423,11 +423,11 @@ class Decisions:
                         cache.set(name, fit(entry, ask, self.cache.node(name)), slot)
                     slots[at] = slot
                     states[at] = cache.state[slot]
-            at_passed = np.flatnonzero(states == PASSES)
-            passed = list(map(names.__getitem__, at_passed.tolist()))
-            failed = _pick_at(cache.failed, names, np.flatnonzero(states == FAILS))
-            unresolvable = _pick_at(cache.unresolvable, names, np.flatnonzero(states == NEVER))
-            passed_slots: np.ndarray | None = slots[at_passed]
+            passes = states == PASSES
+            passed = list(itertools.compress(names, passes.tobytes()))  # bytes iterate as cached small ints
+            failed = _pick_where(cache.failed, names, states == FAILS)
+            unresolvable = _pick_where(cache.unresolvable, names, states == NEVER)
+            passed_slots: np.ndarray | None = slots[passes]
             if own is not None and own.node not in unseen and own.node in names:
                 # decide the node holding the pod's own claim as if the pod held nothing there
                 mine, passing = own.node, cache.passing
