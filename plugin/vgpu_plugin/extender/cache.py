@@ -20,6 +20,7 @@ Every method is called under the ledger's lock.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -33,6 +34,10 @@ MEMO_LIMIT = 512
 
 MAX_CACHED_SHAPES = 64
 """Request shapes whose per-node answers are kept (least recently used dropped first)."""
+
+NAME_LISTS = 16
+"""Lists of names whose slots are kept (least recently used dropped first): kube-scheduler
+sends the same lists again (every node, or the same rotation of its sample of them)."""
 
 T = TypeVar("T", "VerdictCache", "ScoreCache")
 
@@ -67,7 +72,7 @@ class VerdictCache:
     undecided; ``forget(node, slot)`` runs whenever that node's accounting changes.
     """
 
-    __slots__ = ("values", "passing", "failed", "unresolvable", "state")
+    __slots__ = ("values", "passing", "failed", "unresolvable", "state", "reason")
 
     def __init__(self) -> None:
         self.values: dict[str, tuple[str | None, bool]] = {}
@@ -75,6 +80,7 @@ class VerdictCache:
         self.failed: dict[str, str] = {}
         self.unresolvable: dict[str, str] = {}
         self.state = np.zeros(1, dtype=np.int8)
+        self.reason = np.full(1, None, dtype=object)  # by slot: why it fails (None: passes or undecided)
 
     def set(self, name: str, verdict: tuple[str | None, bool], slot: int) -> None:
         self.values[name] = verdict
@@ -90,6 +96,7 @@ class VerdictCache:
             kind = FAILS
         self.reserve(slot + 1)
         self.state[slot] = kind
+        self.reason[slot] = reason
 
     def forget(self, name: str, slot: int) -> None:
         if self.values.pop(name, None) is not None:
@@ -98,13 +105,18 @@ class VerdictCache:
             self.unresolvable.pop(name, None)
             if 0 <= slot < len(self.state) - 1:
                 self.state[slot] = UNDECIDED
+                self.reason[slot] = None
 
     def reserve(self, slots: int) -> None:
         """Room for ``slots`` slots besides the last (always undecided) element."""
         if slots > len(self.state) - 1:
-            grown = np.zeros(max(slots, 2 * len(self.state)) + 1, dtype=np.int8)
+            size = max(slots, 2 * len(self.state)) + 1
+            grown = np.zeros(size, dtype=np.int8)
             grown[:len(self.state) - 1] = self.state[:-1]
             self.state = grown
+            reasons = np.full(size, None, dtype=object)
+            reasons[:len(self.reason) - 1] = self.reason[:-1]
+            self.reason = reasons
 
     def states(self, slots: np.ndarray, count: int) -> np.ndarray:
         """The state of each slot (-1 reads as undecided); ``count``: slots handed out so far."""
@@ -126,6 +138,9 @@ class DecisionCache:
         self._shapes: OrderedDict[Any, VerdictCache | ScoreCache] = OrderedDict()
         self._nodes: dict[str, NodeMemo] = {}
         self.slots: dict[str, int] = {}  # node name -> slot, for the verdict arrays
+        self._slot_names = np.full(0, None, dtype=object)  # slot -> node name
+        # recent lists of names -> (the list, its slots, how many slots there were then)
+        self._lists: OrderedDict[tuple[int, str, str], tuple[list[str], np.ndarray, int]] = OrderedDict()
         ledger.subscribe(self.forget)
 
     def slot(self, name: str) -> int:
@@ -133,7 +148,35 @@ class DecisionCache:
         found = self.slots.get(name)
         if found is None:
             found = self.slots[name] = len(self.slots)
+            if found >= len(self._slot_names):
+                grown = np.full(max(16, 2 * len(self._slot_names)), None, dtype=object)
+                grown[:len(self._slot_names)] = self._slot_names
+                self._slot_names = grown
+            self._slot_names[found] = name
         return found
+
+    def names_at(self, slots: np.ndarray) -> list[str]:
+        """The node names of ``slots`` (all handed out): the ledger's own strings, their hashes cached."""
+        return self._slot_names[slots].tolist()  # type: ignore[no-any-return]
+
+    def slots_of(self, names: list[str]) -> np.ndarray:
+        """Each name's slot (-1: none yet), a new array. A list met lately is found by comparing
+        strings (no hash per name: a request's names are new strings); it is still right only
+        while no slot was handed out since, when a name without one might have got one."""
+        if not names:
+            return np.zeros(0, dtype=np.int64)
+        key = (len(names), names[0], names[-1])
+        seen = self._lists.get(key)
+        if seen is not None and seen[2] == len(self.slots) and seen[0] == names:
+            self._lists.move_to_end(key)
+            return seen[1].copy()
+        slots = np.fromiter(map(self.slots.get, names, itertools.repeat(-1)), dtype=np.int64, count=len(names))
+        if len(names) <= len(self.slots):  # bounded: no list longer than the nodes ever known is kept
+            self._lists[key] = (names, slots.copy(), len(self.slots))
+            self._lists.move_to_end(key)
+            if len(self._lists) > NAME_LISTS:
+                self._lists.popitem(last=False)
+        return slots
 
     def node(self, name: str) -> NodeMemo:
         """The memo of a node the ledger knows (created on first use)."""

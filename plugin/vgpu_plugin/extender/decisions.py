@@ -294,14 +294,6 @@ _FGD_MEMOS = 32
 _FGD_FEW_ROWS = 4
 
 
-def _pick_where(reasons: dict[str, str], names: list[str], where: np.ndarray) -> dict[str, str]:
-    """The ``reasons`` of the names where ``where`` is true (each has one; C-level loops)."""
-    if not where.any():
-        return {}
-    picked = list(itertools.compress(names, where.tobytes()))
-    return dict(zip(picked, map(reasons.__getitem__, picked), strict=True))
-
-
 def _refresh_due(observed: int) -> bool:
     """A learned mix's snapshot is renewed at each of the first pods, then every ``_MIX_REFRESH``."""
     return observed <= _MIX_REFRESH or observed % _MIX_REFRESH == 0
@@ -405,7 +397,7 @@ class Decisions:
             cache = self.cache.shape(("fit", ask.key), VerdictCache)
             # the names as slots in one C-level pass; the verdicts' kinds are then array operations
             slot_of = self.cache.slots
-            slots = np.fromiter(map(slot_of.get, names, itertools.repeat(-1)), dtype=np.int64, count=len(names))
+            slots = self.cache.slots_of(names)
             states = cache.states(slots, len(slot_of))
             unseen: dict[str, str] = {}
             undecided = np.flatnonzero(states == UNDECIDED)
@@ -425,8 +417,8 @@ class Decisions:
                     states[at] = cache.state[slot]
             passes = states == PASSES
             passed = list(itertools.compress(names, passes.tobytes()))  # bytes iterate as cached small ints
-            failed = _pick_where(cache.failed, names, states == FAILS)
-            unresolvable = _pick_where(cache.unresolvable, names, states == NEVER)
+            failed = self._reasons_where(cache.reason, slots, states == FAILS)
+            unresolvable = self._reasons_where(cache.reason, slots, states == NEVER)
             passed_slots: np.ndarray | None = slots[passes]
             if own is not None and own.node not in unseen and own.node in names:
                 # decide the node holding the pod's own claim as if the pod held nothing there
@@ -440,6 +432,14 @@ class Decisions:
                     (unresolvable if hopeless else failed)[mine] = reason
         failed.update(unseen)
         return passed, failed, unresolvable, passed_slots
+
+    def _reasons_where(self, reasons: np.ndarray, slots: np.ndarray, where: np.ndarray) -> dict[str, str]:
+        """{name: reason} of the names where ``where`` holds, in the names' order (array gathers,
+        and keys that are the ledger's own strings: a dict of them hashes nothing anew)."""
+        if not where.any():
+            return {}
+        at = slots[where]
+        return dict(zip(self.cache.names_at(at), reasons[at].tolist(), strict=True))
 
     def _filter_entries(self, args: ExtenderArgs, ask: PodAsk) -> tuple[list[str], dict[str, str], dict[str, str]]:
         """Without the node cache: the request's Node objects, one by one."""
