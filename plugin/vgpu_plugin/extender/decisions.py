@@ -51,7 +51,17 @@ from jupyter_vgpu.core.mig_placement import SlicePlacement
 from jupyter_vgpu.core.placement import CardState, FragmentView, NodeState
 
 from ..informer import resource_version
-from .cache import FAILS, NEVER, PASSES, UNDECIDED, DecisionCache, NodeMemo, ScoreCache, VerdictCache, remember
+from .cache import (
+    FAILS,
+    NEVER,
+    PASSES,
+    UNDECIDED,
+    DecisionCache,
+    NodeMemo,
+    ScoreCache,
+    VerdictCache,
+    remember,
+)
 from .fgd_batch import CountMemo, LevelMemo, MixArrays, NodeRows, levels_of
 from .fgd_few import levels_few
 from .headroom import HostHeadroom, pod_cpu_memory
