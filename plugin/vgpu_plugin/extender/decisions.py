@@ -2,7 +2,8 @@
 
 Filter and prioritize only read. Their answers are cached per node and per request shape
 (``cache.py``), forgotten node by node when that node's accounting changes, so a filter
-over a thousand names is a few set operations plus deciding the nodes that changed since.
+over a thousand names is a few array operations over the names' slots plus deciding the
+nodes that changed since.
 A pod with one container is decided, and a refusal explained, from the node's
 free-capacity summary (``core.claims``' rule, property-tested against the placement
 policy); pods with several containers, scores and bind's choice of cards come from the
