@@ -153,7 +153,8 @@ def _time_stages() -> dict[str, list[tuple[int, float]]]:
     stages: dict[str, list[tuple[int, float]]] = {}
     number = [0]
     aimed = [(wire, "decode_extender_args", "decode (filter and prioritize)"),
-             (decisions.Decisions, "filter", "filter, decided"), (decisions.Decisions, "_filter", "generic _filter"),
+             (decisions.Decisions, "filter", "filter, decided"), (decisions.Decisions, "_filter_slots", "generic _filter"),
+             (decisions.Decisions, "_filter", "generic _filter"),
              (decisions.Decisions, "_fgd_best", "fgd pick"), (decisions.Decisions, "_fgd_index", "  row lookups"),
              (decisions, "levels_of", "  numpy batch"), (decisions, "levels_few", "  few rows in Python"),
              (fgd_batch.CountMemo, "of", "  counts per snapshot"),

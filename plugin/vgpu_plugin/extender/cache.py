@@ -7,17 +7,25 @@ Two layers, both forgotten node by node through ``Ledger.subscribe``:
   answers that depend only on its cards (whether a shape could ever fit) in ``static``,
   cleared when the cards change;
 - per request shape, a ``VerdictCache`` (filter) or ``ScoreCache`` (prioritize) over all
-  nodes, so a filter over a thousand names is a few set operations plus deciding the
+  nodes, so a filter over a thousand names is a few C-level passes plus deciding the
   nodes that changed since (least recently used shapes are dropped).
+
+Each node the filter decided gets a slot (a small integer, kept for the process's life: the
+nodes a ledger ever knew), and a ``VerdictCache`` mirrors its verdicts in an array by slot,
+so the filter turns the names into slots once and finds the passed, failed and undecided
+names with array operations instead of one pass over the names per set.
 
 Every method is called under the ledger's lock.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+import numpy as np
 
 from .ledger import Ledger
 
@@ -26,6 +34,10 @@ MEMO_LIMIT = 512
 
 MAX_CACHED_SHAPES = 64
 """Request shapes whose per-node answers are kept (least recently used dropped first)."""
+
+NAME_LISTS = 16
+"""Lists of names whose slots are kept (least recently used dropped first): kube-scheduler
+sends the same lists again (every node, or the same rotation of its sample of them)."""
 
 T = TypeVar("T", "VerdictCache", "ScoreCache")
 
@@ -47,42 +59,75 @@ class NodeMemo:
         self.static: dict[Any, Any] = {}
 
 
+UNDECIDED, PASSES, FAILS, NEVER = 0, 1, 2, 3
+"""A ``VerdictCache``'s states by slot: not decided (or forgotten), passes, fails now, can never fit."""
+
+
 class VerdictCache:
     """Per node, the filter verdict for one request shape, and the nodes it passes.
 
-    Sets and dicts so that a filter over a thousand names is a few C-level loops;
-    ``forget(node)`` runs whenever that node's accounting changes.
+    Sets and dicts so that a filter over a thousand names is a few C-level loops, and
+    ``state``: the verdict's kind by the node's slot (``DecisionCache.slots``) whose last
+    element is always ``UNDECIDED``, so that slot -1 (a name without a slot) reads as
+    undecided; ``forget(node, slot)`` runs whenever that node's accounting changes.
     """
 
-    __slots__ = ("values", "passing", "failed", "unresolvable")
+    __slots__ = ("values", "passing", "failed", "unresolvable", "state", "reason")
 
     def __init__(self) -> None:
         self.values: dict[str, tuple[str | None, bool]] = {}
         self.passing: set[str] = set()
         self.failed: dict[str, str] = {}
         self.unresolvable: dict[str, str] = {}
+        self.state = np.zeros(1, dtype=np.int8)
+        self.reason = np.full(1, None, dtype=object)  # by slot: why it fails (None: passes or undecided)
 
-    def set(self, name: str, verdict: tuple[str | None, bool]) -> None:
+    def set(self, name: str, verdict: tuple[str | None, bool], slot: int) -> None:
         self.values[name] = verdict
         reason, never = verdict
         if reason is None:
             self.passing.add(name)
+            kind = PASSES
         elif never:
             self.unresolvable[name] = reason
+            kind = NEVER
         else:
             self.failed[name] = reason
+            kind = FAILS
+        self.reserve(slot + 1)
+        self.state[slot] = kind
+        self.reason[slot] = reason
 
-    def forget(self, name: str) -> None:
+    def forget(self, name: str, slot: int) -> None:
         if self.values.pop(name, None) is not None:
             self.passing.discard(name)
             self.failed.pop(name, None)
             self.unresolvable.pop(name, None)
+            if 0 <= slot < len(self.state) - 1:
+                self.state[slot] = UNDECIDED
+                self.reason[slot] = None
+
+    def reserve(self, slots: int) -> None:
+        """Room for ``slots`` slots besides the last (always undecided) element."""
+        if slots > len(self.state) - 1:
+            size = max(slots, 2 * len(self.state)) + 1
+            grown = np.zeros(size, dtype=np.int8)
+            grown[:len(self.state) - 1] = self.state[:-1]
+            self.state = grown
+            reasons = np.full(size, None, dtype=object)
+            reasons[:len(self.reason) - 1] = self.reason[:-1]
+            self.reason = reasons
+
+    def states(self, slots: np.ndarray, count: int) -> np.ndarray:
+        """The state of each slot (-1 reads as undecided); ``count``: slots handed out so far."""
+        self.reserve(count)
+        return self.state[slots]
 
 
 class ScoreCache(dict[str, int]):
     """Per node, the prioritize score for one request shape and policy."""
 
-    def forget(self, name: str) -> None:
+    def forget(self, name: str, slot: int) -> None:
         self.pop(name, None)
 
 
@@ -92,7 +137,46 @@ class DecisionCache:
     def __init__(self, ledger: Ledger) -> None:
         self._shapes: OrderedDict[Any, VerdictCache | ScoreCache] = OrderedDict()
         self._nodes: dict[str, NodeMemo] = {}
+        self.slots: dict[str, int] = {}  # node name -> slot, for the verdict arrays
+        self._slot_names = np.full(0, None, dtype=object)  # slot -> node name
+        # recent lists of names -> (the list, its slots, how many slots there were then)
+        self._lists: OrderedDict[tuple[int, str, str], tuple[list[str], np.ndarray, int]] = OrderedDict()
         ledger.subscribe(self.forget)
+
+    def slot(self, name: str) -> int:
+        """The node's slot (handed out on first use; only for nodes the ledger knows)."""
+        found = self.slots.get(name)
+        if found is None:
+            found = self.slots[name] = len(self.slots)
+            if found >= len(self._slot_names):
+                grown = np.full(max(16, 2 * len(self._slot_names)), None, dtype=object)
+                grown[:len(self._slot_names)] = self._slot_names
+                self._slot_names = grown
+            self._slot_names[found] = name
+        return found
+
+    def names_at(self, slots: np.ndarray) -> list[str]:
+        """The node names of ``slots`` (all handed out): the ledger's own strings, their hashes cached."""
+        return self._slot_names[slots].tolist()  # type: ignore[no-any-return]
+
+    def slots_of(self, names: list[str]) -> np.ndarray:
+        """Each name's slot (-1: none yet), a new array. A list met lately is found by comparing
+        strings (no hash per name: a request's names are new strings); it is still right only
+        while no slot was handed out since, when a name without one might have got one."""
+        if not names:
+            return np.zeros(0, dtype=np.int64)
+        key = (len(names), names[0], names[-1])
+        seen = self._lists.get(key)
+        if seen is not None and seen[2] == len(self.slots) and seen[0] == names:
+            self._lists.move_to_end(key)
+            return seen[1].copy()
+        slots = np.fromiter(map(self.slots.get, names, itertools.repeat(-1)), dtype=np.int64, count=len(names))
+        if len(names) <= len(self.slots):  # bounded: no list longer than the nodes ever known is kept
+            self._lists[key] = (names, slots.copy(), len(self.slots))
+            self._lists.move_to_end(key)
+            if len(self._lists) > NAME_LISTS:
+                self._lists.popitem(last=False)
+        return slots
 
     def node(self, name: str) -> NodeMemo:
         """The memo of a node the ledger knows (created on first use)."""
@@ -123,5 +207,6 @@ class DecisionCache:
             memo.live.clear()
             if cards_changed:
                 memo.static.clear()
+        slot = self.slots.get(name, -1)
         for cache in self._shapes.values():
-            cache.forget(name)
+            cache.forget(name, slot)

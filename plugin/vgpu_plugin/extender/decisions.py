@@ -2,7 +2,8 @@
 
 Filter and prioritize only read. Their answers are cached per node and per request shape
 (``cache.py``), forgotten node by node when that node's accounting changes, so a filter
-over a thousand names is a few set operations plus deciding the nodes that changed since.
+over a thousand names is a few array operations over the names' slots plus deciding the
+nodes that changed since.
 A pod with one container is decided, and a refusal explained, from the node's
 free-capacity summary (``core.claims``' rule, property-tested against the placement
 policy); pods with several containers, scores and bind's choice of cards come from the
@@ -56,7 +57,17 @@ from jupyter_vgpu.core.mig_placement import SlicePlacement
 from jupyter_vgpu.core.placement import CardState, FragmentView, NodeState
 
 from ..informer import resource_version
-from .cache import DecisionCache, NodeMemo, ScoreCache, VerdictCache, remember
+from .cache import (
+    FAILS,
+    NEVER,
+    PASSES,
+    UNDECIDED,
+    DecisionCache,
+    NodeMemo,
+    ScoreCache,
+    VerdictCache,
+    remember,
+)
 from .fgd_batch import CountMemo, LevelMemo, MixArrays, NodeRows, levels_of
 from .fgd_few import levels_few
 from .headroom import HostHeadroom, pod_cpu_memory
@@ -307,14 +318,6 @@ _FGD_MEMOS = 32
 _FGD_FEW_ROWS = 4
 
 
-def _pick(reasons: dict[str, str], names: list[str]) -> dict[str, str]:
-    """The ``reasons`` of the ``names`` that have one (C-level loops; none when there are none)."""
-    if not reasons:
-        return {}
-    picked = list(filter(reasons.__contains__, names))
-    return dict(zip(picked, map(reasons.__getitem__, picked), strict=True))
-
-
 def _refresh_due(observed: int) -> bool:
     """A learned mix's snapshot is renewed at each of the first pods, then every ``_MIX_REFRESH``."""
     return observed <= _MIX_REFRESH or observed % _MIX_REFRESH == 0
@@ -346,6 +349,7 @@ class Decisions:
         self._typical_seen: OrderedDict[str, None] = OrderedDict()
         # every node's cards as array rows for fgd-filter, rewritten when the ledger changes the node
         self._fgd_rows = NodeRows()
+        self._fgd_row_of_slot = np.full(0, -1, dtype=np.int64)  # DecisionCache slot -> row (-1: none yet)
         self._fgd_memos: OrderedDict[tuple[Any, ...], LevelMemo] = OrderedDict()
         self._fgd_counts = CountMemo(self._typical_view[1])  # per mix snapshot: what each node offers each typical pod
         self._fgd_lock = threading.Lock()
@@ -394,48 +398,74 @@ class Decisions:
         are left out of every list (kube-scheduler keeps only the nodes returned; listing a
         thousand reasons would only cost time, and with a node passing none is shown)."""
         ask = read_ask(args.pod, self.names, self.policy)
-        passed, failed, unresolvable = self._filter(args, ask)
+        passed, failed, unresolvable, slots = self._filter_slots(args, ask)
         if ask.invalid:
             return passed, failed, unresolvable
         self._learn_typical(args.pod, ask)
         if ask.policy == "fgd-filter" and not ask.isolated and len(passed) > 1:
-            passed = [self._fgd_best(args, ask, passed)]
+            passed = [self._fgd_best(args, ask, passed, slots)]
         return passed, failed, unresolvable
 
     def _filter(self, args: ExtenderArgs, ask: PodAsk) -> tuple[list[str], dict[str, str], dict[str, str]]:
+        """(passed, failed, failed and unresolvable) before any policy's pick."""
+        return self._filter_slots(args, ask)[:3]
+
+    def _filter_slots(self, args: ExtenderArgs, ask: PodAsk
+                      ) -> tuple[list[str], dict[str, str], dict[str, str], np.ndarray | None]:
+        """``_filter`` and the passed names' slots (None: not from the cache, or the pod's own claim moved them)."""
         names = args.candidate_names
         if ask.invalid:
-            return [], {}, dict.fromkeys(names, ask.invalid)
+            return [], {}, dict.fromkeys(names, ask.invalid), None
         if not args.cache_mode:
-            return self._filter_entries(args, ask)
+            return (*self._filter_entries(args, ask), None)
         with self.ledger.lock:
             own = self._own(args.pod)
             cache = self.cache.shape(("fit", ask.key), VerdictCache)
-            known = cache.values
+            # the names as slots in one C-level pass; the verdicts' kinds are then array operations
+            slot_of = self.cache.slots
+            slots = self.cache.slots_of(names)
+            states = cache.states(slots, len(slot_of))
             unseen: dict[str, str] = {}
-            nodes = self.ledger.nodes
-            # C-level passes over the names (thousands per request), no set of them built
-            for name in dict.fromkeys(itertools.filterfalse(known.__contains__, names)):
-                entry = nodes.get(name)
-                if entry is None or not entry.known:
-                    unseen[name] = "the extender has not seen this node yet"
-                else:
-                    cache.set(name, fit(entry, ask, self.cache.node(name)))
-            passing, failing, never = cache.passing, cache.failed, cache.unresolvable
-            passed = list(filter(passing.__contains__, names))
-            failed = _pick(failing, names)
-            unresolvable = _pick(never, names)
+            undecided = np.flatnonzero(states == UNDECIDED)
+            if len(undecided):
+                nodes = self.ledger.nodes
+                for at in undecided.tolist():
+                    name = names[at]
+                    slot = slot_of.get(name, -1)
+                    if slot < 0 or cache.state[slot] == UNDECIDED:  # not decided earlier in this loop
+                        entry = nodes.get(name)
+                        if entry is None or not entry.known:
+                            unseen[name] = "the extender has not seen this node yet"
+                            continue
+                        slot = self.cache.slot(name)
+                        cache.set(name, fit(entry, ask, self.cache.node(name)), slot)
+                    slots[at] = slot
+                    states[at] = cache.state[slot]
+            passes = states == PASSES
+            passed = list(itertools.compress(names, passes.tobytes()))  # bytes iterate as cached small ints
+            failed = self._reasons_where(cache.reason, slots, states == FAILS)
+            unresolvable = self._reasons_where(cache.reason, slots, states == NEVER)
+            passed_slots: np.ndarray | None = slots[passes]
             if own is not None and own.node not in unseen and own.node in names:
                 # decide the node holding the pod's own claim as if the pod held nothing there
-                mine = own.node
-                reason, hopeless = fit(nodes[mine].without(own.uid), ask, NodeMemo())
+                mine, passing = own.node, cache.passing
+                reason, hopeless = fit(self.ledger.nodes[mine].without(own.uid), ask, NodeMemo())
                 failed.pop(mine, None)
                 unresolvable.pop(mine, None)
                 passed = [n for n in names if n in passing and n != mine or n == mine and reason is None]
+                passed_slots = None
                 if reason is not None:
                     (unresolvable if hopeless else failed)[mine] = reason
         failed.update(unseen)
-        return passed, failed, unresolvable
+        return passed, failed, unresolvable, passed_slots
+
+    def _reasons_where(self, reasons: np.ndarray, slots: np.ndarray, where: np.ndarray) -> dict[str, str]:
+        """{name: reason} of the names where ``where`` holds, in the names' order (array gathers,
+        and keys that are the ledger's own strings: a dict of them hashes nothing anew)."""
+        if not where.any():
+            return {}
+        at = slots[where]
+        return dict(zip(self.cache.names_at(at), reasons[at].tolist(), strict=True))
 
     def _filter_entries(self, args: ExtenderArgs, ask: PodAsk) -> tuple[list[str], dict[str, str], dict[str, str]]:
         """Without the node cache: the request's Node objects, one by one."""
@@ -544,7 +574,7 @@ class Decisions:
         cpu, memory = pod_cpu_memory(pod)
         return FragmentView(self._typical_view[1].mix, cpu, memory)
 
-    def _fgd_best(self, args: ExtenderArgs, ask: PodAsk, passed: list[str]) -> str:
+    def _fgd_best(self, args: ExtenderArgs, ask: PodAsk, passed: list[str], slots: np.ndarray | None = None) -> str:
         """The passed node of the best fgd_level, the first by name among equals. Levels are
         computed in one numpy batch over rows of the nodes' cards (``fgd_batch``), rewritten
         when the ledger changes a node, and memoised per (request, pod CPU, mix snapshot) until
@@ -561,7 +591,7 @@ class Decisions:
         with self.ledger.lock:
             own = self._own(args.pod)
             rows = self._fgd_rows
-            index = self._fgd_index(passed)
+            index = self._fgd_index(passed, slots)
             usable = (index >= 0) & rows.plain[np.maximum(index, 0)] if single is not None else index < -1
             if own is not None and own.node in rows.index:
                 usable &= index != rows.index[own.node]
@@ -603,10 +633,11 @@ class Decisions:
         best = max(found.values(), default=-1)
         return min(name for name, level in found.items() if level == best) if found else passed[0]
 
-    def _fgd_index(self, passed: list[str]) -> np.ndarray:
+    def _fgd_index(self, passed: list[str], slots: np.ndarray | None = None) -> np.ndarray:
         """Under the ledger's lock: each passed node's row (-1: none), after rewriting the rows of
         nodes the ledger changed, writing those of passed nodes seen for the first time, and
-        updating the CPU headroom of nodes whose headroom changed."""
+        updating the CPU headroom of nodes whose headroom changed. ``slots``: the passed nodes'
+        slots (``DecisionCache.slots``), when the filter has them: the rows are then one gather."""
         rows, nodes, dirty = self._fgd_rows, self.ledger.nodes, self._fgd_dirty
         for name in list(dirty):
             dirty.discard(name)
@@ -618,12 +649,27 @@ class Decisions:
             row = rows.index.get(name)
             if row is not None:
                 rows.set_cpu(row, self.hosts.cpu_milli(name))
-        index = np.fromiter(map(rows.index.get, passed, itertools.repeat(-1)), dtype=np.int64, count=len(passed))
+        if slots is not None:
+            if len(self._fgd_row_of_slot) < len(self.cache.slots):
+                grown = np.full(max(len(self.cache.slots), 2 * len(self._fgd_row_of_slot)), -1, dtype=np.int64)
+                grown[:len(self._fgd_row_of_slot)] = self._fgd_row_of_slot
+                self._fgd_row_of_slot = grown
+            index = self._fgd_row_of_slot[slots]
+        else:
+            index = np.fromiter(map(rows.index.get, passed, itertools.repeat(-1)), dtype=np.int64,
+                                count=len(passed))
         for at in np.flatnonzero(index < 0).tolist():
             name = passed[at]
-            if self._fgd_write_row(name, nodes.get(name)):
-                index[at] = rows.index[name]
-                rows.set_cpu(int(index[at]), self.hosts.cpu_milli(name))
+            row = rows.index.get(name)
+            if row is None:
+                if not self._fgd_write_row(name, nodes.get(name)):
+                    continue
+                row = rows.index[name]
+                rows.set_cpu(row, self.hosts.cpu_milli(name))
+            index[at] = row
+            slot = self.cache.slots.get(name)
+            if slot is not None and slot < len(self._fgd_row_of_slot):
+                self._fgd_row_of_slot[slot] = row
         return index
 
     def _fgd_write_row(self, name: str, entry: NodeEntry | None) -> bool:
@@ -631,10 +677,11 @@ class Decisions:
         (gone or not seen: the filter does not pass it, and a change marks it dirty again)."""
         if entry is None or not entry.known:
             return False
-        state = node_state(entry, self.cache.node(name))
-        healthy = [card for card in state.cards if card.healthy]
-        self._fgd_rows.set(name, [c.free_cores for c in healthy], [c.free_memory_units for c in healthy],
-                           [c.is_free for c in healthy], node_placement.plain(entry.slices, entry.sharing, False))
+        # the ledger's free-capacity summary (healthy cards, in order; the filter's fit has
+        # usually built it already): the same numbers as its NodeState's healthy cards
+        free = entry.free
+        self._fgd_rows.set(name, [f.free_cores for f in free], [f.free_memory_units for f in free],
+                           [f.whole for f in free], node_placement.plain(entry.slices, entry.sharing, False))
         return True
 
     def _fgd_core_levels(self, args: ExtenderArgs, ask: PodAsk, view: FragmentView, own: Holding | None,
