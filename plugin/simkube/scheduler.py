@@ -28,6 +28,7 @@ import base64
 import datetime
 import functools
 import heapq
+import http.client
 import json
 import logging
 import os
@@ -38,9 +39,7 @@ import ssl
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -410,16 +409,65 @@ class ExtenderError(Exception):
     pass
 
 
+class _KeptConnections(threading.local):
+    """Each thread's open connection per extender address: kube-scheduler's HTTP client keeps
+    connections alive, so a filter or bind costs no TCP (or TLS) set-up on either side."""
+
+    def __init__(self) -> None:
+        self.open: dict[tuple[str, str, float], http.client.HTTPConnection] = {}
+
+
+_kept = _KeptConnections()
+# what a kept connection the server has closed meanwhile raises: the request was not read
+_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
+def _connect(ext: ExtenderConfig, parts: urllib.parse.SplitResult) -> http.client.HTTPConnection:
+    if parts.scheme == "https":
+        return http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=ext.http_timeout,
+                                           context=ext.ssl_context())
+    return http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=ext.http_timeout)
+
+
+def _exchange(ext: ExtenderConfig, url: str, data: bytes) -> tuple[int, bytes]:
+    """POST ``data`` on this thread's kept connection to the extender (a new one if none, or if
+    the kept one turns out closed by the server); the reply's status and body."""
+    parts = urllib.parse.urlsplit(url)
+    key = (parts.scheme, parts.netloc, ext.http_timeout)
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    while True:
+        connection = _kept.open.pop(key, None)
+        reused = connection is not None
+        if connection is None:
+            connection = _connect(ext, parts)
+        try:
+            connection.request("POST", target, body=data, headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            payload = response.read()
+        except _STALE:
+            connection.close()
+            if reused:
+                continue  # closed while idle (an extender restart): once more on a new connection
+            raise
+        except BaseException:
+            connection.close()
+            raise
+        if response.will_close:
+            connection.close()
+        else:
+            _kept.open[key] = connection
+        return response.status, payload
+
+
 def _post(ext: ExtenderConfig, verb: str, body: Any) -> Any:
     url = ext.url(verb)
     data = json.dumps(body, separators=(",", ":")).encode()
-    request = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=ext.http_timeout, context=ext.ssl_context()) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        raise ExtenderError(f"failed {url.rsplit('/', 1)[-1]} with extender at URL {url}, code {error.code}") from None
-    except (OSError, ValueError) as error:  # refused, reset, timeout, not JSON
+        status, payload = _exchange(ext, url, data)
+        if not 200 <= status < 300:
+            raise ExtenderError(f"failed {url.rsplit('/', 1)[-1]} with extender at URL {url}, code {status}")
+        return json.loads(payload)
+    except (OSError, http.client.HTTPException, ValueError) as error:  # refused, reset, timeout, not JSON
         raise ExtenderError(f"failed {url.rsplit('/', 1)[-1]} with extender at URL {url}: {error}") from None
 
 
