@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import base64
 import datetime
+import functools
 import heapq
+import http.client
 import json
 import logging
 import os
@@ -37,9 +39,7 @@ import ssl
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -309,7 +309,14 @@ def quantity(value: Any) -> Decimal:
         return Decimal(0)
     if isinstance(value, (int, float)):
         return Decimal(str(value))
-    match = _QUANTITY.match(str(value).strip())
+    return _text_quantity(str(value))
+
+
+@functools.lru_cache(maxsize=1024)
+def _text_quantity(text: str) -> Decimal:
+    """Memoised: a scheduling cycle reads every placed pod's and every node's quantities, and a
+    cluster has few distinct strings (a Decimal is immutable, so one may be shared)."""
+    match = _QUANTITY.match(text.strip())
     if not match:
         return Decimal(0)
     try:
@@ -358,8 +365,9 @@ def _tolerates(pod: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
 
 
 def node_reasons(pod: Mapping[str, Any], node: Mapping[str, Any], used: Mapping[str, Decimal],
-                 pod_count: int, ignored: frozenset[str]) -> list[str]:
-    """Why the pod cannot go on this node before any extender is asked (kube-scheduler's words)."""
+                 pod_count: int, ignored: frozenset[str], requests: Mapping[str, Decimal] | None = None) -> list[str]:
+    """Why the pod cannot go on this node before any extender is asked (kube-scheduler's words).
+    ``requests``: the pod's ``pod_requests`` when the caller has them (one cycle asks every node)."""
     spec = node.get("spec") or {}
     labels = (node.get("metadata") or {}).get("labels") or {}
     if spec.get("unschedulable"):
@@ -376,7 +384,7 @@ def node_reasons(pod: Mapping[str, Any], node: Mapping[str, Any], used: Mapping[
     reasons = []
     if pod_count + 1 > quantity(allocatable.get("pods", 110)):
         reasons.append("Too many pods")
-    for name, amount in sorted(pod_requests(pod).items()):
+    for name, amount in sorted((pod_requests(pod) if requests is None else requests).items()):
         if amount <= 0 or name in ignored:
             continue
         if used.get(name, Decimal(0)) + amount > quantity(allocatable.get(name, 0)):
@@ -401,16 +409,65 @@ class ExtenderError(Exception):
     pass
 
 
+class _KeptConnections(threading.local):
+    """Each thread's open connection per extender address: kube-scheduler's HTTP client keeps
+    connections alive, so a filter or bind costs no TCP (or TLS) set-up on either side."""
+
+    def __init__(self) -> None:
+        self.open: dict[tuple[str, str, float], http.client.HTTPConnection] = {}
+
+
+_kept = _KeptConnections()
+# what a kept connection the server has closed meanwhile raises: the request was not read
+_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
+def _connect(ext: ExtenderConfig, parts: urllib.parse.SplitResult) -> http.client.HTTPConnection:
+    if parts.scheme == "https":
+        return http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=ext.http_timeout,
+                                           context=ext.ssl_context())
+    return http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=ext.http_timeout)
+
+
+def _exchange(ext: ExtenderConfig, url: str, data: bytes) -> tuple[int, bytes]:
+    """POST ``data`` on this thread's kept connection to the extender (a new one if none, or if
+    the kept one turns out closed by the server); the reply's status and body."""
+    parts = urllib.parse.urlsplit(url)
+    key = (parts.scheme, parts.netloc, ext.http_timeout)
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    while True:
+        connection = _kept.open.pop(key, None)
+        reused = connection is not None
+        if connection is None:
+            connection = _connect(ext, parts)
+        try:
+            connection.request("POST", target, body=data, headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            payload = response.read()
+        except _STALE:
+            connection.close()
+            if reused:
+                continue  # closed while idle (an extender restart): once more on a new connection
+            raise
+        except BaseException:
+            connection.close()
+            raise
+        if response.will_close:
+            connection.close()
+        else:
+            _kept.open[key] = connection
+        return response.status, payload
+
+
 def _post(ext: ExtenderConfig, verb: str, body: Any) -> Any:
     url = ext.url(verb)
     data = json.dumps(body, separators=(",", ":")).encode()
-    request = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=ext.http_timeout, context=ext.ssl_context()) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        raise ExtenderError(f"failed {url.rsplit('/', 1)[-1]} with extender at URL {url}, code {error.code}") from None
-    except (OSError, ValueError) as error:  # refused, reset, timeout, not JSON
+        status, payload = _exchange(ext, url, data)
+        if not 200 <= status < 300:
+            raise ExtenderError(f"failed {url.rsplit('/', 1)[-1]} with extender at URL {url}, code {status}")
+        return json.loads(payload)
+    except (OSError, http.client.HTTPException, ValueError) as error:  # refused, reset, timeout, not JSON
         raise ExtenderError(f"failed {url.rsplit('/', 1)[-1]} with extender at URL {url}: {error}") from None
 
 
@@ -492,6 +549,7 @@ class SimScheduler:
         self._queue: dict[tuple[str, str], _Queued] = {}
         self._assumed: dict[str, tuple[str, dict[str, Any]]] = {}  # uid -> (node, pod)
         self._events: dict[tuple[str, str, str], tuple[str, int]] = {}  # (uid, reason, message) -> (name, count)
+        self._kept_requests: dict[str, tuple[str, dict[str, Decimal]]] = {}  # uid -> (resourceVersion, requests)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -654,19 +712,40 @@ class SimScheduler:
             if other_uid == uid:
                 continue
             bucket = used.setdefault(node_name, {})
-            for name, amount in pod_requests(other).items():
+            for name, amount in self._requests(other).items():
                 bucket[name] = bucket.get(name, Decimal(0)) + amount
             counts[node_name] = counts.get(node_name, 0) + 1
+        self._forget_requests(placed)
         ignored = self.config.ignored_resources()
+        requests = pod_requests(pod)
         feasible = []
         for node in nodes:
             name = node["metadata"]["name"]
-            why = node_reasons(pod, node, used.get(name, {}), counts.get(name, 0), ignored)
+            why = node_reasons(pod, node, used.get(name, {}), counts.get(name, 0), ignored, requests)
             if why:
                 reasons[name] = why
             else:
                 feasible.append(node)
         return feasible
+
+    def _requests(self, pod: Mapping[str, Any]) -> dict[str, Decimal]:
+        """``pod_requests`` of a placed pod, kept per uid while its resourceVersion stays (each
+        scheduling cycle sums every placed pod's requests; only the fit loop's thread calls this)."""
+        meta = pod.get("metadata") or {}
+        uid, version = meta.get("uid") or "", meta.get("resourceVersion") or ""
+        kept = self._kept_requests.get(uid)
+        if kept is not None and version and kept[0] == version:
+            return kept[1]
+        requests = pod_requests(pod)
+        if uid:
+            self._kept_requests[uid] = (version, requests)
+        return requests
+
+    def _forget_requests(self, placed: Mapping[str, Any]) -> None:
+        """Drop the kept requests of pods no longer placed (deleted, finished)."""
+        if len(self._kept_requests) > len(placed):
+            for uid in [u for u in self._kept_requests if u not in placed]:
+                del self._kept_requests[uid]
 
     def _extender_filter(self, ext: ExtenderConfig, pod: dict[str, Any], nodes: list[dict[str, Any]],
                          reasons: dict[str, list[str]]) -> list[dict[str, Any]]:

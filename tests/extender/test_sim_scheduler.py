@@ -125,3 +125,21 @@ def test_other_schedulers_pods_are_left_alone(scheduled):
     wait_for(lambda: cluster.read_pod("mine")["spec"].get("nodeName"), timeout=20, what="our pod bound")
     assert not cluster.read_pod("elsewhere")["spec"].get("nodeName")
     assert not events(cluster, "elsewhere", "FailedScheduling")
+
+
+def test_a_kept_connection_the_restarted_extender_closed_is_replaced_not_failed(scheduled):
+    """The stand-in keeps its HTTP connections to the extender alive, as kube-scheduler's client
+    does; one the extender closed meanwhile (here: restarted on its port) is replaced, and the
+    next pod is scheduled without a FailedScheduling Event."""
+    from vgpu_plugin.extender.server import Extender
+
+    cluster, _ = scheduled
+    cluster.add_pod(pod("before", cores=30, memory_units=4 * GIB_UNITS))
+    wait_for(lambda: cluster.read_pod("before")["spec"].get("nodeName"), timeout=20, what="before bound")
+    port = cluster.extender.port
+    cluster.stop_extender()
+    cluster.extender = Extender(port=port, policy=cluster.policy, api_client=cluster.kube.api_client()).start()
+    assert cluster.extender.view.wait_synced(30), "extender did not sync"
+    cluster.add_pod(pod("after", cores=30, memory_units=4 * GIB_UNITS))
+    wait_for(lambda: cluster.read_pod("after")["spec"].get("nodeName"), timeout=20, what="after bound")
+    assert events(cluster, "after", "FailedScheduling") == []
