@@ -190,12 +190,41 @@ def _json_type(value: Any) -> str:
 
 
 def _load(body: bytes) -> Any:
+    """The request's JSON as ``json.loads`` reads it. orjson reads a filter's node names about
+    twice as fast and gives the same values for any body it accepts, except that it reads an
+    integer beyond 64 bits as a float: a value with any float in it (rare: quantities are
+    strings) is read again by json, as is anything orjson refuses (NaN, a lone surrogate, a byte
+    order mark, UTF-16, a syntax error), which json reads or says what is wrong with."""
     if not body or not body.strip():
         raise WireError("empty request body; expected JSON")
+    if type(body) is bytes:
+        try:
+            value = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            if not _has_float(value):
+                return value
     try:
         return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise WireError(f"request body is not JSON: {error}") from None
+
+
+def _has_float(value: Any) -> bool:
+    """Whether a float is anywhere in ``value`` (a stack, not recursion: orjson reads 1,024 levels
+    deep). A list of strings, such as the node names, is passed over in one C-level call."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is dict:
+            stack.extend(item.values())
+        elif type(item) is list:
+            if not _all_strings(item):
+                stack.extend(item)
+        elif type(item) is float:
+            return True
+    return False
 
 
 def _all_strings(items: list[Any]) -> bool:
