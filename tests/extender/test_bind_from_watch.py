@@ -27,6 +27,26 @@ def watched(cluster: Any, name: str) -> dict[str, Any]:
                                     what="the extender's watch to see the pod")
     return copy
 
+def two_nodes_and_a_watched_pod(cluster: Any) -> dict[str, Any]:
+    """Nodes n0 and n1 (two cards each), the extender, and pod "nb" (40 % and 4 GiB) in its watch."""
+    cluster.add_node(node("n0", count=2, memory_gib=16))
+    cluster.add_node(node("n1", count=2, memory_gib=16))
+    cluster.start_extender()
+    created: dict[str, Any] = cluster.add_pod(pod("nb", cores=40, memory_units=4 * GIB_UNITS))
+    watched(cluster, "nb")
+    return created
+
+
+def bind_to_card_1_of_n1(cluster: Any) -> int:
+    """Another writer binds pod "nb" to card 1 of n1 (a Binding carrying its claim); the status."""
+    allocation = contract.PodAllocation("n1", (contract.ContainerAllocation(
+        0, "notebook", (contract.CardShare(1, "GPU-n1-1", 40, 4 * GIB_UNITS),)),), assigned_at_ns=1)
+    reply = cluster.core.create_namespaced_pod_binding("nb", "default", {
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": "nb", "namespace": "default", "annotations": contract.predicate_annotations(allocation)},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}}, _preload_content=False)
+    return int(reply.status)
+
 
 def test_a_fresh_pod_is_bound_with_the_binding_alone(cluster):
     cluster.add_node(node("n0", count=2, memory_gib=16))
@@ -75,14 +95,8 @@ def test_a_pod_bound_elsewhere_while_its_binding_is_on_the_way_leaves_the_api_cl
     """Someone else binds the pod (card 1 of n1) just after bind recorded its claim from the
     watch's copy, and the watch delivers that while the claim is in flight (so it cannot change
     it): the Binding is refused, and the ledger ends up holding what the API holds."""
-    cluster.add_node(node("n0", count=2, memory_gib=16))
-    cluster.add_node(node("n1", count=2, memory_gib=16))
-    cluster.start_extender()
-    created = cluster.add_pod(pod("nb", cores=40, memory_units=4 * GIB_UNITS))
+    created = two_nodes_and_a_watched_pod(cluster)
     uid = created["metadata"]["uid"]
-    watched(cluster, "nb")
-    allocation = contract.PodAllocation("n1", (contract.ContainerAllocation(
-        0, "notebook", (contract.CardShare(1, "GPU-n1-1", 40, 4 * GIB_UNITS),)),), assigned_at_ns=1)
     ledger, pods = cluster.extender.ledger, cluster.extender.view.pods
     foreign: list[int] = []
 
@@ -91,12 +105,7 @@ def test_a_pod_bound_elsewhere_while_its_binding_is_on_the_way_leaves_the_api_cl
         if foreign or held is None or not held.assumed or held.node != "n0":
             return
         # bind is about to POST its Binding to n0; another writer binds the pod to n1 first
-        reply = cluster.core.create_namespaced_pod_binding("nb", "default", {
-            "apiVersion": "v1", "kind": "Binding",
-            "metadata": {"name": "nb", "namespace": "default",
-                         "annotations": contract.predicate_annotations(allocation)},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}}, _preload_content=False)
-        foreign.append(reply.status)
+        foreign.append(bind_to_card_1_of_n1(cluster))
         wait_for(lambda: ((pods.get("default", "nb") or {}).get("spec") or {}).get("nodeName") == "n1",
                  timeout=20, what="the extender's watch to see the pod bound to n1")
 
@@ -113,14 +122,8 @@ def test_a_pod_bound_elsewhere_after_its_copy_was_read_is_read_from_the_api(clus
     """The watch delivers someone else's binding between bind's read of its copy and the claim:
     the copy is outdated by then, so bind reads the API instead; it sends no Binding and the
     ledger never holds a claim of ours for the pod, not even for a moment."""
-    cluster.add_node(node("n0", count=2, memory_gib=16))
-    cluster.add_node(node("n1", count=2, memory_gib=16))
-    cluster.start_extender()
-    created = cluster.add_pod(pod("nb", cores=40, memory_units=4 * GIB_UNITS))
+    created = two_nodes_and_a_watched_pod(cluster)
     uid = created["metadata"]["uid"]
-    watched(cluster, "nb")
-    allocation = contract.PodAllocation("n1", (contract.ContainerAllocation(
-        0, "notebook", (contract.CardShare(1, "GPU-n1-1", 40, 4 * GIB_UNITS),)),), assigned_at_ns=1)
     decisions, ledger = cluster.extender.decisions, cluster.extender.ledger
     read_copy = decisions.watched
     held_on: list[str] = []
@@ -132,11 +135,7 @@ def test_a_pod_bound_elsewhere_after_its_copy_was_read_is_read_from_the_api(clus
             return copy
         # the copy is read; before bind records its claim, another writer binds the pod to n1
         # and the extender's watch tells the ledger
-        cluster.core.create_namespaced_pod_binding("nb", "default", {
-            "apiVersion": "v1", "kind": "Binding",
-            "metadata": {"name": "nb", "namespace": "default",
-                         "annotations": contract.predicate_annotations(allocation)},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}}, _preload_content=False)
+        assert bind_to_card_1_of_n1(cluster) == 201
         wait_for(lambda: getattr(ledger.holding(uid), "node", "") == "n1", timeout=20,
                  what="the extender's watch to give the ledger the pod's claim on n1")
         return copy
