@@ -1,8 +1,8 @@
 """A server in a spawned child process, spoken to over a pipe: start, await ready, stop.
 
-``simkube.process`` (the API server) and the demo's control plane run this way. The child
-sends ``("ready", detail)`` or ``("failed", reason)`` once, then serves requests until it
-reads ``"stop"`` or the pipe closes.
+``simkube.process`` (the API server), the demo's control plane and its node processes run
+this way. The child sends ``("ready", detail)`` or ``("failed", reason)`` once, then serves
+requests until it reads ``"stop"`` or the pipe closes.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
-__all__ = ["await_ready", "commands", "spawn", "stop"]
+__all__ = ["ask", "await_ready", "commands", "spawn", "stop"]
 
 
 def spawn(target: Callable[..., None], args: tuple[Any, ...], name: str) -> tuple[Any, Connection]:
@@ -34,6 +34,20 @@ def await_ready(conn: Connection, timeout: float) -> tuple[str, Any]:
     except EOFError:
         return "failed", "it exited"
     return ("ready", detail) if state == "ready" else ("failed", detail)
+
+
+def ask(conn: Connection | None, command: Any) -> tuple[str, Any]:
+    """In the parent: one request and the child's answer, ``("ok", answer)`` or its own
+    ``(state, reason)``; ``("gone", reason)`` when it is not running or its pipe broke. The
+    caller keeps one request at a time on the pipe (answers come in order)."""
+    if conn is None:
+        return "gone", "it is not running"
+    try:
+        conn.send(command)
+        state, detail = conn.recv()
+    except (EOFError, BrokenPipeError, OSError) as error:
+        return "gone", repr(error)
+    return state, detail
 
 
 def commands(conn: Connection) -> Iterator[Any]:

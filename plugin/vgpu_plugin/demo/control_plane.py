@@ -237,14 +237,9 @@ class ControlPlaneProcess:
     def request(self, command: tuple[Any, ...]) -> Any:
         """One request to the child and its answer; raises ControlPlaneError with the child's reason."""
         with self._lock:
-            conn = self._conn
-            if conn is None:
-                raise ControlPlaneError("the control plane is not running")
-            try:
-                conn.send(command)
-                state, detail = conn.recv()
-            except (EOFError, BrokenPipeError, OSError) as error:
-                raise ControlPlaneError(f"the control plane process is gone ({error!r})") from None
+            state, detail = child.ask(self._conn, command)
+        if state == "gone":
+            raise ControlPlaneError(f"the control plane process is gone: {detail}")
         if state != "ok":
             raise ControlPlaneError(f"the control plane failed {command[0]!r}: {detail}")
         return detail

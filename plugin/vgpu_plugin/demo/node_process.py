@@ -274,14 +274,9 @@ class NodeProcess:
     def request(self, command: tuple[Any, ...]) -> Any:
         """One request to the child and its answer; raises NodeProcessError with the child's reason."""
         with self._lock:
-            conn = self._conn
-            if conn is None:
-                raise NodeProcessError(f"{self.name} is not running")
-            try:
-                conn.send(command)
-                state, detail = conn.recv()
-            except (EOFError, BrokenPipeError, OSError) as error:
-                raise NodeProcessError(f"{self.name} is gone ({error!r})") from None
+            state, detail = child.ask(self._conn, command)
+        if state == "gone":
+            raise NodeProcessError(f"{self.name} is gone: {detail}")
         if state != "ok":
             raise NodeProcessError(f"{self.name} failed {command[0]!r}: {detail}")
         return detail
