@@ -29,6 +29,7 @@ def snapshot(cluster):
     (b"\xff\xfe", "not JSON"),
     (b"[1, 2]", "must be a JSON object"),
     (b"null", "must be a JSON object"),
+    (b'{"Pod": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nests too deeply"),
 ])
 def test_unparseable_bodies_are_400_with_a_reason(ready, verb, body, words):
     before = snapshot(ready)

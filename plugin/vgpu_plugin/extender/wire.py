@@ -209,6 +209,8 @@ def _load(body: bytes) -> Any:
         return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise WireError(f"request body is not JSON: {error}") from None
+    except RecursionError:  # deeper than orjson's 1,024 levels and the interpreter's stack
+        raise WireError("request body nests too deeply to read") from None
 
 
 def _has_float(value: Any) -> bool:
