@@ -96,7 +96,7 @@ def share_from_body(raw: bytes | None, example: str, what: str) -> tuple[int, in
     what to send otherwise. ``example`` is a body to show, ``what`` ends the hint (what the share is for)."""
     try:
         body = json.loads(raw or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the reader goes
         raise web.HTTPError(400, f"the body is not JSON; send {example}") from None
     if not isinstance(body, dict) or "cores" not in body:
         raise web.HTTPError(400, f'send {{"cores": N, "memory": "4GiB" | units}}{what}')

@@ -30,3 +30,12 @@ def test_any_request_body_is_accepted_or_refused_with_a_reason(run, jp_fetch, bo
     assert response.code in (202, 400), (body, response.code, response.body[:300])
     if response.code == 400:
         assert json.loads(response.body)["message"], body
+
+
+def test_bodies_that_are_not_json_are_refused_with_a_reason(run, jp_fetch):
+    """Not JSON at all, or nested deeper than the JSON reader goes: a 400 saying what to send."""
+    for body in ("{cores: 25", "\ud800", '{"cores": ' + "[" * 100_000 + "]" * 100_000 + "}"):
+        response = run(jp_fetch("vgpu", "api", "requests", method="POST", body=body.encode("utf-8", "surrogatepass"),
+                                raise_error=False))
+        assert response.code == 400, (body[:40], response.code, response.body[:300])
+        assert "the body is not JSON; send" in json.loads(response.body)["message"], body[:40]
