@@ -712,7 +712,7 @@ class SimScheduler:
             if other_uid == uid:
                 continue
             bucket = used.setdefault(node_name, {})
-            for name, amount in self._requests(other).items():
+            for name, amount in self._placed_requests(other).items():
                 bucket[name] = bucket.get(name, Decimal(0)) + amount
             counts[node_name] = counts.get(node_name, 0) + 1
         self._forget_requests(placed)
@@ -728,7 +728,7 @@ class SimScheduler:
                 feasible.append(node)
         return feasible
 
-    def _requests(self, pod: Mapping[str, Any]) -> dict[str, Decimal]:
+    def _placed_requests(self, pod: Mapping[str, Any]) -> dict[str, Decimal]:
         """``pod_requests`` of a placed pod, kept per uid while its resourceVersion stays (each
         scheduling cycle sums every placed pod's requests; only the fit loop's thread calls this)."""
         meta = pod.get("metadata") or {}
