@@ -123,6 +123,26 @@ def filter_args(pod_obj: dict[str, Any], names: list[str]) -> dict[str, Any]:
     return {"Pod": pod_obj, "Nodes": None, "NodeNames": names}
 
 
+def another_writers_claim(node_name: str, card: int, cores: int = 40,
+                          memory_units: int = 4 * GIB_UNITS) -> dict[str, str]:
+    """The claim annotations of a pod given ``card`` of ``node_name`` by someone other than the extender."""
+    allocation = contract.PodAllocation(node_name, (contract.ContainerAllocation(
+        0, "notebook", (contract.CardShare(card, f"GPU-{node_name}-{card}", cores, memory_units),)),),
+        assigned_at_ns=1)
+    return contract.predicate_annotations(allocation)
+
+
+def bind_as_another_writer(core: Any, name: str, node_name: str, card: int) -> int:
+    """Pod ``name`` (namespace default) bound by someone other than the extender: a Binding to
+    ``card`` of ``node_name`` carrying ``another_writers_claim``, POSTed through the official
+    client ``core``. Returns the API's status."""
+    reply = core.create_namespaced_pod_binding(name, "default", {
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": name, "namespace": "default", "annotations": another_writers_claim(node_name, card)},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node_name}}, _preload_content=False)
+    return int(reply.status)
+
+
 def binding_args(pod_obj: dict[str, Any], node_name: str) -> dict[str, Any]:
     meta = pod_obj["metadata"]
     return {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"],

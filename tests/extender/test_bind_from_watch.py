@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender_support import GIB_UNITS, NAMES, binding_args, node, pod, post
+from extender_support import GIB_UNITS, NAMES, bind_as_another_writer, binding_args, node, pod, post
 from simkube.waiting import wait_for
 from test_concurrency import api_overcommit, settle
 
@@ -35,17 +35,6 @@ def two_nodes_and_a_watched_pod(cluster: Any) -> dict[str, Any]:
     created: dict[str, Any] = cluster.add_pod(pod("nb", cores=40, memory_units=4 * GIB_UNITS))
     watched(cluster, "nb")
     return created
-
-
-def bind_to_card_1_of_n1(cluster: Any) -> int:
-    """Another writer binds pod "nb" to card 1 of n1 (a Binding carrying its claim); the status."""
-    allocation = contract.PodAllocation("n1", (contract.ContainerAllocation(
-        0, "notebook", (contract.CardShare(1, "GPU-n1-1", 40, 4 * GIB_UNITS),)),), assigned_at_ns=1)
-    reply = cluster.core.create_namespaced_pod_binding("nb", "default", {
-        "apiVersion": "v1", "kind": "Binding",
-        "metadata": {"name": "nb", "namespace": "default", "annotations": contract.predicate_annotations(allocation)},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}}, _preload_content=False)
-    return int(reply.status)
 
 
 def test_a_fresh_pod_is_bound_with_the_binding_alone(cluster):
@@ -105,7 +94,7 @@ def test_a_pod_bound_elsewhere_while_its_binding_is_on_the_way_leaves_the_api_cl
         if foreign or held is None or not held.assumed or held.node != "n0":
             return
         # bind is about to POST its Binding to n0; another writer binds the pod to n1 first
-        foreign.append(bind_to_card_1_of_n1(cluster))
+        foreign.append(bind_as_another_writer(cluster.core, "nb", "n1", card=1))
         wait_for(lambda: ((pods.get("default", "nb") or {}).get("spec") or {}).get("nodeName") == "n1",
                  timeout=20, what="the extender's watch to see the pod bound to n1")
 
@@ -135,7 +124,7 @@ def test_a_pod_bound_elsewhere_after_its_copy_was_read_is_read_from_the_api(clus
             return copy
         # the copy is read; before bind records its claim, another writer binds the pod to n1
         # and the extender's watch tells the ledger
-        assert bind_to_card_1_of_n1(cluster) == 201
+        assert bind_as_another_writer(cluster.core, "nb", "n1", card=1) == 201
         wait_for(lambda: getattr(ledger.holding(uid), "node", "") == "n1", timeout=20,
                  what="the extender's watch to give the ledger the pod's claim on n1")
         return copy

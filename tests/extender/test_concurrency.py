@@ -7,7 +7,16 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from extender_support import GIB_UNITS, NAMES, binding_args, node, pod, post
+from extender_support import (
+    GIB_UNITS,
+    NAMES,
+    another_writers_claim,
+    bind_as_another_writer,
+    binding_args,
+    node,
+    pod,
+    post,
+)
 from simkube.waiting import wait_for
 from vgpu_plugin.extender.ledger import Holding, Ledger, node_cards, pod_holding
 
@@ -160,10 +169,8 @@ def test_a_pod_annotated_but_not_bound_keeps_its_cards_across_a_restart(cluster)
     claim survives the restart, and the scheduler's retry reuses it instead of allocating again."""
     cluster.add_node(node("n0", count=1, memory_gib=16))
     created = cluster.add_pod(pod("half", cores=60, memory_units=4 * GIB_UNITS))
-    allocation = contract.PodAllocation("n0", (contract.ContainerAllocation(
-        0, "notebook", (contract.CardShare(0, "GPU-n0-0", 60, 4 * GIB_UNITS),)),), assigned_at_ns=1)
-    cluster.core.patch_namespaced_pod("half", "default",
-                                      {"metadata": {"annotations": contract.predicate_annotations(allocation)}})
+    claim = another_writers_claim("n0", card=0, cores=60)
+    cluster.core.patch_namespaced_pod("half", "default", {"metadata": {"annotations": claim}})
     cluster.start_extender()
     uid = created["metadata"]["uid"]
     assert cluster.extender.ledger.claims() == {"n0": {uid: [(0, 0, 60, 4 * GIB_UNITS)]}}
@@ -174,7 +181,7 @@ def test_a_pod_annotated_but_not_bound_keeps_its_cards_across_a_restart(cluster)
     assert reply == {"Error": ""}
     done = cluster.read_pod("half")
     assert done["spec"]["nodeName"] == "n0"
-    assert done["metadata"]["annotations"][NAMES.allocation] == allocation.to_json()
+    assert done["metadata"]["annotations"][NAMES.allocation] == claim[NAMES.allocation]
     assert cluster.extender.ledger.claims() == {"n0": {uid: [(0, 0, 60, 4 * GIB_UNITS)]}}
 
 
@@ -223,13 +230,7 @@ def test_a_pod_bound_meanwhile_leaves_the_ledger_as_the_api_says(cluster):
     pods = cluster.extender.view.pods
     wait_for(lambda: pods.get("default", "nb"), timeout=20, what="the extender's watch to see the pod")
     pods.stop()  # from here on the extender's watch sees nothing
-    allocation = contract.PodAllocation("n0", (contract.ContainerAllocation(
-        0, "notebook", (contract.CardShare(1, "GPU-n0-1", 40, 4 * GIB_UNITS),)),), assigned_at_ns=1)
-    reply = cluster.core.create_namespaced_pod_binding("nb", "default", {
-        "apiVersion": "v1", "kind": "Binding",
-        "metadata": {"name": "nb", "namespace": "default", "annotations": contract.predicate_annotations(allocation)},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "n0"}}, _preload_content=False)
-    assert reply.status == 201
+    assert bind_as_another_writer(cluster.core, "nb", "n0", card=1) == 201
     # binpack would put the pod on card 0, next to "busy"; the API says card 1
     status, reply = post(f"{cluster.url}/bind", binding_args(created, "n0"))
     assert reply == {"Error": ""}
@@ -248,13 +249,8 @@ def test_bind_leaves_alone_a_pod_bound_meanwhile_elsewhere(cluster):
     pods = cluster.extender.view.pods
     wait_for(lambda: pods.get("default", "nb"), timeout=20, what="the extender's watch to see the pod")
     pods.stop()  # from here on the extender's watch sees nothing
-    allocation = contract.PodAllocation("n1", (contract.ContainerAllocation(
-        0, "notebook", (contract.CardShare(1, "GPU-n1-1", 40, 4 * GIB_UNITS),)),), assigned_at_ns=1)
-    claim = contract.predicate_annotations(allocation)
-    reply = cluster.core.create_namespaced_pod_binding("nb", "default", {
-        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "nb", "namespace": "default", "annotations": claim},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}}, _preload_content=False)
-    assert reply.status == 201
+    claim = another_writers_claim("n1", card=1)
+    assert bind_as_another_writer(cluster.core, "nb", "n1", card=1) == 201
     status, reply = post(f"{cluster.url}/bind", binding_args(created, "n0"))
     assert reply["Error"] == "pod default/nb is already bound to node n1"
     annotations = cluster.read_pod("nb")["metadata"]["annotations"]
