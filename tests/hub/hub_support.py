@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import psutil
 from simkube.waiting import wait_for
 
 HUBFILES = Path(__file__).parent / "hubfiles"
@@ -146,13 +147,31 @@ def running_hub(root: Path, config: str, env: Mapping[str, str] | None = None,
             assert hub.call("POST", f"/users/{user}")[0] == 201
         yield hub
     finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop_with_children(process)
         log.close()
+
+
+def stop_with_children(process: subprocess.Popen) -> None:
+    """SIGTERM the Hub, then whatever it started that outlived it: the Hub stops its managed
+    services on a clean shutdown, but one killed after its grace (a loaded machine) leaves
+    them running, re-parented and unseen by the next test."""
+    try:
+        children = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=10)
+    for child in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
 
 
 # --- single-user servers on the simulated cluster --------------------------------------------
