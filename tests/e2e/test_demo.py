@@ -113,6 +113,25 @@ def _api(base: str, token: str, path: str, method: str = "GET", body: Any = None
         return json.loads(response.read())
 
 
+def _request_share_and_follow(base: str, token: str, share: dict[str, Any], output: Any) -> Any:
+    """Ask for ``share`` as the panel's form does; the allocation the lab reports once the
+    notebook pod was re-created (as notebook-v2) and its lab took over the same URL and token."""
+    request = _api(base, token, "vgpu/api/requests", "POST", share)
+    assert request["state"] == "pending", request
+
+    def on_new_share() -> Any:
+        try:
+            moved = _api(base, token, "vgpu/api/allocation")
+        except (urllib.error.URLError, OSError):
+            return None  # the old pod's lab is gone, the new one is starting
+        return moved if (moved.get("allocation") or {}).get("pod") == "notebook-v2" else None
+
+    try:
+        return wait_for(on_new_share, timeout=90, interval=0.5, what="the lab on the new share")
+    except TimeoutError:
+        raise AssertionError(f"the lab did not come back on the new share:\n{output.text()[-3000:]}") from None
+
+
 def _assert_api_wants_the_token(kubeconfig: str) -> None:
     """Only the kubeconfig's owner can read it, and the API answers nobody without its token."""
     assert stat.S_IMODE(os.stat(kubeconfig).st_mode) == 0o600
@@ -282,20 +301,7 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
 
         # a share request (the panel's form, %vgpu request): the pod is re-created with the new
         # share and its lab takes over the same URL and token
-        request = _api(base, token, "vgpu/api/requests", "POST", {"cores": 50, "memory": "8GiB"})
-        assert request["state"] == "pending", request
-
-        def on_new_share() -> dict[str, Any] | None:
-            try:
-                moved = _api(base, token, "vgpu/api/allocation")
-            except (urllib.error.URLError, OSError):
-                return None  # the old pod's lab is gone, the new one is starting
-            return moved if (moved.get("allocation") or {}).get("pod") == "notebook-v2" else None
-
-        try:
-            moved = wait_for(on_new_share, timeout=90, interval=0.5, what="the lab on the new share")
-        except TimeoutError:
-            raise AssertionError(f"the lab did not come back on the new share:\n{output.text()[-3000:]}") from None
+        moved = _request_share_and_follow(base, token, {"cores": 50, "memory": "8GiB"}, output)
         assert moved["state"] == "allocated" and (moved["allocation"]["cores"], moved["allocation"]["memoryMib"]) == (
             50, 8192), moved
         pods = {(p.metadata.namespace, p.metadata.name) for p in core.list_pod_for_all_namespaces().items}
@@ -385,20 +391,7 @@ def test_demo_isolated_puts_the_notebook_on_a_mig_slice_and_ctrl_c_leaves_nothin
 
         # a smaller share from the lab (the panel's form): the re-created pod keeps asking for isolation
         # and lands on the 1g.5gb slice, the smallest that holds it; nothing of the old slice is carried over
-        request = _api(base, token, "vgpu/api/requests", "POST", {"cores": 10, "memory": "4GiB"})
-        assert request["state"] == "pending", request
-
-        def on_new_share() -> dict[str, Any] | None:
-            try:
-                moved = _api(base, token, "vgpu/api/allocation")
-            except (urllib.error.URLError, OSError):
-                return None  # the old pod's lab is gone, the new one is starting
-            return moved if (moved.get("allocation") or {}).get("pod") == "notebook-v2" else None
-
-        try:
-            moved = wait_for(on_new_share, timeout=90, interval=0.5, what="the lab on the new slice")
-        except TimeoutError:
-            raise AssertionError(f"the lab did not come back on a new slice:\n{run.output.text()[-3000:]}") from None
+        moved = _request_share_and_follow(base, token, {"cores": 10, "memory": "4GiB"}, run.output)
         (small,) = moved["allocation"]["cards"]
         assert (small["migProfile"], small["cores"], small["memoryMib"]) == ("1g.5gb", 14, 5120), moved
         pod = core.read_namespaced_pod("notebook-v2", "default")
