@@ -69,18 +69,24 @@ def test_bound_pods_count_only_what_they_ask_for(cluster):
     assert filtered(cluster, victim, ["gpu-a"])["NodeNames"] == ["gpu-a"]
 
 
-def test_a_preset_card_without_room_is_not_adopted(cluster):
-    cluster.add_node(node("gpu-a", count=2, memory_gib=16))
+def card_0_held_and_named_by_a_tenant(cluster, cards: int) -> dict:
+    """Node gpu-a (``cards`` cards) whose card 0 "holder" fills to 90 cores, and pod "sneaky"
+    (60 cores) whose tenant named card 0 for it before it was scheduled; the extender started."""
+    cluster.add_node(node("gpu-a", count=cards, memory_gib=16))
     holder = pod("holder", cores=90, memory_units=2 * GIB_UNITS)
     holder["metadata"]["annotations"] = claim("gpu-a", 0, 90, 2 * GIB_UNITS)
     holder["spec"]["nodeName"] = "gpu-a"
     cluster.add_pod(holder)
-    # a tenant names card 0 for its own 60-core pod before it is scheduled
     sneaky = pod("sneaky", cores=60, memory_units=2 * GIB_UNITS)
     sneaky["metadata"]["annotations"] = {NAMES.predicate_node: "gpu-a", NAMES.predicate_gpu_idx(0): "0"}
     sneaky = cluster.add_pod(sneaky)
     cluster.start_extender()
     cluster.wait_ledger(lambda ledger: len(ledger.holdings()) == 2, "both pods in the ledger")
+    return sneaky
+
+
+def test_a_preset_card_without_room_is_not_adopted(cluster):
+    sneaky = card_0_held_and_named_by_a_tenant(cluster, cards=2)
     assert filtered(cluster, sneaky, ["gpu-a"])["NodeNames"] == ["gpu-a"]  # card 1 has room
     status, reply = post(f"{cluster.url}/bind", binding_args(sneaky, "gpu-a"))
     assert status == 200 and not reply["Error"], reply
@@ -93,16 +99,7 @@ def test_a_preset_card_without_room_is_not_adopted(cluster):
 
 
 def test_a_preset_card_is_refused_when_nothing_else_has_room(cluster):
-    cluster.add_node(node("gpu-a", count=1, memory_gib=16))
-    holder = pod("holder", cores=90, memory_units=2 * GIB_UNITS)
-    holder["metadata"]["annotations"] = claim("gpu-a", 0, 90, 2 * GIB_UNITS)
-    holder["spec"]["nodeName"] = "gpu-a"
-    cluster.add_pod(holder)
-    sneaky = pod("sneaky", cores=60, memory_units=2 * GIB_UNITS)
-    sneaky["metadata"]["annotations"] = {NAMES.predicate_node: "gpu-a", NAMES.predicate_gpu_idx(0): "0"}
-    sneaky = cluster.add_pod(sneaky)
-    cluster.start_extender()
-    cluster.wait_ledger(lambda ledger: len(ledger.holdings()) == 2, "both pods in the ledger")
+    sneaky = card_0_held_and_named_by_a_tenant(cluster, cards=1)
     reply = filtered(cluster, sneaky, ["gpu-a"])
     assert reply["NodeNames"] == [] and "largest free share is 10 cores" in reply["FailedNodes"]["gpu-a"]
     status, reply = post(f"{cluster.url}/bind", binding_args(sneaky, "gpu-a"))
