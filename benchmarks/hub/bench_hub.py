@@ -41,6 +41,7 @@ from simkube.waiting import wait_for  # noqa: E402
 from jupyter_vgpu.core import contract  # noqa: E402
 from jupyter_vgpu.data import TOPOLOGY_DIR  # noqa: E402
 
+NAMES = contract.DEFAULT_NAMES
 SIM_NOTEBOOK = str(Path(__file__).resolve().parent / "sim_notebook.py")
 PROFILES = {"cpu": "cpu", "vgpu": "vgpu-quarter"}
 
@@ -64,6 +65,70 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
+class PodStages:
+    """Per user, when the simulated API's watch first showed its server's pod, showed it bound to
+    a node, and Running (for a vGPU pod, also with its allocation record confirmed): where the
+    time between the POST and the Hub's "ready" goes."""
+
+    def __init__(self, cluster: Any) -> None:
+        from vgpu_plugin.informer import Informer
+
+        self.seen: dict[str, dict[str, float]] = {}
+        self._lock = threading.Lock()
+        self._informer = Informer(cluster.core_v1.list_namespaced_pod, namespace="default",
+                                  label_selector="component=singleuser-server", on_event=self._on_event)
+
+    def __enter__(self) -> PodStages:
+        self._informer.start()
+        if not self._informer.wait_synced(60):
+            raise RuntimeError("the singleuser pods' watch did not sync")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._informer.stop()
+
+    def _on_event(self, kind: str, pod: dict[str, Any] | None) -> None:
+        now = time.monotonic()
+        if pod is None or kind == "DELETED":
+            return
+        metadata = pod["metadata"]
+        user = (metadata.get("annotations") or {}).get("hub.jupyter.org/username")
+        if not user:
+            return
+        gpu = any(NAMES.core_resource in ((c.get("resources") or {}).get("limits") or {})
+                  for c in pod["spec"].get("containers", []))
+        confirmed = (metadata.get("annotations") or {}).get(NAMES.gpu_assigned) == "true"
+        with self._lock:
+            stages = self.seen.setdefault(user, {})
+            stages.setdefault("created", now)
+            if pod["spec"].get("nodeName"):
+                stages.setdefault("bound", now)
+            if (pod.get("status") or {}).get("phase") == "Running" and (confirmed or not gpu):
+                stages.setdefault("running", now)
+
+    def forget(self) -> None:
+        with self._lock:
+            self.seen.clear()
+
+    def summary(self, posted: dict[str, float], ready: dict[str, float]) -> dict[str, Any]:
+        """p50/p95 seconds of each step, over the users whose pod reached it."""
+        steps = (("post_to_created", posted, "created"), ("created_to_bound", "created", "bound"),
+                 ("bound_to_running", "bound", "running"), ("running_to_ready", "running", ready))
+        with self._lock:
+            seen = {user: dict(stages) for user, stages in self.seen.items()}
+        out: dict[str, Any] = {}
+        for name, start, end in steps:
+            spans = []
+            for user, stages in seen.items():
+                begin = start.get(user) if isinstance(start, dict) else stages.get(start)
+                finish = end.get(user) if isinstance(end, dict) else stages.get(end)
+                if begin is not None and finish is not None:
+                    spans.append(finish - begin)
+            if spans:
+                out[name] = {"p50_s": round(percentile(spans, 50), 2), "p95_s": round(percentile(spans, 95), 2)}
+        return out
+
+
 def ready_servers(hub: Any) -> set[str]:
     status, users = hub.call("GET", "/users?limit=1000")
     if status != 200 or not isinstance(users, list):
@@ -71,7 +136,8 @@ def ready_servers(hub: Any) -> set[str]:
     return {u["name"] for u in users if ((u.get("servers") or {}).get("") or {}).get("ready")}
 
 
-def spawn_all(hub: Any, users: list[str], kind: str, args: argparse.Namespace) -> dict[str, Any]:
+def spawn_all(hub: Any, users: list[str], kind: str, args: argparse.Namespace, stages: PodStages) -> dict[str, Any]:
+    stages.forget()
     posted: dict[str, float] = {}
     ready: dict[str, float] = {}
     refused: dict[str, str] = {}
@@ -122,6 +188,7 @@ def spawn_all(hub: Any, users: list[str], kind: str, args: argparse.Namespace) -
         result.update({"ready_p50_s": round(percentile(times, 50), 2), "ready_p95_s": round(percentile(times, 95), 2),
                        "ready_max_s": round(max(times), 2),
                        "servers_per_second": round(len(times) / max(1e-9, last - first), 1)})
+    result["stages"] = stages.summary(posted, ready)
     if refused:
         result["refused_example"] = next(iter(refused.values()))[:300]
     return result
@@ -166,14 +233,15 @@ def main() -> int:
             config = sim_cluster_config(CONFIG.format(notebook=SIM_NOTEBOOK, scheduler=contract.SCHEDULER_NAME))
             with running_hub(root, config, env={"KUBECONFIG": cluster.kubeconfig}, users=tuple(users)) as hub:
                 print(f"cluster and Hub up in {time.monotonic() - started:.1f} s (load {os.getloadavg()})", flush=True)
-                for round_no in range(args.rounds):
-                    order = ["cpu", "vgpu"] if round_no % 2 == 0 else ["vgpu", "cpu"]
-                    for kind in order:
-                        result = spawn_all(hub, users, kind, args)
-                        result["round"] = round_no
-                        print(json.dumps(result), flush=True)
-                        results.append(result)
-                        stop_all(hub, cluster, users, args.timeout)
+                with PodStages(cluster) as stages:
+                    for round_no in range(args.rounds):
+                        order = ["cpu", "vgpu"] if round_no % 2 == 0 else ["vgpu", "cpu"]
+                        for kind in order:
+                            result = spawn_all(hub, users, kind, args, stages)
+                            result["round"] = round_no
+                            print(json.dumps(result), flush=True)
+                            results.append(result)
+                            stop_all(hub, cluster, users, args.timeout)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     by_round: dict[int, dict[str, dict[str, Any]]] = {}
