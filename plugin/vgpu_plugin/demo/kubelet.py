@@ -367,8 +367,10 @@ class SimKubelet:
                     and now - sent[2] < STATUS_REPORT_PERIOD:
                 return
             try:
-                self._core.patch_node_status(self.node, {"status": {"capacity": capacity, "allocatable": allocatable}},
-                                             _request_timeout=30)
+                reply = self._core.patch_node_status(self.node, {"status": {"capacity": capacity,
+                                                                            "allocatable": allocatable}},
+                                                     _request_timeout=30, _preload_content=False)
+                reply.data  # noqa: B018 - read to the end (the connection goes back to the pool), no client models
             except Exception as error:
                 self._status_sent = None  # not known to be there: the next period sends them
                 log.warning("kubelet %s: updating node status failed: %s", self.node, error)
