@@ -279,15 +279,22 @@ NUMA_MAP = st.dictionaries(st.sampled_from([f"gpu{card}-core-{i:02d}" for card i
 @given(writes=st.lists(st.tuples(st.lists(ENTRY, max_size=6), st.integers(0, 2)), min_size=1, max_size=10),
        maps=st.lists(NUMA_MAP, min_size=3, max_size=3))
 def test_the_writer_writes_the_bytes_write_checkpoint_writes(writes, maps):
-    """The kubelet stand-in's writer keeps each entry's JSON object between writes; the file is byte for byte
-    ``write_checkpoint``'s, through entries added, removed and repeated and the NUMA map replaced."""
-    registered = {NAMES.core_resource: [f"gpu{card}-core-{i:02d}" for card in range(2) for i in range(6)]}
+    """The kubelet stand-in's writer keeps each entry's JSON text and the registered devices' between writes;
+    the file is byte for byte ``write_checkpoint``'s, through entries added, removed and repeated, the NUMA
+    map replaced and the registered devices changed (a ListAndWatch update), in place too."""
+    cores = [f"gpu{card}-core-{i:02d}" for card in range(2) for i in range(6)]
+    memory = [f"gpu{card}-mem-{i:04d}" for card in range(2) for i in range(3)]
+    variants = [{NAMES.core_resource: cores}, {NAMES.memory_resource: memory[::-1], NAMES.core_resource: cores[:-1]},
+                {NAMES.core_resource: cores, NAMES.memory_resource: memory}]
     with tempfile.TemporaryDirectory(prefix="vdp-ck-", dir="/tmp") as directory:
         writer = CheckpointWriter(os.path.join(directory, "kept"))
         full = os.path.join(directory, "full")
         kept_entries: list[PodDeviceEntry] = []
-        for entries, which in writes:
+        for step, (entries, which) in enumerate(writes):
             kept_entries = kept_entries[len(kept_entries) // 2:] + entries  # old entries stay, as on a node
+            registered = variants[(which + step) % 3]
+            if step == 3:
+                memory.pop()  # the same list, changed in place
             writer.write(kept_entries, registered, maps[which])
             write_checkpoint(full, kept_entries, registered, maps[which])
             assert open(writer.path, "rb").read() == open(full, "rb").read()

@@ -69,7 +69,12 @@ POD_WORKERS = 8
 """Pods started at once after admission (kubelet runs one goroutine per pod)."""
 
 STATUS_PERIOD = 10.0
-"""Seconds between node status updates even when nothing changed (kubelet's default)."""
+"""Seconds between node status computations (kubelet's ``nodeStatusUpdateFrequency``)."""
+
+STATUS_REPORT_PERIOD = 300.0
+"""Seconds after which unchanged counts are sent again (kubelet's ``nodeStatusReportFrequency``): as
+kubelet with node leases, a periodic update that changes nothing is not sent. Each one was a PATCH
+and a node event for every node watcher, 4 a second across a 40-node cluster."""
 
 
 class AdmissionError(Exception):
@@ -168,6 +173,7 @@ class SimKubelet:
         self._lock = threading.RLock()
         self._status_lock = threading.Lock()  # one node-status PATCH at a time, counts read inside it
         self._status_published = 0.0
+        self._status_sent: tuple[dict[str, str], dict[str, str], float] | None = None  # counts the API took, when
         self._plugins: dict[str, _Plugin] = {}
         self._pods: dict[str, AdmittedPod] = {}  # uid -> admitted pod
         self._failed: dict[str, str] = {}  # uid -> admission failure message
@@ -205,6 +211,7 @@ class SimKubelet:
         os.makedirs(self.plugin_dir, exist_ok=True)
         self._stopping.clear()
         self._core = client.CoreV1Api(self._api_client)
+        self._status_sent = None
         self._ensure_node()
         self._recover_from_checkpoint()
         self._serve_registration()
@@ -343,21 +350,32 @@ class SimKubelet:
         if plugin.thread is not None and plugin.thread is not threading.current_thread():
             plugin.thread.join(5)
 
-    def _publish_capacity(self) -> None:
+    def _publish_capacity(self, *, periodic: bool = False) -> None:
+        """Send the node's device counts; ``periodic`` (the status loop) sends them only when they differ
+        from what the API last took or that was ``STATUS_REPORT_PERIOD`` ago."""
         # Counts are read and sent under one lock: otherwise two ListAndWatch updates arriving
         # together could PATCH out of order and leave the node with the older counts.
         with self._status_lock:
-            self._status_published = time.monotonic()
+            now = self._status_published = time.monotonic()
             with self._lock:
                 capacity = {r: str(len(p.devices)) for r, p in self._plugins.items()}
                 allocatable = {r: str(len(p.healthy)) for r, p in self._plugins.items()}
             if not capacity:
                 return
+            sent = self._status_sent
+            if periodic and sent is not None and sent[:2] == (capacity, allocatable) \
+                    and now - sent[2] < STATUS_REPORT_PERIOD:
+                return
             try:
-                self._core.patch_node_status(self.node, {"status": {"capacity": capacity, "allocatable": allocatable}},
-                                             _request_timeout=30)
+                reply = self._core.patch_node_status(self.node, {"status": {"capacity": capacity,
+                                                                            "allocatable": allocatable}},
+                                                     _request_timeout=30, _preload_content=False)
+                reply.data  # noqa: B018 - read to the end (the connection goes back to the pool), no client models
             except Exception as error:
+                self._status_sent = None  # not known to be there: the next period sends them
                 log.warning("kubelet %s: updating node status failed: %s", self.node, error)
+            else:
+                self._status_sent = (capacity, allocatable, now)
 
     def _ensure_node(self) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -455,7 +473,7 @@ class SimKubelet:
                 self._prune_recovered()
                 pruned = True
             if time.monotonic() - self._status_published >= STATUS_PERIOD:
-                self._publish_capacity()  # as kubelet's periodic node status update
+                self._publish_capacity(periodic=True)  # as kubelet's periodic node status update
             try:
                 item = self._queue.get(timeout=0.5)
             except queue.Empty:

@@ -118,6 +118,11 @@ class _Planner:
         self.by_uid = {v.uid: v for v in world.views}
         self.dirty: set[PodName] = set()
         self.notes: list[tuple[int, str]] = []
+        # (kind, device IDs) -> the containers that were given them, built at the first question: each
+        # checkpoint entry asks who else holds its IDs (a pass over the ledger per entry was ~70 x 70 on
+        # a packed node). Kept up to date by ``mark``, the one place that gives devices during a plan;
+        # a record that lost them since is filtered out where it is read.
+        self._holders: dict[tuple[str, tuple[str, ...]], list[Key]] | None = None
 
     def plan(self) -> Plan:
         return Plan(ledger=self.ledger, dirty=self.dirty, notes=self.notes)
@@ -145,6 +150,8 @@ class _Planner:
                             allocation=allocation, identity_uid=wanted.uid, since=self.world.now)
             self.ledger.served[key] = served
         served.devices[kind] = ids
+        if self._holders is not None:
+            self._holders.setdefault((kind, ids), []).append(key)
         if kind == CORE and ids:
             self.ledger.given[ids] = (served.allocation, key)
         return served
@@ -220,14 +227,27 @@ class _Planner:
         """Record that kubelet gave ``wanted``'s container these IDs; whoever the ledger thought had them
         (and kubelet says has not) loses them."""
         key = (wanted.uid, wanted.index)
-        for other_key, other in list(self.ledger.served.items()):
-            if other_key != key and other.devices.get(kind) == ids and (other_key, kind) not in in_checkpoint:
+        for other_key in list(dict.fromkeys(self.holders(kind, ids))):
+            other = self.ledger.served.get(other_key)
+            if other is None or other.devices.get(kind) != ids:
+                continue  # it lost them since
+            if other_key != key and (other_key, kind) not in in_checkpoint:
                 self.ledger.drop_devices(other_key, kind)
                 self.dirty.add((other.namespace, other.pod))
         served = self.ledger.served.get(key)
         if served is None or served.devices.get(kind) != ids:
             if self.mark(wanted, kind, ids) is not None and served is None:
                 self.dirty.add((wanted.namespace, wanted.pod))
+
+    def holders(self, kind: str, ids: tuple[str, ...]) -> list[Key]:
+        """The containers given ``ids`` of ``kind`` at some point of this plan (they may have lost them since)."""
+        if self._holders is None:
+            holders: dict[tuple[str, tuple[str, ...]], list[Key]] = {}
+            for key, served in self.ledger.served.items():
+                for held_kind, held in served.devices.items():
+                    holders.setdefault((held_kind, held), []).append(key)
+            self._holders = holders
+        return self._holders.get((kind, ids), [])
 
     def received(self, entry: PodDeviceEntry) -> tuple[ContainerAllocation, Key] | None:
         """The allocation in the answer kubelet recorded for these IDs (with the answer's allocation
