@@ -69,7 +69,7 @@ from .cache import (
     remember,
 )
 from .fgd_batch import CountMemo, LevelMemo, MixArrays, NodeRows, levels_of
-from .fgd_few import levels_few
+from .fgd_few import stored_levels_few
 from .headroom import HostHeadroom, pod_cpu_memory
 from .ledger import Holding, Ledger, NodeEntry, Unattributed, node_cards, pod_holding, pod_key
 from .wire import MAX_EXTENDER_PRIORITY, EncodedReasons, ExtenderArgs, ExtenderBindingArgs
@@ -622,7 +622,7 @@ class Decisions:
             usable = (index >= 0) & rows.plain[np.maximum(index, 0)] if single is not None else index < -1
             if own is not None and own.node in rows.index:
                 usable &= index != rows.index[own.node]
-            if usable.all():
+            if np.count_nonzero(usable) == len(usable):
                 picked = index
             else:
                 core = np.flatnonzero(~usable)
@@ -632,15 +632,16 @@ class Decisions:
             with self._fgd_lock:
                 known = self._fgd_memo((ask.key, view.cpu_milli, version, self.hosts.labels_version))
                 outdated = known.stale(picked, stamp, len(rows.stamp))
-                if single is not None and outdated.any():
+                if single is not None and np.count_nonzero(outdated):
                     some = picked[outdated]
                     cpu = rows.cpu[some]
                     admitted = None
                     if arrays.reads_labels:  # a Python loop over the rows: only when some selector needs it
                         admitted = arrays.admitted(self.hosts.facts([rows.names[row] for row in some.tolist()])[1])
                     if len(some) <= _FGD_FEW_ROWS and arrays.mix.shapes:  # the batch's numbers, in Python
-                        fresh, fit = levels_few(rows.free[some], rows.memory[some], rows.whole[some], cpu,
-                                                admitted, single, view.cpu_milli, arrays)
+                        known.store(some, stamp[outdated],
+                                    stored_levels_few(rows.free[some], rows.memory[some], rows.whole[some], cpu,
+                                                      admitted, single, view.cpu_milli, arrays))
                     else:
                         if self._fgd_counts.arrays is not arrays:
                             self._fgd_counts = CountMemo(arrays)
@@ -649,10 +650,10 @@ class Decisions:
                         fresh, fit = levels_of(rows.free[some], rows.memory[some], rows.whole[some], cpu,
                                                arrays.admit_all(len(some)) if admitted is None else admitted,
                                                single, view.cpu_milli, arrays, counts, before)
-                    known.store(some, stamp[outdated], np.where(fit, fresh, -1))
+                        known.store(some, stamp[outdated], np.where(fit, fresh, -1))
                 scored = known.level[picked]
             if len(picked) and single is not None:
-                top = int(scored.max())
+                top = int(np.maximum.reduce(scored))
                 if top >= max(found.values(), default=-1):
                     first = rows.names[rows.first_by_name(picked[scored == top])]
                     found = {name: level for name, level in found.items() if level == top}
