@@ -686,7 +686,7 @@ class Decisions:
         else:
             index = np.fromiter(map(rows.index.get, passed, itertools.repeat(-1)), dtype=np.int64,
                                 count=len(passed))
-        for at in np.flatnonzero(index < 0).tolist():
+        for at in (index < 0).nonzero()[0].tolist():
             name = passed[at]
             row = rows.index.get(name)
             if row is None:

@@ -50,10 +50,11 @@ class MixScalars:
         key = tuple(cores)
         found = self._counts.get(key)
         if found is None:
-            count, fitting = [0.0] * self.size, [0.0] * self.size
-            for v in cores:
-                count = [a + b for a, b in zip(count, self.fits[v], strict=True)]
-                fitting = [a + b for a, b in zip(fitting, self.usable[v], strict=True)]
+            if key:  # per typical pod, a sum over the cards (of whole numbers: exact in any order)
+                count = [float(n) for n in map(sum, zip(*[self.fits[v] for v in key]))]
+                fitting = [float(n) for n in map(sum, zip(*[self.usable[v] for v in key]))]
+            else:
+                count, fitting = [0.0] * self.size, [0.0] * self.size
             if len(self._counts) >= _MEMO:
                 self._counts.clear()
             found = self._counts[key] = (count, fitting)
