@@ -20,7 +20,13 @@ from vgpu_plugin.extender import cache
 from vgpu_plugin.extender.cache import FAILS, PASSES, UNDECIDED, DecisionCache, VerdictCache
 from vgpu_plugin.extender.decisions import Decisions, read_ask
 from vgpu_plugin.extender.ledger import Holding, Ledger, NodeCards
-from vgpu_plugin.extender.wire import EncodedReasons, ExtenderArgs, dumps, filter_result, json_member
+from vgpu_plugin.extender.wire import (
+    EncodedReasons,
+    ExtenderArgs,
+    dumps,
+    filter_result,
+    json_member,
+)
 
 from jupyter_vgpu.core import contract, placement
 from jupyter_vgpu.core.contract import CardShare, ContainerAllocation

@@ -51,8 +51,8 @@ class MixScalars:
         found = self._counts.get(key)
         if found is None:
             if key:  # per typical pod, a sum over the cards (of whole numbers: exact in any order)
-                count = [float(n) for n in map(sum, zip(*[self.fits[v] for v in key]))]
-                fitting = [float(n) for n in map(sum, zip(*[self.usable[v] for v in key]))]
+                count = [float(n) for n in map(sum, zip(*[self.fits[v] for v in key], strict=True))]
+                fitting = [float(n) for n in map(sum, zip(*[self.usable[v] for v in key], strict=True))]
             else:
                 count, fitting = [0.0] * self.size, [0.0] * self.size
             if len(self._counts) >= _MEMO:
