@@ -257,20 +257,21 @@ def typical_shape(pod: Mapping[str, Any], ask: PodAsk, cpu: int | None = None) -
     items = tuple(sorted({f"{k}={v}" for k, v in selector.items() if isinstance(k, str) and k
                           and isinstance(v, str)})) if isinstance(selector, Mapping) and selector else ()
     key = (ask.key, cpu, items)
-    found = _TYPICAL_SHAPES.get(key, _UNKNOWN)
-    if found is _UNKNOWN:
-        shape = Shape.of_pod(ask.requests, cpu)
-        found = None if shape is None else replace(shape, memory_units=0, selector=items)
-        if len(_TYPICAL_SHAPES) >= _TYPICAL_SHAPES_KEPT:
-            _TYPICAL_SHAPES.clear()
-        _TYPICAL_SHAPES[key] = found
-    return found  # type: ignore[return-value]
+    known = _TYPICAL_SHAPES.get(key)
+    if known is not None:
+        return known[0]
+    shape = Shape.of_pod(ask.requests, cpu)
+    found = None if shape is None else replace(shape, memory_units=0, selector=items)
+    if len(_TYPICAL_SHAPES) >= _TYPICAL_SHAPES_KEPT:
+        _TYPICAL_SHAPES.clear()
+    _TYPICAL_SHAPES[key] = (found,)
+    return found
 
 
-# typical_shape's answers: a few request shapes, CPU requests and selectors repeat over every pod
-_TYPICAL_SHAPES: dict[tuple[Any, ...], Shape | None] = {}
+# typical_shape's answers (in a 1-tuple: None is an answer): a few request shapes, CPU requests
+# and selectors repeat over every pod
+_TYPICAL_SHAPES: dict[tuple[Any, ...], tuple[Shape | None]] = {}
 _TYPICAL_SHAPES_KEPT = 1024
-_UNKNOWN = object()
 
 
 def preset_refusal(state: NodeState, holding: Holding) -> str | None:
