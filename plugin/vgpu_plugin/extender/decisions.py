@@ -367,8 +367,7 @@ class Decisions:
         self._fgd_memos: OrderedDict[tuple[Any, ...], LevelMemo] = OrderedDict()
         self._fgd_counts = CountMemo(self._typical_view[1])  # per mix snapshot: what each node offers each typical pod
         self._fgd_lock = threading.Lock()
-        self._fgd_dirty: set[str] = set()  # nodes the ledger changed since their row was written
-        ledger.subscribe(lambda name, _cards_changed: self._fgd_dirty.add(name))
+        ledger.subscribe(self._fgd_node_changed)
         self._fgd_hosts_dirty: set[str] = set()  # nodes whose CPU headroom or labels changed since
         self.hosts.subscribe(self._fgd_hosts_dirty.add)
         self._mix_view = (0, Mix())  # (version, snapshot) the fragment policy decides with
@@ -663,15 +662,11 @@ class Decisions:
         return min(name for name, level in found.items() if level == best) if found else passed[0]
 
     def _fgd_index(self, passed: list[str], slots: np.ndarray | None = None) -> np.ndarray:
-        """Under the ledger's lock: each passed node's row (-1: none), after rewriting the rows of
-        nodes the ledger changed, writing those of passed nodes seen for the first time, and
-        updating the CPU headroom of nodes whose headroom changed. ``slots``: the passed nodes'
+        """Under the ledger's lock: each passed node's row (-1: none), after writing those of passed
+        nodes seen for the first time and updating the CPU headroom of nodes whose headroom changed
+        (the ledger's changes rewrite their rows as they happen, ``_fgd_node_changed``). ``slots``: the passed nodes'
         slots (``DecisionCache.slots``), when the filter has them: the rows are then one gather."""
-        rows, nodes, dirty = self._fgd_rows, self.ledger.nodes, self._fgd_dirty
-        for name in list(dirty):
-            dirty.discard(name)
-            if name in rows.index:  # a node without a row gets one when it first passes
-                self._fgd_write_row(name, nodes.get(name))
+        rows, nodes = self._fgd_rows, self.ledger.nodes
         hosts_dirty = self._fgd_hosts_dirty
         while hosts_dirty:  # pop, not clear: a change reported meanwhile stays for the next filter
             name = hosts_dirty.pop()
@@ -700,6 +695,13 @@ class Decisions:
             if slot is not None and slot < len(self._fgd_row_of_slot):
                 self._fgd_row_of_slot[slot] = row
         return index
+
+    def _fgd_node_changed(self, name: str, _cards_changed: bool) -> None:
+        """The ledger changed the node (under its lock): its row, if it has one, is written again
+        now, by the writer (a bind, the watch), not by the next filter on its way to an answer. A
+        node without a row gets one when it first passes a filter."""
+        if name in self._fgd_rows.index:
+            self._fgd_write_row(name, self.ledger.nodes.get(name))
 
     def _fgd_write_row(self, name: str, entry: NodeEntry | None) -> bool:
         """Write the node's row from its ledger entry; False when the ledger does not know the node
