@@ -639,9 +639,9 @@ class Decisions:
                     if arrays.reads_labels:  # a Python loop over the rows: only when some selector needs it
                         admitted = arrays.admitted(self.hosts.facts([rows.names[row] for row in some.tolist()])[1])
                     if len(some) <= _FGD_FEW_ROWS and arrays.mix.shapes:  # the batch's numbers, in Python
-                        known.store(some, stamp[outdated],
-                                    stored_levels_few(rows.free[some], rows.memory[some], rows.whole[some], cpu,
-                                                      admitted, single, view.cpu_milli, arrays))
+                        kept = stored_levels_few(rows.free[some], rows.memory[some], rows.whole[some], cpu,
+                                                 admitted, single, view.cpu_milli, arrays)
+                        known.store(some, stamp[outdated], np.array(kept, dtype=np.int64))
                     else:
                         if self._fgd_counts.arrays is not arrays:
                             self._fgd_counts = CountMemo(arrays)
