@@ -157,6 +157,7 @@ def _time_stages() -> dict[str, list[tuple[int, float]]]:
              (decisions.Decisions, "_filter", "generic _filter"),
              (decisions.Decisions, "_fgd_best", "fgd pick"), (decisions.Decisions, "_fgd_index", "  row lookups"),
              (decisions, "levels_of", "  numpy batch"), (decisions, "levels_few", "  few rows in Python"),
+             (decisions, "stored_levels_few", "  few rows in Python"),
              (fgd_batch.CountMemo, "of", "  counts per snapshot"),
              (fgd_batch.CountMemo, "before_of", "  fragment before, per snapshot")]
     for owner, name, label in aimed:

@@ -4,9 +4,12 @@ rows found by slot never change a decision: over random sequences of claims adde
 cards changed (a card turning unhealthy, memory changing), nodes removed and added again,
 request shapes evicted from the cache and random name lists (repeats, unknown and removed
 names, the node of the pod's own claim, a list sent again), the filter equals the plain rule name by name under every
-policy, and fgd-filter passes the core's best node."""
+policy, its reply's bytes equal those of the plain rule's dicts (the reasons kept as JSON members,
+``VerdictCache.member``, joined), and fgd-filter passes the core's best node."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +20,13 @@ from vgpu_plugin.extender import cache
 from vgpu_plugin.extender.cache import FAILS, PASSES, UNDECIDED, DecisionCache, VerdictCache
 from vgpu_plugin.extender.decisions import Decisions, read_ask
 from vgpu_plugin.extender.ledger import Holding, Ledger, NodeCards
-from vgpu_plugin.extender.wire import ExtenderArgs
+from vgpu_plugin.extender.wire import (
+    EncodedReasons,
+    ExtenderArgs,
+    dumps,
+    filter_result,
+    json_member,
+)
 
 from jupyter_vgpu.core import contract, placement
 from jupyter_vgpu.core.contract import CardShare, ContainerAllocation
@@ -98,6 +107,10 @@ def test_filter_by_slots_equals_the_plain_rule_across_changes(monkeypatch, data,
             order = sorted(expected[1], key=lambda n: (expected[1][n] == UNSEEN, names.index(n)))
             assert (list(failed), list(unresolvable)) == (order, list(expected[2]))
         result = decisions.filter(args)
+        assert (len(result[1]), len(result[2])) == (len(expected[1]), len(expected[2]))
+        if own is None or own.node not in names:  # the reply's bytes: as from the plain rule's dicts
+            plain = {n: expected[1][n] for n in order}, dict(expected[2])
+            assert dumps(filter_result(args, *result)) == dumps(filter_result(args, result[0], *plain))
         fits = expected[0]
         if policy != "fgd-filter" or read_ask(pod, NAMES, policy).isolated or len(fits) <= 1:
             assert result == expected
@@ -136,3 +149,37 @@ def test_a_kept_list_of_names_is_not_reused_once_a_slot_was_handed_out():
     kept[0] = 7
     assert slots.slots_of(["a", "b"]).tolist() == [0, 2]
     assert slots.names_at(np.array([2, 0])) == ["b", "a"]
+
+
+def test_failed_reasons_are_the_kept_json_members_joined():
+    """A filter's failed reasons are its verdicts' JSON members (``VerdictCache.member``) joined
+    when no name repeats and nothing is added to them; a repeated name gets the plain dict (one
+    entry per name, as kube-scheduler reads it)."""
+    ledger = Ledger()
+    for n in range(3):
+        ledger.set_node(f"n{n}", _node_cards([(40, True)]))
+    ledger.put(Holding("full", "ns", "full", "n1", (ContainerAllocation(0, "c", (CardShare(0, "", 100, 0),)),)))
+    decisions = Decisions(ledger, None, policy="binpack")
+    pod = pod_for([(25, 8)])
+    pod["metadata"]["uid"] = "asking"
+    args = ExtenderArgs(pod=pod, node_names=["n0", "n1", "n2"], nodes=None, raw_nodes=None)
+    passed, failed, unresolvable = decisions.filter(args)
+    assert isinstance(failed, EncodedReasons) and list(failed) == ["n1"] and len(failed) == 1
+    expected = {"n1": _plain(ledger, ["n1"], pod, "binpack")[1]["n1"]}
+    assert dumps(filter_result(args, passed, failed, unresolvable)) == dumps(filter_result(args, passed, expected, {}))
+    repeated = ExtenderArgs(pod=pod, node_names=["n1", "n0", "n1"], nodes=None, raw_nodes=None)
+    again = decisions.filter(repeated)
+    assert type(again[1]) is dict and again[1] == expected
+
+
+def test_reasons_json_members_read_back_whatever_the_text():
+    """Names and reasons orjson refuses (a lone surrogate) are written by json, ASCII-escaped, and
+    a reply holding them reads back as the plain dict would, through either encoder."""
+    reasons = {"n\ud800x": "no card has 25 cores free", "nœud": "r\u00e9serv\u00e9 \"all\"", "n2": "\udfff"}
+    kept = EncodedReasons([json_member(name, reason) for name, reason in reasons.items()])
+    assert dict(kept) == reasons and list(kept) == list(reasons) and len(kept) == 3
+    for passed in (["n0"], ["n\udc00"]):  # the second reply goes through json's encoder as a whole
+        reply = json.loads(dumps({"NodeNames": passed, "FailedNodes": kept}))
+        assert reply == json.loads(dumps({"NodeNames": passed, "FailedNodes": reasons}))
+    plain = {"a": "b", "c": "d"}
+    assert dumps({"F": EncodedReasons([json_member(k, v) for k, v in plain.items()])}) == dumps({"F": plain})

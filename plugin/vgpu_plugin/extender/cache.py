@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .ledger import Ledger
+from .wire import json_member
 
 MEMO_LIMIT = 512
 """Entries a node's memo keeps before starting over: request shapes are many over a long life."""
@@ -72,7 +73,7 @@ class VerdictCache:
     undecided; ``forget(node, slot)`` runs whenever that node's accounting changes.
     """
 
-    __slots__ = ("values", "passing", "failed", "unresolvable", "state", "reason")
+    __slots__ = ("values", "passing", "failed", "unresolvable", "state", "reason", "member")
 
     def __init__(self) -> None:
         self.values: dict[str, tuple[str | None, bool]] = {}
@@ -81,6 +82,8 @@ class VerdictCache:
         self.unresolvable: dict[str, str] = {}
         self.state = np.zeros(1, dtype=np.int8)
         self.reason = np.full(1, None, dtype=object)  # by slot: why it fails (None: passes or undecided)
+        # by slot: ``"name":"reason"`` as the reply writes it (wire.json_member), when it fails
+        self.member = np.full(1, None, dtype=object)
 
     def set(self, name: str, verdict: tuple[str | None, bool], slot: int) -> None:
         self.values[name] = verdict
@@ -97,6 +100,7 @@ class VerdictCache:
         self.reserve(slot + 1)
         self.state[slot] = kind
         self.reason[slot] = reason
+        self.member[slot] = None if reason is None else json_member(name, reason)
 
     def forget(self, name: str, slot: int) -> None:
         if self.values.pop(name, None) is not None:
@@ -106,6 +110,7 @@ class VerdictCache:
             if 0 <= slot < len(self.state) - 1:
                 self.state[slot] = UNDECIDED
                 self.reason[slot] = None
+                self.member[slot] = None
 
     def reserve(self, slots: int) -> None:
         """Room for ``slots`` slots besides the last (always undecided) element."""
@@ -117,6 +122,9 @@ class VerdictCache:
             reasons = np.full(size, None, dtype=object)
             reasons[:len(self.reason) - 1] = self.reason[:-1]
             self.reason = reasons
+            members = np.full(size, None, dtype=object)
+            members[:len(self.member) - 1] = self.member[:-1]
+            self.member = members
 
     def states(self, slots: np.ndarray, count: int) -> np.ndarray:
         """The state of each slot (-1 reads as undecided); ``count``: slots handed out so far."""
@@ -139,8 +147,8 @@ class DecisionCache:
         self._nodes: dict[str, NodeMemo] = {}
         self.slots: dict[str, int] = {}  # node name -> slot, for the verdict arrays
         self._slot_names = np.full(0, None, dtype=object)  # slot -> node name
-        # recent lists of names -> (the list, its slots, how many slots there were then)
-        self._lists: OrderedDict[tuple[int, str, str], tuple[list[str], np.ndarray, int]] = OrderedDict()
+        # recent lists of names -> (the list, its slots, how many slots there were then, no name twice)
+        self._lists: OrderedDict[tuple[int, str, str], tuple[list[str], np.ndarray, int, bool]] = OrderedDict()
         ledger.subscribe(self.forget)
 
     def slot(self, name: str) -> int:
@@ -160,23 +168,29 @@ class DecisionCache:
         return self._slot_names[slots].tolist()  # type: ignore[no-any-return]
 
     def slots_of(self, names: list[str]) -> np.ndarray:
-        """Each name's slot (-1: none yet), a new array. A list met lately is found by comparing
-        strings (no hash per name: a request's names are new strings); it is still right only
-        while no slot was handed out since, when a name without one might have got one."""
+        """Each name's slot (-1: none yet), a new array (``slots_and_distinct``)."""
+        return self.slots_and_distinct(names)[0]
+
+    def slots_and_distinct(self, names: list[str]) -> tuple[np.ndarray, bool]:
+        """Each name's slot (-1: none yet), a new array, and whether no name is there twice. A list
+        met lately is found by comparing strings (no hash per name: a request's names are new
+        strings); it is still right only while no slot was handed out since, when a name without
+        one might have got one."""
         if not names:
-            return np.zeros(0, dtype=np.int64)
+            return np.zeros(0, dtype=np.int64), True
         key = (len(names), names[0], names[-1])
         seen = self._lists.get(key)
         if seen is not None and seen[2] == len(self.slots) and seen[0] == names:
             self._lists.move_to_end(key)
-            return seen[1].copy()
+            return seen[1].copy(), seen[3]
         slots = np.fromiter(map(self.slots.get, names, itertools.repeat(-1)), dtype=np.int64, count=len(names))
+        distinct = len(set(names)) == len(names)  # the hashes are cached by the lookups just made
         if len(names) <= len(self.slots):  # bounded: no list longer than the nodes ever known is kept
-            self._lists[key] = (names, slots.copy(), len(self.slots))
+            self._lists[key] = (names, slots.copy(), len(self.slots), distinct)
             self._lists.move_to_end(key)
             if len(self._lists) > NAME_LISTS:
                 self._lists.popitem(last=False)
-        return slots
+        return slots, distinct
 
     def node(self, name: str) -> NodeMemo:
         """The memo of a node the ledger knows (created on first use)."""

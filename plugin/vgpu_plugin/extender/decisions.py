@@ -69,10 +69,10 @@ from .cache import (
     remember,
 )
 from .fgd_batch import CountMemo, LevelMemo, MixArrays, NodeRows, levels_of
-from .fgd_few import levels_few
+from .fgd_few import stored_levels_few
 from .headroom import HostHeadroom, pod_cpu_memory
 from .ledger import Holding, Ledger, NodeEntry, Unattributed, node_cards, pod_holding, pod_key
-from .wire import MAX_EXTENDER_PRIORITY, ExtenderArgs, ExtenderBindingArgs
+from .wire import MAX_EXTENDER_PRIORITY, EncodedReasons, ExtenderArgs, ExtenderBindingArgs
 
 log = logging.getLogger(__name__)
 
@@ -247,17 +247,31 @@ def score(entry: NodeEntry, ask: PodAsk, memo: NodeMemo) -> int:
     return value  # type: ignore[no-any-return]
 
 
-def typical_shape(pod: Mapping[str, Any], ask: PodAsk) -> Shape | None:
+def typical_shape(pod: Mapping[str, Any], ask: PodAsk, cpu: int | None = None) -> Shape | None:
     """What fgd-filter learns of a pod: its largest container's GPU request (a share's memory
-    aside: the measure counts compute), its CPU request and its node selector."""
-    cpu, _ = pod_cpu_memory(pod)
-    shape = Shape.of_pod(ask.requests, cpu)
-    if shape is None:
-        return None
+    aside: the measure counts compute), its CPU request and its node selector. ``cpu``: the
+    pod's CPU request when the caller has read it. Memoised by (request, CPU, selector)."""
+    if cpu is None:
+        cpu, _ = pod_cpu_memory(pod)
     selector = (pod.get("spec") or {}).get("nodeSelector") or {}
     items = tuple(sorted({f"{k}={v}" for k, v in selector.items() if isinstance(k, str) and k
-                          and isinstance(v, str)})) if isinstance(selector, Mapping) else ()
-    return replace(shape, memory_units=0, selector=items)
+                          and isinstance(v, str)})) if isinstance(selector, Mapping) and selector else ()
+    key = (ask.key, cpu, items)
+    known = _TYPICAL_SHAPES.get(key)
+    if known is not None:
+        return known[0]
+    shape = Shape.of_pod(ask.requests, cpu)
+    found = None if shape is None else replace(shape, memory_units=0, selector=items)
+    if len(_TYPICAL_SHAPES) >= _TYPICAL_SHAPES_KEPT:
+        _TYPICAL_SHAPES.clear()
+    _TYPICAL_SHAPES[key] = (found,)
+    return found
+
+
+# typical_shape's answers (in a 1-tuple: None is an answer): a few request shapes, CPU requests
+# and selectors repeat over every pod
+_TYPICAL_SHAPES: dict[tuple[Any, ...], tuple[Shape | None]] = {}
+_TYPICAL_SHAPES_KEPT = 1024
 
 
 def preset_refusal(state: NodeState, holding: Holding) -> str | None:
@@ -353,8 +367,7 @@ class Decisions:
         self._fgd_memos: OrderedDict[tuple[Any, ...], LevelMemo] = OrderedDict()
         self._fgd_counts = CountMemo(self._typical_view[1])  # per mix snapshot: what each node offers each typical pod
         self._fgd_lock = threading.Lock()
-        self._fgd_dirty: set[str] = set()  # nodes the ledger changed since their row was written
-        ledger.subscribe(lambda name, _cards_changed: self._fgd_dirty.add(name))
+        ledger.subscribe(self._fgd_node_changed)
         self._fgd_hosts_dirty: set[str] = set()  # nodes whose CPU headroom or labels changed since
         self.hosts.subscribe(self._fgd_hosts_dirty.add)
         self._mix_view = (0, Mix())  # (version, snapshot) the fragment policy decides with
@@ -390,7 +403,7 @@ class Decisions:
         uid = pod_key(pod)[0]
         return self.ledger.holding(uid) if uid else None
 
-    def filter(self, args: ExtenderArgs) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    def filter(self, args: ExtenderArgs) -> tuple[list[str], Mapping[str, str], Mapping[str, str]]:
         """(passed, failed, failed and unresolvable). PodProblem when the pod asks for no vGPU.
 
         Under ``fgd-filter`` only the node of the best FGD score passes (the first by name
@@ -401,17 +414,18 @@ class Decisions:
         passed, failed, unresolvable, slots = self._filter_slots(args, ask)
         if ask.invalid:
             return passed, failed, unresolvable
-        self._learn_typical(args.pod, ask)
+        cpu_memory = pod_cpu_memory(args.pod)
+        self._learn_typical(args.pod, ask, cpu_memory[0])
         if ask.policy == "fgd-filter" and not ask.isolated and len(passed) > 1:
-            passed = [self._fgd_best(args, ask, passed, slots)]
+            passed = [self._fgd_best(args, ask, passed, slots, cpu_memory)]
         return passed, failed, unresolvable
 
-    def _filter(self, args: ExtenderArgs, ask: PodAsk) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    def _filter(self, args: ExtenderArgs, ask: PodAsk) -> tuple[list[str], Mapping[str, str], Mapping[str, str]]:
         """(passed, failed, failed and unresolvable) before any policy's pick."""
         return self._filter_slots(args, ask)[:3]
 
     def _filter_slots(self, args: ExtenderArgs, ask: PodAsk
-                      ) -> tuple[list[str], dict[str, str], dict[str, str], np.ndarray | None]:
+                      ) -> tuple[list[str], Mapping[str, str], Mapping[str, str], np.ndarray | None]:
         """``_filter`` and the passed names' slots (None: not from the cache, or the pod's own claim moved them)."""
         names = args.candidate_names
         if ask.invalid:
@@ -423,10 +437,10 @@ class Decisions:
             cache = self.cache.shape(("fit", ask.key), VerdictCache)
             # the names as slots in one C-level pass; the verdicts' kinds are then array operations
             slot_of = self.cache.slots
-            slots = self.cache.slots_of(names)
+            slots, distinct = self.cache.slots_and_distinct(names)
             states = cache.states(slots, len(slot_of))
             unseen: dict[str, str] = {}
-            undecided = np.flatnonzero(states == UNDECIDED)
+            undecided = (states == UNDECIDED).nonzero()[0]
             if len(undecided):
                 nodes = self.ledger.nodes
                 for at in undecided.tolist():
@@ -443,28 +457,39 @@ class Decisions:
                     states[at] = cache.state[slot]
             passes = states == PASSES
             passed = list(itertools.compress(names, passes.tobytes()))  # bytes iterate as cached small ints
-            failed = self._reasons_where(cache.reason, slots, states == FAILS)
-            unresolvable = self._reasons_where(cache.reason, slots, states == NEVER)
+            mine = own is not None and own.node not in unseen and own.node in names
+            # the reasons as the reply's JSON members, kept with the verdicts, when nothing is added
+            # to them or taken out below and no name is there twice (a dict keeps one of each)
+            members = cache.member if distinct and not unseen and not mine else None
+            failed: Mapping[str, str] = self._reasons_where(cache.reason, slots, states == FAILS, members)
+            unresolvable: Mapping[str, str] = self._reasons_where(cache.reason, slots, states == NEVER, members)
             passed_slots: np.ndarray | None = slots[passes]
-            if own is not None and own.node not in unseen and own.node in names:
+            if own is not None and mine:
                 # decide the node holding the pod's own claim as if the pod held nothing there
-                mine, passing = own.node, cache.passing
-                reason, hopeless = fit(self.ledger.nodes[mine].without(own.uid), ask, NodeMemo())
-                failed.pop(mine, None)
-                unresolvable.pop(mine, None)
-                passed = [n for n in names if n in passing and n != mine or n == mine and reason is None]
+                node, passing = own.node, cache.passing
+                reason, hopeless = fit(self.ledger.nodes[node].without(own.uid), ask, NodeMemo())
+                assert isinstance(failed, dict) and isinstance(unresolvable, dict)
+                failed.pop(node, None)
+                unresolvable.pop(node, None)
+                passed = [n for n in names if n in passing and n != node or n == node and reason is None]
                 passed_slots = None
                 if reason is not None:
-                    (unresolvable if hopeless else failed)[mine] = reason
-        failed.update(unseen)
+                    (unresolvable if hopeless else failed)[node] = reason
+        if unseen:
+            assert isinstance(failed, dict)
+            failed.update(unseen)
         return passed, failed, unresolvable, passed_slots
 
-    def _reasons_where(self, reasons: np.ndarray, slots: np.ndarray, where: np.ndarray) -> dict[str, str]:
+    def _reasons_where(self, reasons: np.ndarray, slots: np.ndarray, where: np.ndarray,
+                       members: np.ndarray | None = None) -> Mapping[str, str]:
         """{name: reason} of the names where ``where`` holds, in the names' order (array gathers,
-        and keys that are the ledger's own strings: a dict of them hashes nothing anew)."""
-        if not where.any():
+        and keys that are the ledger's own strings: a dict of them hashes nothing anew); with
+        ``members`` (``VerdictCache.member``), kept as the JSON members of those names instead."""
+        if not np.count_nonzero(where):
             return {}
         at = slots[where]
+        if members is not None:
+            return EncodedReasons(members[at].tolist())
         return dict(zip(self.cache.names_at(at), reasons[at].tolist(), strict=True))
 
     def _filter_entries(self, args: ExtenderArgs, ask: PodAsk) -> tuple[list[str], dict[str, str], dict[str, str]]:
@@ -546,12 +571,13 @@ class Decisions:
                 seen.popitem(last=False)
         return new
 
-    def _learn_typical(self, pod: Mapping[str, Any], ask: PodAsk) -> None:
+    def _learn_typical(self, pod: Mapping[str, Any], ask: PodAsk, cpu: int | None = None) -> None:
         """Count the pod once (per uid) in the typical-pod mix, with its node selector; at each of
-        the first pods and then every ``_MIX_REFRESH``, take a new snapshot if the mix drifted."""
+        the first pods and then every ``_MIX_REFRESH``, take a new snapshot if the mix drifted.
+        ``cpu``: the pod's CPU request (``pod_cpu_memory``), when the caller has read it."""
         if not self._first_sight(self._typical_seen, pod):
             return
-        shape = typical_shape(pod, ask)
+        shape = typical_shape(pod, ask, cpu)
         if shape is None:
             return
         self.typical.observe(shape)
@@ -574,7 +600,8 @@ class Decisions:
         cpu, memory = pod_cpu_memory(pod)
         return FragmentView(self._typical_view[1].mix, cpu, memory)
 
-    def _fgd_best(self, args: ExtenderArgs, ask: PodAsk, passed: list[str], slots: np.ndarray | None = None) -> str:
+    def _fgd_best(self, args: ExtenderArgs, ask: PodAsk, passed: list[str], slots: np.ndarray | None = None,
+                  cpu_memory: tuple[int, int] | None = None) -> str:
         """The passed node of the best fgd_level, the first by name among equals. Levels are
         computed in one numpy batch over rows of the nodes' cards (``fgd_batch``), rewritten
         when the ledger changes a node, and memoised per (request, pod CPU, mix snapshot) until
@@ -583,7 +610,7 @@ class Decisions:
         and pods of several containers are scored by the core. The work per filter beyond the
         nodes that changed is array operations over the passed rows (no Python loop per node)."""
         version, arrays = self._typical_view
-        view = FragmentView(arrays.mix, *pod_cpu_memory(args.pod))
+        view = FragmentView(arrays.mix, *(pod_cpu_memory(args.pod) if cpu_memory is None else cpu_memory))
         for node in args.nodes or []:  # full Node objects carry allocatable and labels
             self.hosts.on_node("MODIFIED", node)
         single = next(iter(ask.requests.values())) if len(ask.requests) == 1 else None
@@ -595,7 +622,7 @@ class Decisions:
             usable = (index >= 0) & rows.plain[np.maximum(index, 0)] if single is not None else index < -1
             if own is not None and own.node in rows.index:
                 usable &= index != rows.index[own.node]
-            if usable.all():
+            if np.count_nonzero(usable) == len(usable):
                 picked = index
             else:
                 core = np.flatnonzero(~usable)
@@ -605,15 +632,16 @@ class Decisions:
             with self._fgd_lock:
                 known = self._fgd_memo((ask.key, view.cpu_milli, version, self.hosts.labels_version))
                 outdated = known.stale(picked, stamp, len(rows.stamp))
-                if single is not None and outdated.any():
+                if single is not None and np.count_nonzero(outdated):
                     some = picked[outdated]
                     cpu = rows.cpu[some]
                     admitted = None
                     if arrays.reads_labels:  # a Python loop over the rows: only when some selector needs it
                         admitted = arrays.admitted(self.hosts.facts([rows.names[row] for row in some.tolist()])[1])
                     if len(some) <= _FGD_FEW_ROWS and arrays.mix.shapes:  # the batch's numbers, in Python
-                        fresh, fit = levels_few(rows.free[some], rows.memory[some], rows.whole[some], cpu,
-                                                admitted, single, view.cpu_milli, arrays)
+                        kept = stored_levels_few(rows.free[some], rows.memory[some], rows.whole[some], cpu,
+                                                 admitted, single, view.cpu_milli, arrays)
+                        known.store(some, stamp[outdated], np.array(kept, dtype=np.int64))
                     else:
                         if self._fgd_counts.arrays is not arrays:
                             self._fgd_counts = CountMemo(arrays)
@@ -622,10 +650,10 @@ class Decisions:
                         fresh, fit = levels_of(rows.free[some], rows.memory[some], rows.whole[some], cpu,
                                                arrays.admit_all(len(some)) if admitted is None else admitted,
                                                single, view.cpu_milli, arrays, counts, before)
-                    known.store(some, stamp[outdated], np.where(fit, fresh, -1))
+                        known.store(some, stamp[outdated], np.where(fit, fresh, -1))
                 scored = known.level[picked]
             if len(picked) and single is not None:
-                top = int(scored.max())
+                top = int(np.maximum.reduce(scored))
                 if top >= max(found.values(), default=-1):
                     first = rows.names[rows.first_by_name(picked[scored == top])]
                     found = {name: level for name, level in found.items() if level == top}
@@ -634,15 +662,11 @@ class Decisions:
         return min(name for name, level in found.items() if level == best) if found else passed[0]
 
     def _fgd_index(self, passed: list[str], slots: np.ndarray | None = None) -> np.ndarray:
-        """Under the ledger's lock: each passed node's row (-1: none), after rewriting the rows of
-        nodes the ledger changed, writing those of passed nodes seen for the first time, and
-        updating the CPU headroom of nodes whose headroom changed. ``slots``: the passed nodes'
+        """Under the ledger's lock: each passed node's row (-1: none), after writing those of passed
+        nodes seen for the first time and updating the CPU headroom of nodes whose headroom changed
+        (the ledger's changes rewrite their rows as they happen, ``_fgd_node_changed``). ``slots``: the passed nodes'
         slots (``DecisionCache.slots``), when the filter has them: the rows are then one gather."""
-        rows, nodes, dirty = self._fgd_rows, self.ledger.nodes, self._fgd_dirty
-        for name in list(dirty):
-            dirty.discard(name)
-            if name in rows.index:  # a node without a row gets one when it first passes
-                self._fgd_write_row(name, nodes.get(name))
+        rows, nodes = self._fgd_rows, self.ledger.nodes
         hosts_dirty = self._fgd_hosts_dirty
         while hosts_dirty:  # pop, not clear: a change reported meanwhile stays for the next filter
             name = hosts_dirty.pop()
@@ -658,7 +682,7 @@ class Decisions:
         else:
             index = np.fromiter(map(rows.index.get, passed, itertools.repeat(-1)), dtype=np.int64,
                                 count=len(passed))
-        for at in np.flatnonzero(index < 0).tolist():
+        for at in (index < 0).nonzero()[0].tolist():
             name = passed[at]
             row = rows.index.get(name)
             if row is None:
@@ -671,6 +695,13 @@ class Decisions:
             if slot is not None and slot < len(self._fgd_row_of_slot):
                 self._fgd_row_of_slot[slot] = row
         return index
+
+    def _fgd_node_changed(self, name: str, _cards_changed: bool) -> None:
+        """The ledger changed the node (under its lock): its row, if it has one, is written again
+        now, by the writer (a bind, the watch), not by the next filter on its way to an answer. A
+        node without a row gets one when it first passes a filter."""
+        if name in self._fgd_rows.index:
+            self._fgd_write_row(name, self.ledger.nodes.get(name))
 
     def _fgd_write_row(self, name: str, entry: NodeEntry | None) -> bool:
         """Write the node's row from its ledger entry; False when the ledger does not know the node

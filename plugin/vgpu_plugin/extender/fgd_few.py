@@ -42,6 +42,7 @@ class MixScalars:
         self.usable = arrays.usable.tolist()
         self._counts: dict[tuple[int, ...], tuple[list[float], list[float]]] = {}
         self._changes: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
+        self._ceilings: dict[float, float] = {}  # by a row's free cores: ``_bound`` of that many fitting
 
     def counts(self, cores: Sequence[int]) -> tuple[list[float], list[float]]:
         """``counts_of`` of one row: per typical pod, how many cards fit it and their free cores
@@ -49,10 +50,11 @@ class MixScalars:
         key = tuple(cores)
         found = self._counts.get(key)
         if found is None:
-            count, fitting = [0.0] * self.size, [0.0] * self.size
-            for v in cores:
-                count = [a + b for a, b in zip(count, self.fits[v], strict=True)]
-                fitting = [a + b for a, b in zip(fitting, self.usable[v], strict=True)]
+            if key:  # per typical pod, a sum over the cards (of whole numbers: exact in any order)
+                count = [float(n) for n in map(sum, zip(*[self.fits[v] for v in key], strict=True))]
+                fitting = [float(n) for n in map(sum, zip(*[self.usable[v] for v in key], strict=True))]
+            else:
+                count, fitting = [0.0] * self.size, [0.0] * self.size
             if len(self._counts) >= _MEMO:
                 self._counts.clear()
             found = self._counts[key] = (count, fitting)
@@ -70,13 +72,23 @@ class MixScalars:
                 [a - b for a, b in zip(self.usable[left], self.usable[value], strict=True)])
         return found
 
-    def caps(self, cpu: float, fitting: Sequence[float]) -> tuple[list[float], list[bool]] | None:
-        """``MixArrays.caps`` of one row: (cap, one) per typical pod, None when its CPU cannot bind."""
+    def caps(self, cpu: float, fitting: Sequence[float], total: float | None = None
+             ) -> tuple[list[float], list[bool]] | None:
+        """``MixArrays.caps`` of one row: (cap, one) per typical pod, None when its CPU cannot bind.
+        ``total``: the row's free cores, which no typical pod's fitting cores exceed, so a CPU at or
+        above the bound taken at ``total`` for every typical pod is above the row's own bound
+        (``ceil`` and multiplying by a positive number keep the order, rounding included)."""
         if not self.asking or math.isnan(cpu):
             return None
-        bound = max(float(max(math.ceil(fitting[t] / self.per_copy[t]), 1)) * float(self.cpu[t])
-                    for t in range(self.size) if self.asks[t])
-        if cpu >= bound:
+        if total is not None:
+            ceiling = self._ceilings.get(total)
+            if ceiling is None:
+                if len(self._ceilings) >= _MEMO:
+                    self._ceilings.clear()
+                ceiling = self._ceilings[total] = self._bound([total] * self.size)
+            if cpu >= ceiling:
+                return None
+        if cpu >= self._bound(fitting):
             return None
         free = max(cpu, 0)
         cap, one = [], []
@@ -86,10 +98,20 @@ class MixScalars:
             one.append(copies >= 1)
         return cap, one
 
+    def _bound(self, fitting: Sequence[float]) -> float:
+        """The CPU below which a row of these fitting cores may bind (``MixArrays.caps``)."""
+        return max(float(max(math.ceil(fitting[t] / self.per_copy[t]), 1)) * float(self.cpu[t])
+                   for t in range(self.size) if self.asks[t])
+
     def fragment(self, total: float, count: Sequence[float], fitting: Sequence[float], admitted: Sequence[bool],
                  caps: tuple[list[float], list[bool]] | None) -> float:
         """``MixArrays.capped_fragment`` of one row."""
         blend, rest = self.blend, self.rest
+        if caps is None and self.size < 8:  # numpy's sum of fewer than 8: a running sum from 0.0
+            summed = 0.0
+            for f, n, a, k, w in zip(fitting, count, admitted, self.cards, self.weight, strict=True):
+                summed += (total - (rest * f + blend * f) if a and n >= k else total) * w
+            return summed
         if caps is None:
             terms = [(total - (rest * f + blend * f) if a and n >= k else total) * w
                      for f, n, a, k, w in zip(fitting, count, admitted, self.cards, self.weight, strict=True)]
@@ -98,6 +120,22 @@ class MixScalars:
                      for f, n, a, k, w, c, o in zip(fitting, count, admitted, self.cards, self.weight, *caps,
                                                     strict=True)]
         return pairwise_sum(terms)
+
+    def fragment_moved(self, total: float, count: Sequence[float], moved_count: Sequence[float],
+                       fitting: Sequence[float], moved_fitting: Sequence[float], admitted: Sequence[bool],
+                       caps: tuple[list[float], list[bool]] | None) -> float:
+        """``fragment(total, count + moved_count, fitting + moved_fitting, ...)``, the sums taken
+        term by term as the lists would be (the same additions), without building them."""
+        if caps is not None or self.size >= 8:
+            return self.fragment(total, [a + b for a, b in zip(count, moved_count, strict=True)],
+                                 [a + b for a, b in zip(fitting, moved_fitting, strict=True)], admitted, caps)
+        blend, rest = self.blend, self.rest
+        summed = 0.0
+        for f0, df, n0, dn, a, k, w in zip(fitting, moved_fitting, count, moved_count, admitted, self.cards,
+                                           self.weight, strict=True):
+            f = f0 + df
+            summed += (total - (rest * f + blend * f) if a and n0 + dn >= k else total) * w
+        return summed
 
 
 _MEMO = 4096  # card layouts kept per mix snapshot
@@ -124,8 +162,8 @@ def falls_few(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.n
         cores = [min(max(v, 0), CORES_PER_CARD) for v in frees]
         count, fitting = mix.counts(cores)
         total = float(sum(cores))
-        before = mix.fragment(total, count, fitting, admits, mix.caps(headroom, fitting))
-        caps = mix.caps(headroom - pod_cpu_milli, fitting)
+        before = mix.fragment(total, count, fitting, admits, mix.caps(headroom, fitting, total))
+        caps = mix.caps(headroom - pod_cpu_milli, fitting, total)
         if request.is_share:
             c, u = request.cores, request.memory_units
             values = sorted({v for v, f, m in zip(cores, frees, memories, strict=True) if f >= c and m >= u})
@@ -133,9 +171,8 @@ def falls_few(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.n
             after = math.inf
             for v in values:  # same value, same fragment; the batch's minimum over them
                 moved_count, moved_fitting = mix.change(c, v)
-                after = min(after, mix.fragment(total - c, [a + b for a, b in zip(count, moved_count, strict=True)],
-                                                [a + b for a, b in zip(fitting, moved_fitting, strict=True)],
-                                                admits, caps))
+                after = min(after, mix.fragment_moved(total - c, count, moved_count, fitting, moved_fitting,
+                                                      admits, caps))
         else:
             n = request.cards
             fit = sum(wholes) >= n
@@ -151,6 +188,15 @@ def levels_few(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.
     """``fgd_batch.levels_of`` of a few rows (see ``falls_few``), the same arrays out."""
     falls, fits = falls_few(free, memory, whole, cpu, admitted, request, pod_cpu_milli, arrays)
     return np.array(levels_of_falls(falls), dtype=np.int64), np.array(fits, dtype=bool)
+
+
+def stored_levels_few(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray,
+                      admitted: np.ndarray | None, request: Request, pod_cpu_milli: int,
+                      arrays: MixArrays) -> list[int]:
+    """``levels_few`` as the filter keeps them: each row's level, -1 where the pod does not fit
+    (``np.where(fit, level, -1)``), as a list."""
+    falls, fits = falls_few(free, memory, whole, cpu, admitted, request, pod_cpu_milli, arrays)
+    return [level if fit else -1 for level, fit in zip(levels_of_falls(falls), fits, strict=True)]
 
 
 def levels_of_falls(falls: Sequence[float]) -> list[int]:
