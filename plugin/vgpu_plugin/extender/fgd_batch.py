@@ -425,39 +425,44 @@ class CountMemo:
 
 class _Column:
     """One typical pod's unweighted numbers per row for one request: before the pod [R], after
-    it [R, G] (a share's entries by position, a whole-card request's in position 0), and the
-    row's ``NodeRows.stamp`` they were computed at (-1: never)."""
+    it [W, R] (a share's entries by position, a whole-card request's in position 0; positions
+    first, so the minimum over them is W long runs), and the row's ``NodeRows.stamp`` they were
+    computed at (-1: never)."""
 
     def __init__(self, size: int, width: int) -> None:
         self.stamp = np.full(size, -1, dtype=np.int64)
         self.before = np.zeros(size)
-        self.after = np.zeros((size, width))
+        self.after = np.zeros((width, size))
 
-    def grow(self, size: int) -> None:
-        grow = size - len(self.stamp)
-        self.stamp = np.concatenate([self.stamp, np.full(grow, -1, dtype=np.int64)])
-        self.before = np.concatenate([self.before, np.zeros(grow)])
-        self.after = np.concatenate([self.after, np.zeros((grow, self.after.shape[1]))])
+    def grow(self, size: int, width: int) -> None:
+        rows = size - len(self.stamp)
+        if rows:
+            self.stamp = np.concatenate([self.stamp, np.full(rows, -1, dtype=np.int64)])
+            self.before = np.concatenate([self.before, np.zeros(rows)])
+        self.after = _grown(self.after, width, size, 0.0)
 
 
 class _Request:
     """``RequestColumns`` of one request: each typical pod's ``_Column``, and per row which
-    positions hold an entry and whether the pod fits, with the stamp they were computed at."""
+    positions hold an entry (as many positions as the most entries of a row so far) and whether
+    the pod fits, with the stamp they were computed at."""
 
-    def __init__(self, size: int, width: int) -> None:
-        self.width = width
+    def __init__(self, size: int) -> None:
+        self.width = 1
         self.stamp = np.full(size, -1, dtype=np.int64)
-        self.valid = np.zeros((size, width), dtype=bool)
+        self.valid = np.zeros((1, size), dtype=bool)  # positions first, as the columns
         self.fit = np.zeros(size, dtype=bool)
         self.columns: dict[Shape, _Column] = {}
 
-    def grow(self, size: int) -> None:
-        grow = size - len(self.stamp)
-        self.stamp = np.concatenate([self.stamp, np.full(grow, -1, dtype=np.int64)])
-        self.valid = np.concatenate([self.valid, np.zeros((grow, self.width), dtype=bool)])
-        self.fit = np.concatenate([self.fit, np.zeros(grow, dtype=bool)])
+    def grow(self, size: int, width: int) -> None:
+        rows = size - len(self.stamp)
+        if rows:
+            self.stamp = np.concatenate([self.stamp, np.full(rows, -1, dtype=np.int64)])
+            self.fit = np.concatenate([self.fit, np.zeros(rows, dtype=bool)])
+        self.valid = _grown(self.valid, width, size, False)
+        self.width = width
         for column in self.columns.values():
-            column.grow(size)
+            column.grow(size, width)
 
     def store(self, at: np.ndarray, stamp: np.ndarray, shapes: Sequence[Shape], parts: FallParts,
               layout: bool) -> None:
@@ -469,9 +474,13 @@ class _Request:
             start = np.cumsum(parts.each) - parts.each
             rows = np.repeat(at, parts.each)
             position = np.arange(len(rows)) - np.repeat(start, parts.each)
+            widest = int(parts.each.max(initial=1))
+            if widest > self.width:
+                self.grow(len(self.stamp), widest)
+        flat = position * len(self.stamp) + rows  # into [W, R] arrays, C order
         if layout:
-            self.valid[at] = False
-            self.valid[rows, position] = True
+            self.valid[:, at] = False
+            np.put(self.valid, flat, True)
             self.fit[at] = parts.fit
             self.stamp[at] = stamp
         for t, shape in enumerate(shapes):
@@ -479,8 +488,34 @@ class _Request:
             if column is None:
                 column = self.columns[shape] = _Column(len(self.stamp), self.width)
             column.before[at] = parts.before[t]
-            column.after[rows, position] = parts.after[t]
+            np.put(column.after, flat, parts.after[t])
             column.stamp[at] = stamp
+
+    def weighed(self, picked: np.ndarray, shapes: Sequence[Shape], arrays: MixArrays
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """(before, after) [len(picked)] under ``arrays``' weights, every picked row's columns current.
+        Over most rows the columns are copied whole and the picked rows read from the results
+        (a copy costs less than a gather); over a few they are gathered."""
+        span = int(picked.max()) + 1 if len(picked) else 0
+        whole = 2 * len(picked) >= span
+        size = span if whole else len(picked)
+        before = np.empty((len(shapes), size))
+        after = np.empty((len(shapes), self.width, size))
+        for t, shape in enumerate(shapes):
+            column = self.columns[shape]
+            if whole:
+                before[t] = column.before[:span]
+                after[t] = column.after[:, :span]
+            else:
+                np.take(column.before, picked, out=before[t])
+                np.take(column.after, picked, axis=1, out=after[t])
+        before = arrays.weigh(before)
+        after = arrays.weigh(after)
+        np.copyto(after, np.inf, where=~(self.valid[:, :span] if whole else np.take(self.valid, picked, axis=1)))
+        after = np.minimum.reduce(after) if len(after) > 1 else after[0]  # [size]: the least entry of each row
+        if whole:
+            return before[picked], after[picked]
+        return before, after
 
 
 # request columns kept (a few request shapes; each ~2 MB at 5,000 rows, 8 cards, 5 typical pods)
@@ -508,13 +543,21 @@ class RequestColumns:
                counts: CountMemo) -> tuple[np.ndarray, np.ndarray]:
         """``levels_of`` of the ``picked`` rows at their CPU headroom (``rows.cpu``); ``admitted``
         [len(picked), T] (None: every typical pod everywhere); ``counts`` for ``arrays``; ``key``:
-        what the levels depend on besides the rows and the mix (request, pod CPU, labels)."""
+        what the levels depend on besides the rows' stamps and the mix: the request, the pod's
+        CPU and the version of the nodes' labels (a label change keeps the stamps)."""
+        fall, fit = self.falls(key, rows, picked, admitted, request, pod_cpu_milli, arrays, counts)
+        return level_of_fall(fall), fit
+
+    def falls(self, key: Hashable, rows: NodeRows, picked: np.ndarray, admitted: np.ndarray | None,
+              request: Request, pod_cpu_milli: int, arrays: MixArrays,
+              counts: CountMemo) -> tuple[np.ndarray, np.ndarray]:
+        """``falls_of`` of the ``picked`` rows (see ``levels``), the same numbers bit for bit."""
         shapes = arrays._shapes
         if not shapes:  # nothing learned yet: the batch's own stand-in mix
-            return levels_of(rows.free[picked], rows.memory[picked], rows.whole[picked], rows.cpu[picked],
-                             arrays.admit_all(len(picked)) if admitted is None else admitted,
-                             request, pod_cpu_milli, arrays)
-        kept = self._request(key, len(rows.stamp), rows.free.shape[1])
+            return falls_of(rows.free[picked], rows.memory[picked], rows.whole[picked], rows.cpu[picked],
+                            arrays.admit_all(len(picked)) if admitted is None else admitted,
+                            request, pod_cpu_milli, arrays)
+        kept = self._request((key, arrays.blend), len(rows.stamp))
         stamp = rows.stamp[picked]
         current = kept.stamp[picked] == stamp
         new = [t for t, shape in enumerate(shapes) if shape not in kept.columns]
@@ -541,23 +584,20 @@ class RequestColumns:
             for shape in set(kept.columns) - set(shapes):
                 del kept.columns[shape]
         # every picked row's columns are current: weigh them as the batch does
-        columns = [kept.columns[shape] for shape in shapes]
-        before = arrays.weigh(np.stack([column.before[picked] for column in columns]))
-        after = arrays.weigh(np.stack([column.after[picked] for column in columns]))
-        after = np.where(kept.valid[picked], after, np.inf).min(1)
+        before, after = kept.weighed(picked, shapes, arrays)
         fit = kept.fit[picked]
-        return level_of_fall(np.where(fit, before - np.where(fit, after, before), 0.0)), fit
+        return np.where(fit, before - np.where(fit, after, before), 0.0), fit
 
-    def _request(self, key: Hashable, size: int, width: int) -> _Request:
+    def _request(self, key: Hashable, size: int) -> _Request:
         kept = self._requests.get(key)
-        if kept is None or kept.width != width:  # new, or nodes with more cards: start again
-            kept = self._requests[key] = _Request(size, width)
+        if kept is None:
+            kept = self._requests[key] = _Request(size)
             while len(self._requests) > _REQUESTS_KEPT:
                 self._requests.popitem(last=False)
         else:
             self._requests.move_to_end(key)
             if size > len(kept.stamp):
-                kept.grow(size)
+                kept.grow(size, kept.width)
         return kept
 
 
