@@ -158,7 +158,9 @@ def _time_stages() -> dict[str, list[tuple[int, float]]]:
              (decisions.Decisions, "_fgd_best", "fgd pick"), (decisions.Decisions, "_fgd_index", "  row lookups"),
              (decisions, "levels_of", "  numpy batch"), (decisions, "levels_few", "  few rows in Python"),
              (fgd_batch.CountMemo, "of", "  counts per snapshot"),
-             (fgd_batch.CountMemo, "before_of", "  fragment before, per snapshot")]
+             (fgd_batch.CountMemo, "before_of", "  fragment before, per snapshot"),
+             (fgd_batch.RequestColumns, "falls", "  kept columns (batch and weighing)"),
+             (fgd_batch, "fall_parts", "    batch for rows or typical pods not kept")]
     for owner, name, label in aimed:
         if not hasattr(owner, name):
             continue
