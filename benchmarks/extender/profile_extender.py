@@ -159,9 +159,11 @@ def _time_stages() -> dict[str, list[tuple[int, float]]]:
              (decisions, "levels_of", "  numpy batch"), (decisions, "levels_few", "  few rows in Python"),
              (decisions, "stored_levels_few", "  few rows in Python"),
              (fgd_batch.CountMemo, "of", "  counts per snapshot"),
-             (fgd_batch.CountMemo, "before_of", "  fragment before, per snapshot")]
+             (fgd_batch.CountMemo, "before_of", "  fragment before, per snapshot"),
+             (getattr(fgd_batch, "RequestColumns", None), "falls", "  kept columns (batch and weighing)"),
+             (fgd_batch, "fall_parts", "    batch for rows or typical pods not kept")]
     for owner, name, label in aimed:
-        if not hasattr(owner, name):
+        if owner is None or not hasattr(owner, name):  # not in this checkout
             continue
         function = getattr(owner, name)
 

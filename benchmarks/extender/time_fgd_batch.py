@@ -7,11 +7,15 @@ headroom case (all unknown, all ample, a mix of binding and ample, all binding) 
 two whole cards) it prints the median and worst CPU time of ``--repeats`` calls, with the
 per-row counts given (the extender memoises them per snapshot), as the filter calls it.
 
+``--moves``: also time what a filter pays for every row after a snapshot move that keeps the
+typical pods and changes their weights (``RequestColumns``: the kept columns re-weighed),
+beside the batch's full re-scoring under the moved mix, checking their levels are identical.
+
 ``--compare PATH``: also load the ``fgd_batch.py`` at PATH (an earlier version, e.g. from
 ``git show main:plugin/vgpu_plugin/extender/fgd_batch.py``) and time both side by side, call
 by call in turn, checking that their levels are identical.
 
-Usage: python benchmarks/extender/time_fgd_batch.py [--rows 4000] [--gpus 8] [--repeats 30] [--compare PATH]
+Usage: python benchmarks/extender/time_fgd_batch.py [--rows 4000] [--gpus 8] [--repeats 30] [--compare PATH] [--moves]
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--compare", metavar="PATH", help="another fgd_batch.py, timed side by side")
+    parser.add_argument("--moves", action="store_true", help="also time the re-weighing after a snapshot move")
     args = parser.parse_args()
     versions = {"this": fgd_batch, **({"other": _load(args.compare)} if args.compare else {})}
     rng = np.random.default_rng(args.seed)
@@ -76,6 +81,40 @@ def main() -> None:
                 same = all(np.array_equal(a, b) for a, b in zip(levels["this"], levels["other"], strict=True))
                 line += "  levels identical" if same else "  LEVELS DIFFER"
             print(f"{case:24} {name:15} {line}")
+            if args.moves:
+                print(f"{'':24} {'':15} {_moves(free, memory, whole, cpu, request, pod_cpu, args.repeats)}")
+
+
+MOVED = Mix.of([(shape, weight * (1.5 if i % 2 else 0.7)) for i, (shape, weight) in enumerate(MIX.shapes)])
+
+
+def _moves(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray, request: Request,
+           pod_cpu: int, repeats: int) -> str:
+    """After a move between MIX and MOVED (and back), every row: the kept columns re-weighed
+    against the batch from scratch under the new mix (its counts given, as the extender keeps them)."""
+    rows = fgd_batch.NodeRows()
+    for k in range(len(free)):
+        rows.set(str(k), free[k].tolist(), memory[k].tolist(), whole[k].tolist())
+        rows.set_cpu(k, float(cpu[k]))
+    picked = np.arange(len(free))
+    columns = fgd_batch.RequestColumns()
+    snapshots = [fgd_batch.MixArrays(MIX), fgd_batch.MixArrays(MOVED)]
+    counts = [fgd_batch.CountMemo(arrays) for arrays in snapshots]
+    columns.levels("request", rows, picked, None, request, pod_cpu, snapshots[0], counts[0])  # first sight
+    moved, batch = [], []
+    for i in range(repeats):
+        arrays, memo = snapshots[(i + 1) % 2], counts[(i + 1) % 2]
+        start = time.process_time()
+        level, fit = columns.levels("request", rows, picked, None, request, pod_cpu, arrays, memo)
+        moved.append((time.process_time() - start) * 1000)
+        start = time.process_time()
+        want, want_fit = fgd_batch.levels_of(free, memory, whole, cpu, arrays.admit_all(len(free)), request, pod_cpu,
+                                             arrays, memo.of(rows, picked))
+        batch.append((time.process_time() - start) * 1000)
+        if not (np.array_equal(fit, want_fit) and np.array_equal(level[fit], want[fit])):
+            return "after a move: LEVELS DIFFER"
+    return (f"after a move: re-weighed p50 {statistics.median(moved):6.2f} ms, "
+            f"batch p50 {statistics.median(batch):6.2f} ms, levels identical")
 
 
 def _load(path: str) -> ModuleType:

@@ -253,7 +253,7 @@ def test_fragment_before_follows_label_changes_within_a_snapshot(data, layout, a
     """Two filters of one request shape under one mix snapshot, the nodes' labels changed between
     them and nothing else (same cards, same CPU headroom, so every row keeps its stamp): the
     typical pod's node selector now admits other rows, and the fragment before the pod kept per
-    snapshot (``CountMemo.before_of``) must be recomputed, not reused. Each filter passes the
+    snapshot (the columns ``RequestColumns`` keeps, per labels version) must be recomputed, not reused. Each filter passes the
     core's best node, all rows scored through the numpy batch and its memo."""
     ledger, hosts = _ledger_of(layout), HostHeadroom()
     names = sorted(ledger.nodes)

@@ -68,7 +68,7 @@ from .cache import (
     VerdictCache,
     remember,
 )
-from .fgd_batch import CountMemo, LevelMemo, MixArrays, NodeRows, levels_of
+from .fgd_batch import CountMemo, LevelMemo, MixArrays, NodeRows, RequestColumns
 from .fgd_few import stored_levels_few
 from .headroom import HostHeadroom, pod_cpu_memory
 from .ledger import Holding, Ledger, NodeEntry, Unattributed, node_cards, pod_holding, pod_key
@@ -366,6 +366,7 @@ class Decisions:
         self._fgd_row_of_slot = np.full(0, -1, dtype=np.int64)  # DecisionCache slot -> row (-1: none yet)
         self._fgd_memos: OrderedDict[tuple[Any, ...], LevelMemo] = OrderedDict()
         self._fgd_counts = CountMemo(self._typical_view[1])  # per mix snapshot: what each node offers each typical pod
+        self._fgd_columns = RequestColumns()  # per request: each typical pod's numbers, kept across snapshots
         self._fgd_lock = threading.Lock()
         ledger.subscribe(self._fgd_node_changed)
         self._fgd_hosts_dirty: set[str] = set()  # nodes whose CPU headroom or labels changed since
@@ -645,11 +646,9 @@ class Decisions:
                     else:
                         if self._fgd_counts.arrays is not arrays:
                             self._fgd_counts = CountMemo(arrays)
-                        counts = self._fgd_counts.of(rows, some)
-                        before = self._fgd_counts.before_of(rows, some, admitted, self.hosts.labels_version)
-                        fresh, fit = levels_of(rows.free[some], rows.memory[some], rows.whole[some], cpu,
-                                               arrays.admit_all(len(some)) if admitted is None else admitted,
-                                               single, view.cpu_milli, arrays, counts, before)
+                        fresh, fit = self._fgd_columns.levels((ask.key, view.cpu_milli, self.hosts.labels_version),
+                                                              rows, some, admitted, single, view.cpu_milli, arrays,
+                                                              self._fgd_counts)
                         known.store(some, stamp[outdated], np.where(fit, fresh, -1))
                 scored = known.level[picked]
             if len(picked) and single is not None:

@@ -12,7 +12,8 @@ anything else (several containers, MIG slices) with the core.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,12 +112,19 @@ class MixArrays:
     def capped_fragment(self, total: np.ndarray, count: np.ndarray, fitting: np.ndarray,
                         admitted: np.ndarray | None, caps: Caps | None) -> np.ndarray:
         """``fragment`` [N] with ``caps`` given, typical pods first: ``count``/``fitting``/``admitted``
-        [T, N] (``admitted`` None: every typical pod everywhere), ``total`` [N]. A typical pod uses
-        min(fitting, cap) of the cores of the capped rows (and none without one copy's CPU), its
-        fitting cores elsewhere. Each typical pod's N values are one contiguous run (a long inner
-        loop per operation, not T = 5 values per row), and the sum over the typical pods adds
-        those runs in numpy's own order for a sum over T (``pairwise_sum``): the same numbers as
-        the [N, T] layout's ``sum(-1)``."""
+        [T, N] (``admitted`` None: every typical pod everywhere), ``total`` [N]: ``weigh`` of
+        ``capped_left``."""
+        return self.weigh(self.capped_left(total, count, fitting, admitted, caps))
+
+    def capped_left(self, total: np.ndarray, count: np.ndarray, fitting: np.ndarray,
+                    admitted: np.ndarray | None, caps: Caps | None) -> np.ndarray:
+        """[T, N]: the cores each typical pod could not use, unweighted (``capped_fragment`` before
+        ``weigh``). A typical pod uses min(fitting, cap) of the cores of the capped rows (and none
+        without one copy's CPU), its fitting cores elsewhere. Each typical pod's N values are one
+        contiguous run (a long inner loop per operation, not T = 5 values per row), and each
+        depends on that typical pod alone (its caps too: a row outside ``caps`` has
+        min(fitting, cap) = fitting for every typical pod), so a column is the same whatever
+        the other typical pods of the mix."""
         use = (1 - self.blend) * fitting
         use += self.blend * fitting  # (1 - blend) x fitting + blend x fitting, element by element
         ok = count >= self.cards[:, None]
@@ -128,7 +136,13 @@ class MixArrays:
             ok[:, caps.rows] &= caps.one.T
         left = np.subtract(total, use, out=use)
         np.copyto(left, total, where=~ok)  # where(ok, total - use, total): total broadcast
-        left *= self.weight[:, None]
+        return left
+
+    def weigh(self, left: np.ndarray) -> np.ndarray:
+        """[N, ...]: ``left`` [T, N, ...] (consumed) times each typical pod's weight, summed over the
+        typical pods in numpy's own order for a sum over T (``pairwise_sum``): the same numbers as
+        the [N, T] layout's ``sum(-1)``, element by element."""
+        left *= self.weight.reshape((-1,) + (1,) * (left.ndim - 1))
         return np.asarray(pairwise_sum(list(left))) if len(left) else np.zeros(left.shape[1:])
 
 
@@ -195,38 +209,45 @@ def counts_of(free: np.ndarray, arrays: MixArrays) -> tuple[np.ndarray, np.ndarr
     return both[:, :width], both[:, width:]
 
 
-def fragment_before(free: np.ndarray, cpu: np.ndarray, admitted: np.ndarray | None, arrays: MixArrays,
-                    counts: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Each row's fragment [K] before any pod, as ``falls_of`` computes it (row by row: the same
-    numbers for a row whatever the others); ``admitted`` [K, T] or None (every typical pod)."""
-    count, fitting = counts
-    total = np.clip(free, 0, CORES_PER_CARD).sum(1).astype(float)
-    return arrays.capped_fragment(total, np.ascontiguousarray(count.T), np.ascontiguousarray(fitting.T),
-                                  None if admitted is None else np.ascontiguousarray(admitted.T),
-                                  arrays.caps(cpu, fitting))
+@dataclass(frozen=True)
+class FallParts:
+    """``falls_of`` before the weights: per typical pod [T, ...] the cores it could not use of
+    each row before the pod (``before`` [T, K]) and after it (``after`` [T, E]: a share's entries
+    are each row's distinct free values among the cards it fits, row by row, ``each`` [K] of
+    them; a whole-card request's one per row, ``each`` None), and whether the pod fits
+    (``fit`` [K]). The weights only enter in ``MixArrays.weigh``."""
+
+    before: np.ndarray
+    after: np.ndarray
+    each: np.ndarray | None
+    fit: np.ndarray
+
+    def falls(self, arrays: MixArrays) -> np.ndarray:
+        """The fall [K] of each row under ``arrays``' weights (0 where the pod does not fit);
+        consumes ``before`` and ``after``."""
+        before = arrays.weigh(self.before)
+        after_each = arrays.weigh(self.after)
+        if self.each is None:
+            after = after_each
+        else:
+            after = np.full(len(self.fit), np.inf)
+            placed = self.each > 0
+            if placed.any():
+                after[placed] = np.minimum.reduceat(after_each, (np.cumsum(self.each) - self.each)[placed])
+        return np.where(self.fit, before - np.where(self.fit, after, before), 0.0)
 
 
-def falls_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray, admitted: np.ndarray,
-             request: Request, pod_cpu_milli: int, arrays: MixArrays,
-             counts: tuple[np.ndarray, np.ndarray] | None = None,
-             before: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(fall [K] float, fits [K] bool): ``levels_of`` before the level, the fragment each node's
-    placement of the pod removes (0 where it does not fit). ``before``: ``fragment_before`` of the
-    rows with ``counts`` (the same for every request, so the caller may keep it per snapshot)."""
-    k = free.shape[0]
-    if not arrays.mix.shapes:  # nothing learned yet: the pod's own shape, as FragmentView.mix_for
-        own = Shape.of_pod({0: request}, pod_cpu_milli)
-        arrays = MixArrays(Mix(((own, 1.0),)) if own is not None else Mix(), arrays.blend)
-        admitted = np.ones((k, len(arrays.weight)), dtype=bool)
-        counts = None
-        before = None
+def fall_parts(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray, admitted: np.ndarray | None,
+               request: Request, pod_cpu_milli: int, arrays: MixArrays,
+               counts: tuple[np.ndarray, np.ndarray] | None = None) -> FallParts:
+    """``falls_of``'s numbers before the weights, for a mix that is not empty; ``admitted``
+    [K, T] or None (every typical pod everywhere)."""
     cores = np.clip(free, 0, CORES_PER_CARD)
     count, fitting = counts if counts is not None else counts_of(free, arrays)  # [K, T]
     total = cores.sum(1).astype(float)
-    everyone = None if admitted.all() else np.ascontiguousarray(admitted.T)  # None: no pass per entry
+    everyone = None if admitted is None or admitted.all() else np.ascontiguousarray(admitted.T)
     by_pod = np.ascontiguousarray(count.T), np.ascontiguousarray(fitting.T)  # [T, K], each pod one run
-    if before is None:
-        before = arrays.capped_fragment(total, *by_pod, everyone, arrays.caps(cpu, fitting))
+    before = arrays.capped_left(total, *by_pod, everyone, arrays.caps(cpu, fitting))
     # the node's CPU once the pod is on it; the pod only takes fitting cores, so the bound is
     # taken at the row's fitting cores before it
     caps = arrays.caps(cpu - pod_cpu_milli, fitting)
@@ -250,33 +271,41 @@ def falls_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.nd
         moved_count += np.take(fits_change, v, axis=1)
         moved_fitting = np.repeat(by_pod[1], each, axis=1)
         moved_fitting += np.take(usable_change, v, axis=1)
-        after_each = arrays.capped_fragment(np.repeat(total, each) - c, moved_count, moved_fitting,
-                                            None if everyone is None else np.repeat(everyone, each, axis=1),
-                                            None if caps is None else caps.repeated(each))
-        after = np.full(k, np.inf)
-        placed = each > 0
-        if placed.any():
-            after[placed] = np.minimum.reduceat(after_each, (np.cumsum(each) - each)[placed])
-    else:
-        n = request.cards
-        fit = whole.sum(1) >= n
-        taken = float(n * CORES_PER_CARD)  # whole free cards fit every typical pod
-        after = arrays.capped_fragment(total - taken, by_pod[0] - n, by_pod[1] - taken, everyone, caps)
-    return np.where(fit, before - np.where(fit, after, before), 0.0), np.asarray(fit)
+        after = arrays.capped_left(np.repeat(total, each) - c, moved_count, moved_fitting,
+                                   None if everyone is None else np.repeat(everyone, each, axis=1),
+                                   None if caps is None else caps.repeated(each))
+        return FallParts(before, after, each, fit)
+    n = request.cards
+    taken = float(n * CORES_PER_CARD)  # whole free cards fit every typical pod
+    after = arrays.capped_left(total - taken, by_pod[0] - n, by_pod[1] - taken, everyone, caps)
+    return FallParts(before, after, None, whole.sum(1) >= n)
+
+
+def falls_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray, admitted: np.ndarray,
+             request: Request, pod_cpu_milli: int, arrays: MixArrays,
+             counts: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(fall [K] float, fits [K] bool): ``levels_of`` before the level, the fragment each node's
+    placement of the pod removes (0 where it does not fit)."""
+    k = free.shape[0]
+    if not arrays.mix.shapes:  # nothing learned yet: the pod's own shape, as FragmentView.mix_for
+        own = Shape.of_pod({0: request}, pod_cpu_milli)
+        arrays = MixArrays(Mix(((own, 1.0),)) if own is not None else Mix(), arrays.blend)
+        admitted = np.ones((k, len(arrays.weight)), dtype=bool)
+        counts = None
+    parts = fall_parts(free, memory, whole, cpu, admitted, request, pod_cpu_milli, arrays, counts)
+    return parts.falls(arrays), np.asarray(parts.fit)
 
 
 def levels_of(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray, admitted: np.ndarray,
               request: Request, pod_cpu_milli: int, arrays: MixArrays,
-              counts: tuple[np.ndarray, np.ndarray] | None = None,
-              before: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+              counts: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(level [K] int, fits [K] bool) for a pod of one container asking ``request``.
 
     ``free``/``memory`` [K, G]: each healthy card's free cores and memory units (-1: no card),
     ``whole`` [K, G]: the card is wholly free, ``cpu`` [K]: CPU headroom (NaN: unknown),
     ``admitted`` [K, T]: ``arrays.admitted`` of the nodes' labels; ``counts``: ``counts_of``
-    (the same for every request, so the caller may keep it per mix snapshot), and ``before``
-    likewise (``fragment_before``)."""
-    fall, fit = falls_of(free, memory, whole, cpu, admitted, request, pod_cpu_milli, arrays, counts, before)
+    (the same for every request, so the caller may keep it per mix snapshot)."""
+    fall, fit = falls_of(free, memory, whole, cpu, admitted, request, pod_cpu_milli, arrays, counts)
     return level_of_fall(fall), fit
 
 
@@ -370,9 +399,7 @@ class NodeRows:
 
 
 class CountMemo:
-    """``counts_of`` per node row for one mix snapshot, with the row's generation; and each row's
-    fragment before any pod (``fragment_before``: the same for every request, so the request
-    shapes filtered after a snapshot moves share it), with the row's stamp and labels version."""
+    """``counts_of`` per node row for one mix snapshot, with the row's generation."""
 
     def __init__(self, arrays: MixArrays) -> None:
         self.arrays = arrays
@@ -380,9 +407,6 @@ class CountMemo:
         self.count = np.zeros((0, width))
         self.fitting = np.zeros((0, width))
         self.generation = np.full(0, -1, dtype=np.int64)
-        self.before = np.zeros(0)
-        self.before_stamp = np.full(0, -1, dtype=np.int64)
-        self.labels_version: object = None
 
     def of(self, rows: NodeRows, picked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         size = len(rows.generation)
@@ -391,8 +415,6 @@ class CountMemo:
             self.count = np.concatenate([self.count, np.zeros((grow, self.count.shape[1]))])
             self.fitting = np.concatenate([self.fitting, np.zeros((grow, self.fitting.shape[1]))])
             self.generation = np.concatenate([self.generation, np.full(grow, -1, dtype=np.int64)])
-            self.before = np.concatenate([self.before, np.zeros(grow)])
-            self.before_stamp = np.concatenate([self.before_stamp, np.full(grow, -1, dtype=np.int64)])
         generation = rows.generation[picked]
         changed = picked[self.generation[picked] != generation]
         if len(changed):
@@ -400,23 +422,183 @@ class CountMemo:
             self.generation[changed] = rows.generation[changed]
         return self.count[picked], self.fitting[picked]
 
-    def before_of(self, rows: NodeRows, picked: np.ndarray, admitted: np.ndarray | None,
-                  labels_version: object) -> np.ndarray:
-        """``fragment_before`` of the ``picked`` rows (after ``of`` for them) at their CPU headroom
-        (``rows.cpu``); ``admitted`` [len(picked), T] (None: every typical pod everywhere) as of
-        ``labels_version``."""
-        if labels_version != self.labels_version:  # a label changed: what rows admit may have
-            self.before_stamp[:] = -1
-            self.labels_version = labels_version
+
+class _Column:
+    """One typical pod's unweighted numbers per row for one request: before the pod [R], after
+    it [W, R] (a share's entries by position, a whole-card request's in position 0; positions
+    first, so the minimum over them is W long runs), and the row's ``NodeRows.stamp`` they were
+    computed at (-1: never)."""
+
+    def __init__(self, size: int, width: int) -> None:
+        self.stamp = np.full(size, -1, dtype=np.int64)
+        self.before = np.zeros(size)
+        self.after = np.zeros((width, size))
+
+    def grow(self, size: int, width: int) -> None:
+        rows = size - len(self.stamp)
+        if rows:
+            self.stamp = np.concatenate([self.stamp, np.full(rows, -1, dtype=np.int64)])
+            self.before = np.concatenate([self.before, np.zeros(rows)])
+        self.after = _grown(self.after, width, size, 0.0)
+
+
+class _Request:
+    """``RequestColumns`` of one request: each typical pod's ``_Column``, and per row which
+    positions hold an entry (as many positions as the most entries of a row so far) and whether
+    the pod fits, with the stamp they were computed at."""
+
+    def __init__(self, size: int) -> None:
+        self.width = 1
+        self.stamp = np.full(size, -1, dtype=np.int64)
+        self.valid = np.zeros((1, size), dtype=bool)  # positions first, as the columns
+        self.fit = np.zeros(size, dtype=bool)
+        self.columns: dict[Shape, _Column] = {}
+
+    def grow(self, size: int, width: int) -> None:
+        rows = size - len(self.stamp)
+        if rows:
+            self.stamp = np.concatenate([self.stamp, np.full(rows, -1, dtype=np.int64)])
+            self.fit = np.concatenate([self.fit, np.zeros(rows, dtype=bool)])
+        self.valid = _grown(self.valid, width, size, False)
+        self.width = width
+        for column in self.columns.values():
+            column.grow(size, width)
+
+    def store(self, at: np.ndarray, stamp: np.ndarray, shapes: Sequence[Shape], parts: FallParts,
+              layout: bool) -> None:
+        """``parts`` of the rows ``at`` (computed at ``stamp``) for ``shapes``, in their order;
+        ``layout``: also the rows' entry positions and fit (the same for every typical pod)."""
+        if parts.each is None:
+            rows, position = at, np.zeros(len(at), dtype=np.int64)
+        else:
+            start = np.cumsum(parts.each) - parts.each
+            rows = np.repeat(at, parts.each)
+            position = np.arange(len(rows)) - np.repeat(start, parts.each)
+            widest = int(parts.each.max(initial=1))
+            if widest > self.width:
+                self.grow(len(self.stamp), widest)
+        flat = position * len(self.stamp) + rows  # into [W, R] arrays, C order
+        if layout:
+            self.valid[:, at] = False
+            np.put(self.valid, flat, True)
+            self.fit[at] = parts.fit
+            self.stamp[at] = stamp
+        for t, shape in enumerate(shapes):
+            column = self.columns.get(shape)
+            if column is None:
+                column = self.columns[shape] = _Column(len(self.stamp), self.width)
+            column.before[at] = parts.before[t]
+            np.put(column.after, flat, parts.after[t])
+            column.stamp[at] = stamp
+
+    def weighed(self, picked: np.ndarray, shapes: Sequence[Shape], arrays: MixArrays
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """(before, after) [len(picked)] under ``arrays``' weights, every picked row's columns current.
+        Over most rows the columns are copied whole and the picked rows read from the results
+        (a copy costs less than a gather); over a few they are gathered."""
+        span = int(picked.max()) + 1 if len(picked) else 0
+        whole = 2 * len(picked) >= span
+        size = span if whole else len(picked)
+        before = np.empty((len(shapes), size))
+        after = np.empty((len(shapes), self.width, size))
+        for t, shape in enumerate(shapes):
+            column = self.columns[shape]
+            if whole:
+                before[t] = column.before[:span]
+                after[t] = column.after[:, :span]
+            else:
+                np.take(column.before, picked, out=before[t])
+                np.take(column.after, picked, axis=1, out=after[t])
+        before = arrays.weigh(before)
+        after = arrays.weigh(after)
+        np.copyto(after, np.inf, where=~(self.valid[:, :span] if whole else np.take(self.valid, picked, axis=1)))
+        after = np.minimum.reduce(after) if len(after) > 1 else after[0]  # [size]: the least entry of each row
+        if whole:
+            return before[picked], after[picked]
+        return before, after
+
+
+# request columns kept (a few request shapes; each ~2 MB at 5,000 rows, 8 cards, 5 typical pods)
+_REQUESTS_KEPT = 8
+# typical pods kept per request beyond the snapshot's (a shape that leaves the mix and returns)
+_SHAPES_SPARE = 8
+
+
+class RequestColumns:
+    """fgd-filter's levels per request, kept across mix snapshots: per request (``key``) and
+    typical pod, each row's unweighted numbers (``FallParts``), with the row's stamp.
+
+    A snapshot that moves changes the weights (and perhaps some typical pods), not what each
+    typical pod could use of a row: a row whose columns were computed at its current stamp is
+    scored for the new snapshot by weighing them (``MixArrays.weigh``: the same operations, in
+    the same order, as the batch's; so the same levels), not by the whole batch. Rows changed
+    since go through the batch for every typical pod; a typical pod new to the request through
+    the batch for that typical pod alone (a column depends on its own typical pod only)."""
+
+    def __init__(self) -> None:
+        self._requests: OrderedDict[Hashable, _Request] = OrderedDict()
+
+    def levels(self, key: Hashable, rows: NodeRows, picked: np.ndarray, admitted: np.ndarray | None,
+               request: Request, pod_cpu_milli: int, arrays: MixArrays,
+               counts: CountMemo) -> tuple[np.ndarray, np.ndarray]:
+        """``levels_of`` of the ``picked`` rows at their CPU headroom (``rows.cpu``); ``admitted``
+        [len(picked), T] (None: every typical pod everywhere); ``counts`` for ``arrays``; ``key``:
+        what the levels depend on besides the rows' stamps and the mix: the request, the pod's
+        CPU and the version of the nodes' labels (a label change keeps the stamps)."""
+        fall, fit = self.falls(key, rows, picked, admitted, request, pod_cpu_milli, arrays, counts)
+        return level_of_fall(fall), fit
+
+    def falls(self, key: Hashable, rows: NodeRows, picked: np.ndarray, admitted: np.ndarray | None,
+              request: Request, pod_cpu_milli: int, arrays: MixArrays,
+              counts: CountMemo) -> tuple[np.ndarray, np.ndarray]:
+        """``falls_of`` of the ``picked`` rows (see ``levels``), the same numbers bit for bit."""
+        shapes = arrays._shapes
+        if not shapes:  # nothing learned yet: the batch's own stand-in mix
+            return falls_of(rows.free[picked], rows.memory[picked], rows.whole[picked], rows.cpu[picked],
+                            arrays.admit_all(len(picked)) if admitted is None else admitted,
+                            request, pod_cpu_milli, arrays)
+        kept = self._request((key, arrays.blend), len(rows.stamp))
         stamp = rows.stamp[picked]
-        stale = self.before_stamp[picked] != stamp
-        if stale.any():
-            changed = picked[stale]
-            self.before[changed] = fragment_before(rows.free[changed], rows.cpu[changed],
-                                                   None if admitted is None else admitted[stale], self.arrays,
-                                                   (self.count[changed], self.fitting[changed]))
-            self.before_stamp[changed] = stamp[stale]
-        return self.before[picked]
+        current = kept.stamp[picked] == stamp
+        new = [t for t, shape in enumerate(shapes) if shape not in kept.columns]
+        for shape in shapes:
+            column = kept.columns.get(shape)
+            if column is not None:
+                current &= column.stamp[picked] == stamp
+        stale = np.flatnonzero(~current)
+        if len(stale):  # rows changed since (or never seen): every typical pod, through the batch
+            at = picked[stale]
+            count, fitting = counts.of(rows, at)
+            parts = fall_parts(rows.free[at], rows.memory[at], rows.whole[at], rows.cpu[at],
+                               None if admitted is None else admitted[stale], request, pod_cpu_milli, arrays,
+                               (count, fitting))
+            kept.store(at, stamp[stale], shapes, parts, True)
+        if new and len(stale) < len(picked):  # the other rows: the new typical pods alone
+            at, fresh = picked[current], np.asarray(new)
+            alone = MixArrays(Mix(tuple((shapes[t], 1.0) for t in new)), arrays.blend)
+            parts = fall_parts(rows.free[at], rows.memory[at], rows.whole[at], rows.cpu[at],
+                               None if admitted is None else admitted[current][:, fresh], request, pod_cpu_milli,
+                               alone)
+            kept.store(at, stamp[current], [shapes[t] for t in new], parts, False)
+        if len(kept.columns) > len(shapes) + _SHAPES_SPARE:
+            for shape in set(kept.columns) - set(shapes):
+                del kept.columns[shape]
+        # every picked row's columns are current: weigh them as the batch does
+        before, after = kept.weighed(picked, shapes, arrays)
+        fit = kept.fit[picked]
+        return np.where(fit, before - np.where(fit, after, before), 0.0), fit
+
+    def _request(self, key: Hashable, size: int) -> _Request:
+        kept = self._requests.get(key)
+        if kept is None:
+            kept = self._requests[key] = _Request(size)
+            while len(self._requests) > _REQUESTS_KEPT:
+                self._requests.popitem(last=False)
+        else:
+            self._requests.move_to_end(key)
+            if size > len(kept.stamp):
+                kept.grow(size, kept.width)
+        return kept
 
 
 class LevelMemo:
