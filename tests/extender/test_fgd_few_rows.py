@@ -58,10 +58,9 @@ def test_few_rows_fall_as_the_batch_bit_for_bit(states, mix, pod_cpu, request, e
     assert [f.hex() for f, ok in zip(few_fall, few_fit, strict=True) if ok] == \
         [f.hex() for f, ok in zip(fall.tolist(), few_fit, strict=True) if ok]
     level, _ = fgd_batch.levels_of(free, memory, whole, cpu, admitted, request, pod_cpu, arrays)
-    few_level, few_fits = fgd_few.levels_few(free, memory, whole, cpu, None if everyone else admitted, request,
-                                             pod_cpu, arrays)
-    assert few_fits.tolist() == fit.tolist()
-    assert few_level[fit].tolist() == level[fit].tolist()
+    kept = fgd_few.stored_levels_few(free, memory, whole, cpu, None if everyone else admitted, request, pod_cpu,
+                                     arrays)
+    assert kept == np.where(fit, level, -1).tolist()  # levels are 0-100: -1 is exactly "does not fit"
     # each row alone, as a filter re-scoring one changed row meets it
     for k in range(len(states)):
         alone = fgd_few.falls_few(free[k:k + 1], memory[k:k + 1], whole[k:k + 1], cpu[k:k + 1],
@@ -201,8 +200,8 @@ def test_numpy_exp_of_an_element_does_not_depend_on_the_array():
 @given(st.lists(st.one_of(st.floats(-800, 800, allow_nan=False), st.integers(-800, 800).map(float)),
                 min_size=1, max_size=4))
 def test_few_rows_level_is_the_batch_expression(falls):
-    """levels_few's level arithmetic (numpy's exp, then Python's add, divide and int) against the
-    batch's ``level_of_fall``, falls near whole levels included."""
+    """The few rows' level arithmetic (``levels_of_falls``: numpy's exp, then Python's add, divide
+    and int) against the batch's ``level_of_fall``, falls near whole levels included."""
     near = [8 * float(np.log(100 / k - 1)) for k in range(1, 100, 7)]  # where the level steps
     tried = falls + near + [float(np.nextafter(f, 1e9)) for f in near] + [float(np.nextafter(f, -1e9)) for f in near]
     assert fgd_few.levels_of_falls(tried) == fgd_batch.level_of_fall(np.array(tried)).tolist()

@@ -704,7 +704,8 @@ class Decisions:
 
     def _fgd_write_row(self, name: str, entry: NodeEntry | None) -> bool:
         """Write the node's row from its ledger entry; False when the ledger does not know the node
-        (gone or not seen: the filter does not pass it, and a change marks it dirty again)."""
+        (gone or not seen: the filter does not pass it, and the ledger's next change of it writes the
+        row, ``_fgd_node_changed``)."""
         if entry is None or not entry.known:
             return False
         # the ledger's free-capacity summary (healthy cards, in order; the filter's fit has

@@ -183,18 +183,11 @@ def falls_few(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.n
     return falls, fits
 
 
-def levels_few(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray, admitted: np.ndarray | None,
-               request: Request, pod_cpu_milli: int, arrays: MixArrays) -> tuple[np.ndarray, np.ndarray]:
-    """``fgd_batch.levels_of`` of a few rows (see ``falls_few``), the same arrays out."""
-    falls, fits = falls_few(free, memory, whole, cpu, admitted, request, pod_cpu_milli, arrays)
-    return np.array(levels_of_falls(falls), dtype=np.int64), np.array(fits, dtype=bool)
-
-
 def stored_levels_few(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.ndarray,
                       admitted: np.ndarray | None, request: Request, pod_cpu_milli: int,
                       arrays: MixArrays) -> list[int]:
-    """``levels_few`` as the filter keeps them: each row's level, -1 where the pod does not fit
-    (``np.where(fit, level, -1)``), as a list."""
+    """``fgd_batch.levels_of`` of a few rows (see ``falls_few``) as the filter keeps them: each
+    row's level, -1 where the pod does not fit (``np.where(fit, level, -1)``), as a list."""
     falls, fits = falls_few(free, memory, whole, cpu, admitted, request, pod_cpu_milli, arrays)
     return [level if fit else -1 for level, fit in zip(levels_of_falls(falls), fits, strict=True)]
 
