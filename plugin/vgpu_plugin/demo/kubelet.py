@@ -359,8 +359,9 @@ class SimKubelet:
             self._publish_capacity()
 
     def _disconnect(self, plugin: _Plugin) -> None:
-        if plugin.watch is not None:
-            stream_loop.cancel_task(plugin.watch)
+        watch, plugin.watch = plugin.watch, None  # once: a second stop() finds it gone (and its loop perhaps closed)
+        if watch is not None and not watch.done():
+            stream_loop.cancel_task(watch)
         if plugin.channel is not None:
             plugin.channel.close()
             plugin.channel = None
