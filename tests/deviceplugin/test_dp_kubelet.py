@@ -9,6 +9,7 @@ import threading
 import urllib.error
 import urllib.request
 
+import grpc
 import pytest
 from deviceplugin_support import (
     CORE,
@@ -159,6 +160,31 @@ def test_a_stopped_kubelet_leaves_no_stream_loop_and_the_next_one_streams_again(
     assert len(again.devices(CORE)) == 400
     node = core_v1.read_node("node-1")
     assert node.status.allocatable[CORE] == "400"
+    place_pod(core_v1, gpus, "nb", [(Request(25, 16), (3,))])
+    wait_for(lambda: running(core_v1, "nb"), timeout=20)
+    assert daemon.allocator.usage() == {3: (25, 16)}
+
+
+def connectivity(channel: grpc.Channel) -> grpc.ChannelConnectivity:
+    """The state ``channel`` is in, read without making it connect."""
+    states: list[grpc.ChannelConnectivity] = []
+    note = states.append
+    channel.subscribe(note, try_to_connect=False)  # the callback is told the current state at once
+    try:
+        return wait_for(lambda: states, timeout=5)[0]
+    finally:
+        channel.unsubscribe(note)
+
+
+def test_the_allocate_connection_is_up_before_the_first_allocate(kubelets, daemons, gpus, core_v1):
+    """As kubelet dials each plugin at registration (grpc.WithBlock) and uses that connection for every
+    call, the stand-in's Allocate channel is connected once the plugin is registered, before any pod."""
+    kubelet, daemon = start_pair(kubelets, daemons, gpus)
+    for resource in (CORE, MEMORY):
+        channel = kubelet._plugins[resource].channel
+        assert channel is not None
+        assert connectivity(channel) == grpc.ChannelConnectivity.READY
+    assert kubelet.allocate_calls == []
     place_pod(core_v1, gpus, "nb", [(Request(25, 16), (3,))])
     wait_for(lambda: running(core_v1, "nb"), timeout=20)
     assert daemon.allocator.usage() == {3: (25, 16)}

@@ -3,8 +3,9 @@
 What it does, as kubelet does:
 
 - serves the Registration service on ``<plugin dir>/kubelet.sock`` and accepts the
-  device plugin's ``Register``; then calls ``GetDevicePluginOptions`` and consumes
-  ``ListAndWatch`` for each resource, publishing node capacity (all devices) and
+  device plugin's ``Register``; then, for each resource, connects to the plugin (the
+  connection every later call uses), calls ``GetDevicePluginOptions`` and consumes
+  ``ListAndWatch``, publishing node capacity (all devices) and
   allocatable (healthy devices) through ``nodes/status``;
 - registers its Node if it does not exist;
 - watches the pods bound to its node and admits them one at a time, as kubelet's sync
@@ -308,7 +309,8 @@ class SimKubelet:
             self.registrations.append((request.resource_name, request.endpoint))
         if old is not None:
             self._disconnect(old)
-        plugin.watch = stream_loop.start_task(self._list_and_watch(plugin), f"sim-kubelet-lw-{request.endpoint}")
+        stub = self._stub(plugin)  # made here, before its task can be cancelled: _disconnect always closes it
+        plugin.watch = stream_loop.start_task(self._list_and_watch(plugin, stub), f"sim-kubelet-lw-{request.endpoint}")
         log.info("kubelet %s: registered %s at %s", self.node, request.resource_name, request.endpoint)
         return None
 
@@ -321,18 +323,24 @@ class SimKubelet:
             plugin.stub = (channel, api_pb2_grpc.DevicePluginStub(channel))
         return plugin.stub[1]
 
-    async def _list_and_watch(self, plugin: _Plugin) -> None:
-        """Consume the plugin's ListAndWatch on the process's stream loop (see ``stream_loop`` for why not a
-        thread); what each update changes is done on a worker thread, as it PATCHes the node."""
+    async def _list_and_watch(self, plugin: _Plugin, calls: api_pb2_grpc.DevicePluginStub) -> None:
+        """Connect to the plugin and consume its ListAndWatch on the process's stream loop (see ``stream_loop``
+        for why not a thread); what each update changes is done on a worker thread, as it PATCHes the node.
+
+        ``calls`` is the blocking stub Allocate and GetPreferredAllocation use. Kubelet dials the plugin
+        once at registration (``grpc.WithBlock``, 10 s) and uses that connection for every call, so
+        GetDevicePluginOptions goes over it here: the connection is up before the first Allocate, which
+        would otherwise pay for connecting (5-15 ms in a busy node process)."""
         channel = grpc.aio.insecure_channel("unix://" + os.path.abspath(os.path.join(self.plugin_dir, plugin.endpoint)))
         try:
-            stub = api_pb2_grpc.DevicePluginStub(channel)
-            plugin.options = await stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=10)
-            async for response in stub.ListAndWatch(api_pb2.Empty()):
+            plugin.options = await asyncio.to_thread(calls.GetDevicePluginOptions, api_pb2.Empty(), timeout=10)
+            async for response in api_pb2_grpc.DevicePluginStub(channel).ListAndWatch(api_pb2.Empty()):
                 await asyncio.to_thread(self._take_devices, plugin, response)
         except grpc.RpcError as error:
             if not self._stopping.is_set() and error.code() != grpc.StatusCode.CANCELLED:
                 log.info("kubelet %s: ListAndWatch of %s ended: %s", self.node, plugin.resource, error.code().name)
+        except ValueError:  # its blocking channel was closed under it: the plugin is being disconnected
+            log.debug("kubelet %s: %s disconnected while connecting", self.node, plugin.resource)
         except Exception:
             log.exception("kubelet %s: ListAndWatch of %s failed", self.node, plugin.resource)
         finally:
