@@ -5,7 +5,8 @@ leg (the handler's end to the client's call returning).
 Two modes:
 
 - ``--fresh``: one client and one device plugin server alone in this process, with a trivial
-  servicer, the same messages as in the storm (``--ids`` available IDs in GetPreferredAllocation);
+  servicer, the same messages as in the storm (``--ids`` available IDs in GetPreferredAllocation),
+  back to back or, with ``--gap S``, after S seconds of idleness each;
 - otherwise it runs profile_storm.py (every argument is passed through) with the legs recorded in
   every node process (``--node-processes N`` is needed), printed per node process before it stops.
 
@@ -15,7 +16,7 @@ full storm). The handlers are wrapped in the running servers' method tables, as 
 methods were captured when each server started.
 
 Usage:
-    python benchmarks/storm/rpc_legs.py --fresh
+    python benchmarks/storm/rpc_legs.py --fresh [--gap 0.25]
     python benchmarks/storm/rpc_legs.py --api-process --control-plane-process --node-processes 2 \\
         --pods 30 --spread 15 --only gpu --rounds 1
 """
@@ -111,8 +112,9 @@ def summary() -> dict[str, tuple[int, float, float]]:
             for label, v in sorted(legs.items())}
 
 
-def fresh(calls: int, ids: int) -> dict[str, tuple[int, float, float]]:
-    """One client and one server alone in this process."""
+def fresh(calls: int, ids: int, gap: float) -> dict[str, tuple[int, float, float]]:
+    """One client and one server alone in this process; ``gap`` seconds of idleness before each pair of calls
+    (the storm's trickle admits a pod every 0.5 s; back to back, every thread involved is still awake)."""
     import grpc
     from vgpu_plugin.deviceplugin import api_pb2, api_pb2_grpc
 
@@ -141,6 +143,7 @@ def fresh(calls: int, ids: int) -> dict[str, tuple[int, float, float]]:
             available = [f"gpu{i // 160}-mem-{i % 160:04d}" for i in range(ids)]
             stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=10)  # connected first, as the stand-in is
             for _ in range(calls):
+                time.sleep(gap)
                 stub.GetPreferredAllocation(api_pb2.PreferredAllocationRequest(container_requests=[
                     api_pb2.ContainerPreferredAllocationRequest(available_deviceIDs=available, allocation_size=8)]),
                     timeout=10)
@@ -153,7 +156,8 @@ def fresh(calls: int, ids: int) -> dict[str, tuple[int, float, float]]:
 def main() -> None:
     if "--fresh" in sys.argv[1:]:
         ids = int(sys.argv[sys.argv.index("--ids") + 1]) if "--ids" in sys.argv else 1280
-        print(json.dumps(fresh(300, ids), indent=1))
+        gap = float(sys.argv[sys.argv.index("--gap") + 1]) if "--gap" in sys.argv else 0.0
+        print(json.dumps(fresh(60 if gap else 300, ids, gap), indent=1))
         return
     import bench_storm
     import profile_storm
