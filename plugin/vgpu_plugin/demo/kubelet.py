@@ -329,8 +329,7 @@ class SimKubelet:
 
         ``calls`` is the blocking stub Allocate and GetPreferredAllocation use. Kubelet dials the plugin
         once at registration (``grpc.WithBlock``, 10 s) and uses that connection for every call, so
-        GetDevicePluginOptions goes over it here: the connection is up before the first Allocate, which
-        would otherwise pay for connecting (5-15 ms in a busy node process)."""
+        GetDevicePluginOptions goes over it here and the connection is up before the first Allocate."""
         channel = grpc.aio.insecure_channel("unix://" + os.path.abspath(os.path.join(self.plugin_dir, plugin.endpoint)))
         try:
             plugin.options = await asyncio.to_thread(calls.GetDevicePluginOptions, api_pb2.Empty(), timeout=10)
