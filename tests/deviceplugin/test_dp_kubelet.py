@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import urllib.error
 import urllib.request
 
+import grpc
 import pytest
 from deviceplugin_support import (
     CORE,
@@ -142,6 +144,50 @@ def daemon_usage(before):
                 cores, units = usage.get(share.index, (0, 0))
                 usage[share.index] = (cores + share.cores, units + share.memory_units)
     return usage
+
+
+def stream_loop_threads():
+    return [t.name for t in threading.enumerate() if t.name == "sim-kubelet-streams"]
+
+
+def test_a_stopped_kubelet_leaves_no_stream_loop_and_the_next_one_streams_again(kubelets, daemons, gpus, core_v1):
+    kubelet, daemon = start_pair(kubelets, daemons, gpus)
+    assert stream_loop_threads() == ["sim-kubelet-streams"]  # ListAndWatch is consumed there, one for the process
+    kubelet.stop()
+    assert stream_loop_threads() == []
+    again = kubelets()  # the plugin sees kubelet.sock come back and registers again: a fresh loop and grpc.aio
+    again.wait_for(lambda: again.registered(CORE) and again.registered(MEMORY), 15)
+    assert len(again.devices(CORE)) == 400
+    node = core_v1.read_node("node-1")
+    assert node.status.allocatable[CORE] == "400"
+    place_pod(core_v1, gpus, "nb", [(Request(25, 16), (3,))])
+    wait_for(lambda: running(core_v1, "nb"), timeout=20)
+    assert daemon.allocator.usage() == {3: (25, 16)}
+
+
+def connectivity(channel: grpc.Channel) -> grpc.ChannelConnectivity:
+    """The state ``channel`` is in, read without making it connect."""
+    states: list[grpc.ChannelConnectivity] = []
+    note = states.append
+    channel.subscribe(note, try_to_connect=False)  # the callback is told the current state at once
+    try:
+        return wait_for(lambda: states, timeout=5)[0]
+    finally:
+        channel.unsubscribe(note)
+
+
+def test_the_allocate_connection_is_up_before_the_first_allocate(kubelets, daemons, gpus, core_v1):
+    """As kubelet dials each plugin at registration (grpc.WithBlock) and uses that connection for every
+    call, the stand-in's Allocate channel is connected once the plugin is registered, before any pod."""
+    kubelet, daemon = start_pair(kubelets, daemons, gpus)
+    for resource in (CORE, MEMORY):
+        channel = kubelet._plugins[resource].channel
+        assert channel is not None
+        assert connectivity(channel) == grpc.ChannelConnectivity.READY
+    assert kubelet.allocate_calls == []
+    place_pod(core_v1, gpus, "nb", [(Request(25, 16), (3,))])
+    wait_for(lambda: running(core_v1, "nb"), timeout=20)
+    assert daemon.allocator.usage() == {3: (25, 16)}
 
 
 def test_kubelet_restart_reregisters_and_keeps_pods(kubelets, daemons, gpus, core_v1):

@@ -3,8 +3,9 @@
 What it does, as kubelet does:
 
 - serves the Registration service on ``<plugin dir>/kubelet.sock`` and accepts the
-  device plugin's ``Register``; then calls ``GetDevicePluginOptions`` and consumes
-  ``ListAndWatch`` for each resource, publishing node capacity (all devices) and
+  device plugin's ``Register``; then, for each resource, connects to the plugin (the
+  connection every later call uses), calls ``GetDevicePluginOptions`` and consumes
+  ``ListAndWatch``, publishing node capacity (all devices) and
   allocatable (healthy devices) through ``nodes/status``;
 - registers its Node if it does not exist;
 - watches the pods bound to its node and admits them one at a time, as kubelet's sync
@@ -30,6 +31,7 @@ can map the process to its pod.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import hashlib
 import itertools
@@ -48,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+import grpc.aio
 from simkube import waiting
 
 from jupyter_vgpu.core import contract as c
@@ -55,6 +58,7 @@ from jupyter_vgpu.core import contract as c
 from ..deviceplugin import api_pb2, api_pb2_grpc
 from ..deviceplugin.checkpoint import CheckpointWriter, PodDeviceEntry, read_checkpoint
 from ..deviceplugin.devices import API_VERSION, CHECKPOINT_FILE, HEALTHY, KUBELET_SOCKET
+from . import stream_loop
 from .proctree import ProcessTree
 
 log = logging.getLogger(__name__)
@@ -92,8 +96,7 @@ class _Plugin:
     ids: list[str] = field(default_factory=list)  # all IDs, sorted: kept with ``devices``
     channel: grpc.Channel | None = None
     stub: tuple[grpc.Channel, api_pb2_grpc.DevicePluginStub] | None = None  # the stub of ``channel``
-    stream: Any = None
-    thread: threading.Thread | None = None
+    watch: asyncio.Task[None] | None = None  # its ListAndWatch consumer, on the process's stream loop
     connected: bool = False
 
 
@@ -181,6 +184,7 @@ class SimKubelet:
         self._first_seen: dict[str, float] = {}
         self._stopping = threading.Event()
         self._server: grpc.Server | None = None
+        self._holds_stream_loop = False  # one of the users of the process's ListAndWatch loop
         self._informer: Any = None
         self._worker: threading.Thread | None = None
         self._pod_workers: futures.ThreadPoolExecutor | None = None
@@ -214,6 +218,9 @@ class SimKubelet:
         self._status_sent = None
         self._ensure_node()
         self._recover_from_checkpoint()
+        if not self._holds_stream_loop:
+            stream_loop.acquire()
+            self._holds_stream_loop = True
         self._serve_registration()
         self._informer = Informer(self._core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={self.node}",
                                   on_event=self._on_pod_event)
@@ -236,6 +243,9 @@ class SimKubelet:
             self._pod_workers.shutdown(wait=True)  # pods being started finish starting
             self._pod_workers = None
         self._stop_registration()
+        if self._holds_stream_loop:
+            self._holds_stream_loop = False
+            stream_loop.release()
         if stop_processes:
             with self._lock:
                 pods = list(self._pods.values())
@@ -299,9 +309,8 @@ class SimKubelet:
             self.registrations.append((request.resource_name, request.endpoint))
         if old is not None:
             self._disconnect(old)
-        plugin.thread = threading.Thread(target=self._list_and_watch, args=(plugin,),
-                                         name=f"sim-kubelet-lw-{request.endpoint}", daemon=True)
-        plugin.thread.start()
+        stub = self._stub(plugin)  # made here, before its task can be cancelled: _disconnect always closes it
+        plugin.watch = stream_loop.start_task(self._list_and_watch(plugin, stub), f"sim-kubelet-lw-{request.endpoint}")
         log.info("kubelet %s: registered %s at %s", self.node, request.resource_name, request.endpoint)
         return None
 
@@ -314,41 +323,55 @@ class SimKubelet:
             plugin.stub = (channel, api_pb2_grpc.DevicePluginStub(channel))
         return plugin.stub[1]
 
-    def _list_and_watch(self, plugin: _Plugin) -> None:
+    async def _list_and_watch(self, plugin: _Plugin, calls: api_pb2_grpc.DevicePluginStub) -> None:
+        """Connect to the plugin and consume its ListAndWatch on the process's stream loop (see ``stream_loop``
+        for why not a thread); what each update changes is done on a worker thread, as it PATCHes the node.
+
+        ``calls`` is the blocking stub Allocate and GetPreferredAllocation use. Kubelet dials the plugin
+        once at registration (``grpc.WithBlock``, 10 s) and uses that connection for every call, so
+        GetDevicePluginOptions goes over it here and the connection is up before the first Allocate."""
+        channel = grpc.aio.insecure_channel("unix://" + os.path.abspath(os.path.join(self.plugin_dir, plugin.endpoint)))
         try:
-            stub = self._stub(plugin)
-            options = stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=10)
-            plugin.options = options
-            plugin.stream = stub.ListAndWatch(api_pb2.Empty())
-            for response in plugin.stream:
-                with self._lock:
-                    _set_devices(plugin, {d.ID: d.health for d in response.devices})
-                    plugin.numa = {d.ID: (d.topology.nodes[0].ID if d.HasField("topology") and d.topology.nodes
-                                          else None) for d in response.devices}
-                    self._numa_of = None
-                    plugin.connected = True
-                self._publish_capacity()
-                self._queue.put(("", "", "devices"))  # devices may have freed up for waiting pods
+            plugin.options = await asyncio.to_thread(calls.GetDevicePluginOptions, api_pb2.Empty(), timeout=10)
+            async for response in api_pb2_grpc.DevicePluginStub(channel).ListAndWatch(api_pb2.Empty()):
+                await asyncio.to_thread(self._take_devices, plugin, response)
         except grpc.RpcError as error:
             if not self._stopping.is_set() and error.code() != grpc.StatusCode.CANCELLED:
                 log.info("kubelet %s: ListAndWatch of %s ended: %s", self.node, plugin.resource, error.code().name)
+        except ValueError:  # its blocking channel was closed under it: the plugin is being disconnected
+            log.debug("kubelet %s: %s disconnected while connecting", self.node, plugin.resource)
+        except Exception:
+            log.exception("kubelet %s: ListAndWatch of %s failed", self.node, plugin.resource)
         finally:
-            with self._lock:
-                plugin.connected = False
-                if self._plugins.get(plugin.resource) is plugin:
-                    # kubelet keeps the endpoint's devices but stops counting them as healthy
-                    _set_devices(plugin, dict.fromkeys(plugin.devices, "Unhealthy"))
-            if not self._stopping.is_set():
-                self._publish_capacity()
+            await channel.close()
+            await asyncio.to_thread(self._watch_ended, plugin)
+
+    def _take_devices(self, plugin: _Plugin, response: api_pb2.ListAndWatchResponse) -> None:
+        with self._lock:
+            _set_devices(plugin, {d.ID: d.health for d in response.devices})
+            plugin.numa = {d.ID: (d.topology.nodes[0].ID if d.HasField("topology") and d.topology.nodes
+                                  else None) for d in response.devices}
+            self._numa_of = None
+            plugin.connected = True
+        self._publish_capacity()
+        self._queue.put(("", "", "devices"))  # devices may have freed up for waiting pods
+
+    def _watch_ended(self, plugin: _Plugin) -> None:
+        with self._lock:
+            plugin.connected = False
+            if self._plugins.get(plugin.resource) is plugin:
+                # kubelet keeps the endpoint's devices but stops counting them as healthy
+                _set_devices(plugin, dict.fromkeys(plugin.devices, "Unhealthy"))
+        if not self._stopping.is_set():
+            self._publish_capacity()
 
     def _disconnect(self, plugin: _Plugin) -> None:
-        if plugin.stream is not None:
-            plugin.stream.cancel()
+        watch, plugin.watch = plugin.watch, None  # once: a second stop() finds it gone (and its loop perhaps closed)
+        if watch is not None and not watch.done():
+            stream_loop.cancel_task(watch)
         if plugin.channel is not None:
             plugin.channel.close()
             plugin.channel = None
-        if plugin.thread is not None and plugin.thread is not threading.current_thread():
-            plugin.thread.join(5)
 
     def _publish_capacity(self, *, periodic: bool = False) -> None:
         """Send the node's device counts; ``periodic`` (the status loop) sends them only when they differ
