@@ -68,7 +68,7 @@ def main() -> int:
             cores, memory = 1 + (i * 37) % 99, 4 + i % 200
         request = ExtenderArgs(pod=pod(i, cores, memory), node_names=names, nodes=None, raw_nodes=None)
         started = time.perf_counter()
-        passed, _, _ = decisions.filter(request)
+        passed = decisions.filter(request).passed
         if i >= 20:  # the first filters also build the node rows
             took.append((time.perf_counter() - started) * 1000)
         if passed:

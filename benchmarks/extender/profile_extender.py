@@ -79,8 +79,8 @@ def main() -> None:
 
     def filter_call(body: bytes) -> bytes:  # FilterHandler.post
         request = decode_extender_args(body)
-        passed, failed, unresolvable = decisions.filter(request)
-        return dumps(filter_result(request, passed, failed, unresolvable))
+        found = decisions.filter(request)
+        return dumps(filter_result(request, found.passed, found.failed, found.unresolvable))
 
     def prioritize_call(body: bytes) -> bytes:  # PrioritizeHandler.post
         return dumps(priority_list(decisions.prioritize(decode_extender_args(body))))

@@ -52,6 +52,9 @@ def test_an_isolated_pod_lands_on_the_smallest_fitting_slice(mig_cluster):
     created = cluster.add_pod(pod("iso-1", cores=10, memory_units=4 * GIB_UNITS, annotations=ISOLATED))
     status, result = post(f"{cluster.url}/filter", filter_args(created, ["mig-a", "plain"]))
     assert status == 200 and result["NodeNames"] == ["mig-a"]
+    assert result["FailedAndUnresolvableNodes"] == {}  # a node passes: kube-scheduler reads no reason
+    status, result = post(f"{cluster.url}/filter", filter_args(created, ["plain"]))
+    assert status == 200 and result["NodeNames"] == []
     assert "MIG slices" in result["FailedAndUnresolvableNodes"]["plain"]
     annotations = bind(cluster, created, "mig-a")
     device = annotations[NAMES.mig_slice(0)]

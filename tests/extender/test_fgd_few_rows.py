@@ -148,7 +148,7 @@ def _follow_cpu_headroom(data: st.DataObject, layout: list[list[int]], ask: list
             ledger.put(Holding(f"uid{step}", "ns", f"h{step}", node, (
                 ContainerAllocation(0, "c", (CardShare(card, "", 25, 8),)),)))
         args = _ask(ask, step, cpu, selector, names)
-        passed, _, _ = fgd.filter(args)
+        passed = fgd.filter(args).passed
         _assert_the_core_best(passed, fgd, ledger, hosts, args)
 
 
@@ -175,7 +175,7 @@ def _assert_the_core_best(passed: list[str], fgd: Decisions, ledger: Ledger, hos
                           args: ExtenderArgs) -> None:
     """fgd-filter passed the core's best node (FGD level with the headroom and labels of the moment),
     whenever more than one node fits."""
-    fits, _, _ = Decisions(ledger, None).filter(args)
+    fits = Decisions(ledger, None).filter(args).passed
     if len(fits) > 1:
         view = fgd._fgd_view(args.pod)
         requests = read_ask(args.pod, fgd.names, "fgd-filter").requests
@@ -271,7 +271,7 @@ def test_fragment_before_follows_label_changes_within_a_snapshot(data, layout, a
                 hosts.on_node("MODIFIED", {"metadata": {"name": name, "labels": node_labels},
                                            "status": {"allocatable": {"cpu": "8", "memory": "64Gi"}}})
             args = _ask(ask, step, "1", True, names)
-            passed, _, _ = fgd.filter(args)
+            passed = fgd.filter(args).passed
             if snapshot is None:
                 snapshot = fgd.typical_snapshot
             assert fgd.typical_snapshot is snapshot  # the second filter decides with the same snapshot

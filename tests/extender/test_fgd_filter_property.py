@@ -79,10 +79,10 @@ def test_filter_passes_one_node_exactly_when_one_fits(data, layout):
         pod = pod_for(data.draw(requests))
         pod["metadata"]["uid"] = f"ask{step}"
         args = ExtenderArgs(pod=pod, node_names=names, nodes=None, raw_nodes=None)
-        passed, failed, _ = fgd.filter(args)
-        fits, _, _ = binpack.filter(args)
+        found = fgd.filter(args)
+        passed, fits = found.passed, binpack.filter(args).passed
         assert len(passed) == min(1, len(fits)) and set(passed) <= set(fits)
-        assert set(failed) <= set(names) - set(fits)  # the nodes left out are not called failed
+        assert set(found.failed) <= set(names) - set(fits)  # the nodes left out are not called failed
         if len(fits) > 1:
             ask = read_ask(pod, fgd.names, "fgd-filter").requests
             view = fgd._fgd_view(pod)
@@ -194,8 +194,8 @@ def test_filter_follows_headroom_labels_and_claims(data, layout):
         if selector:
             pod["spec"]["nodeSelector"] = selector
         args = ExtenderArgs(pod=pod, node_names=data.draw(st.permutations(names)), nodes=None, raw_nodes=None)
-        passed, _, _ = fgd.filter(args)
-        fits, _, _ = binpack.filter(args)
+        passed = fgd.filter(args).passed
+        fits = binpack.filter(args).passed
         assert len(passed) == min(1, len(fits)) and set(passed) <= set(fits)
         if len(fits) > 1:
             ask = read_ask(pod, fgd.names, "fgd-filter").requests

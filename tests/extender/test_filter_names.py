@@ -1,8 +1,9 @@
 """The cached filter's handling of the request's names (C-level passes over them, no set built)
 equals the plain rule applied name by name: odd lists included (repeated names, names the
-ledger does not know, the node holding the pod's own earlier claim), under every policy; and
-under fgd-filter, where that node is scored apart from the batch, the node passed is the
-core's best with the pod's own claim left out."""
+ledger does not know, the node holding the pod's own earlier claim), under every policy, with
+every reason when no node passes and none when one does; and under fgd-filter, where that node
+is scored apart from the batch, the node passed is the core's best with the pod's own claim
+left out."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_filter_property import cards, pod_for, requests
 from vgpu_plugin.extender.cache import NodeMemo
-from vgpu_plugin.extender.decisions import Decisions, fit, read_ask
+from vgpu_plugin.extender.decisions import Decisions, Filtered, fit, read_ask
 from vgpu_plugin.extender.ledger import Holding, Ledger, NodeCards
 from vgpu_plugin.extender.wire import ExtenderArgs
 
@@ -46,6 +47,14 @@ def _plain(ledger: Ledger, names: list[str], pod: dict, policy: str) -> tuple[li
     return passed, failed, unresolvable
 
 
+def _answer(names: list[str], plain: tuple[list[str], dict, dict]) -> Filtered:
+    """The plain rule as the filter answers it: the reasons only when no node passes (kube-scheduler
+    reads them only then), and how many names each kind of refusal covers, always."""
+    passed, failed, unresolvable = plain
+    counts = sum(name in failed for name in names), sum(name in unresolvable for name in names)
+    return Filtered(passed, {}, {}, *counts) if passed else Filtered(passed, failed, unresolvable, *counts)
+
+
 def _state(ledger: Ledger, name: str, without: str) -> NodeState:
     entry = ledger.node(name).without(without)
     return NodeState(tuple(CardState(c.index, c.memory_units, c.healthy, entry.used_cores[i], entry.used_memory[i])
@@ -75,18 +84,19 @@ def test_cached_filter_over_odd_name_lists_equals_the_plain_rule(data, layout):
         policy = data.draw(st.sampled_from(placement.POLICIES))
         decisions = deciders[policy]
         args = ExtenderArgs(pod=pod, node_names=names, nodes=None, raw_nodes=None)
-        passed, failed, unresolvable = decisions._filter(args, read_ask(pod, NAMES, policy))
         expected = _plain(ledger, names, pod, policy)
-        assert (passed, failed, unresolvable) == expected
+        assert decisions._filter(args, read_ask(pod, NAMES, policy)) == _answer(names, expected)
+        refused = [name for name in names if name not in expected[0]]  # no node passes: every reason
+        assert decisions.filter(replace(args, node_names=refused)) == _answer(refused, _plain(ledger, refused, pod, policy))
         result = decisions.filter(args)
         fits = expected[0]
         if policy != "fgd-filter" or read_ask(pod, NAMES, policy).isolated or len(fits) <= 1:
-            assert result == expected
+            assert result == _answer(names, expected)
             continue
-        assert result[1:] == expected[1:] and len(result[0]) == 1
+        assert result[1:] == _answer(names, expected)[1:] and len(result.passed) == 1
         view = decisions._fgd_view(pod)
         ask = read_ask(pod, NAMES, policy).requests
         level = {n: placement.fgd_level(replace(_state(ledger, n, pod["metadata"]["uid"])), ask, view)
                  for n in fits}
         best = max(level.values())
-        assert result[0] == [min(n for n in fits if level[n] == best)]
+        assert result.passed == [min(n for n in fits if level[n] == best)]

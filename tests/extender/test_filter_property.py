@@ -67,10 +67,11 @@ def test_cached_filter_matches_placement_from_scratch(data, layout, unhealthy):
         pod["metadata"]["annotations"] = {NAMES.policy: policy}
         names = sorted(node_cards)
         args = ExtenderArgs(pod=pod, node_names=names, nodes=None, raw_nodes=None)
-        passed, failed, unresolvable = decisions.filter(args)
+        found = decisions.filter(args)
+        passed = found.passed
         scores = dict(decisions.prioritize(args))
         wanted = {i: Request(c, m) for i, (c, m) in enumerate(asks)}
-        fitting = 0
+        fitting = failing = hopeless = 0
         for name in names:
             shares = [s for h in held.values() if h.node == name for _, s in h.shares()]
             state = placement.NodeState.build(node_cards[name], shares)
@@ -82,7 +83,12 @@ def test_cached_filter_matches_placement_from_scratch(data, layout, unhealthy):
                 assert (name in passed) == fits, (name, asks, shares)
             if not fits:
                 ever = placement.could_ever_fit(state, wanted)
-                assert (name in unresolvable) == (not ever) and (name in failed) == ever
+                failing, hopeless = failing + ever, hopeless + (not ever)
+                if not passed:  # the reasons are given only when no node passes
+                    assert (name in found.unresolvable) == (not ever) and (name in found.failed) == ever
+        assert (found.failed_count, found.unresolvable_count) == (failing, hopeless)
+        if passed:
+            assert found.failed == found.unresolvable == {}
             # fragment decides with the task mix it has learned from the pods it was asked about
             view = placement.FragmentView(decisions.mix_snapshot) if policy == "fragment" else None
             assert scores[name] == placement.score_node(state, wanted, policy, view=view)

@@ -4,29 +4,21 @@ rows found by slot never change a decision: over random sequences of claims adde
 cards changed (a card turning unhealthy, memory changing), nodes removed and added again,
 request shapes evicted from the cache and random name lists (repeats, unknown and removed
 names, the node of the pod's own claim, a list sent again), the filter equals the plain rule name by name under every
-policy, its reply's bytes equal those of the plain rule's dicts (the reasons kept as JSON members,
-``VerdictCache.member``, joined), and fgd-filter passes the core's best node."""
+policy, its reply's bytes equal those written from the plain rule (every reason, in the names'
+order, when no node passes; none when one does), and fgd-filter passes the core's best node."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_filter_names import UNSEEN, _plain, _state
+from test_filter_names import UNSEEN, _answer, _plain, _state
 from test_filter_property import cards, pod_for, requests
 from vgpu_plugin.extender import cache
 from vgpu_plugin.extender.cache import FAILS, PASSES, UNDECIDED, DecisionCache, VerdictCache
 from vgpu_plugin.extender.decisions import Decisions, read_ask
 from vgpu_plugin.extender.ledger import Holding, Ledger, NodeCards
-from vgpu_plugin.extender.wire import (
-    EncodedReasons,
-    ExtenderArgs,
-    dumps,
-    filter_result,
-    json_member,
-)
+from vgpu_plugin.extender.wire import ExtenderArgs, dumps, filter_result
 
 from jupyter_vgpu.core import contract, placement
 from jupyter_vgpu.core.contract import CardShare, ContainerAllocation
@@ -99,27 +91,23 @@ def test_filter_by_slots_equals_the_plain_rule_across_changes(monkeypatch, data,
         decisions = deciders[policy]
         args = ExtenderArgs(pod=pod, node_names=names, nodes=None, raw_nodes=None)
         expected = _plain(ledger, names, pod, policy)
-        passed, failed, unresolvable = decisions._filter(args, read_ask(pod, NAMES, policy))
-        assert (passed, failed, unresolvable) == expected
-        own = ledger.holding(pod["metadata"]["uid"])
-        if own is None or own.node not in names:  # the replies' order, as before: names order, the
-            # unseen names last (and, not checked here, the own claim's node after the others)
-            order = sorted(expected[1], key=lambda n: (expected[1][n] == UNSEEN, names.index(n)))
-            assert (list(failed), list(unresolvable)) == (order, list(expected[2]))
+        answer = _answer(names, expected)
+        assert decisions._filter(args, read_ask(pod, NAMES, policy)) == answer
         result = decisions.filter(args)
-        assert (len(result[1]), len(result[2])) == (len(expected[1]), len(expected[2]))
-        if own is None or own.node not in names:  # the reply's bytes: as from the plain rule's dicts
-            plain = {n: expected[1][n] for n in order}, dict(expected[2])
-            assert dumps(filter_result(args, *result)) == dumps(filter_result(args, result[0], *plain))
-        fits = expected[0]
-        if policy != "fgd-filter" or read_ask(pod, NAMES, policy).isolated or len(fits) <= 1:
-            assert result == expected
-        else:
-            assert result[1:] == expected[1:]
-            assert result[0] == [_fgd_best(decisions, ledger, pod, fits)]
-        for name in removed:
-            if name in names:
-                assert failed[name] == UNSEEN
+        if policy == "fgd-filter" and not read_ask(pod, NAMES, policy).isolated and len(expected[0]) > 1:
+            answer = answer._replace(passed=[_fgd_best(decisions, ledger, pod, expected[0])])
+        assert result == answer
+        # the reply's bytes, as written from the plain rule (its reasons in the names' order)
+        assert dumps(filter_result(args, *result[:3])) == dumps(filter_result(args, *answer[:3]))
+        # the names refused alone: no node passes, and every reason is given
+        refused = [name for name in names if name not in expected[0]]
+        alone = ExtenderArgs(pod=pod, node_names=refused, nodes=None, raw_nodes=None)
+        answer = _answer(refused, _plain(ledger, refused, pod, policy))
+        result = decisions.filter(alone)
+        assert result == answer and not result.passed
+        assert dumps(filter_result(alone, *result[:3])) == dumps(filter_result(alone, *answer[:3]))
+        for name in removed & set(refused):
+            assert result.failed[name] == UNSEEN
 
 
 def test_a_forgotten_verdict_reads_undecided_and_slot_minus_one_never_passes():
@@ -127,13 +115,13 @@ def test_a_forgotten_verdict_reads_undecided_and_slot_minus_one_never_passes():
     is decided afresh; a forgotten node's slot reads undecided again."""
 
     verdicts = VerdictCache()
-    verdicts.set("a", (None, False), 0)
-    verdicts.set("b", ("full", False), 5)
+    verdicts.set((None, False), 0)
+    verdicts.set(("full", False), 5)
     assert verdicts.states(np.array([0, 5, -1, 3]), 6).tolist() == [PASSES, FAILS, UNDECIDED, UNDECIDED]
     assert verdicts.reason[5] == "full"
     verdicts.forget("b", 5)
     assert verdicts.states(np.array([5, -1]), 40).tolist() == [UNDECIDED, UNDECIDED]
-    assert verdicts.state[-1] == UNDECIDED and verdicts.reason[5] is None and "b" not in verdicts.failed
+    assert verdicts.state[-1] == UNDECIDED and verdicts.reason[5] is None
 
 
 def test_a_kept_list_of_names_is_not_reused_once_a_slot_was_handed_out():
@@ -148,38 +136,3 @@ def test_a_kept_list_of_names_is_not_reused_once_a_slot_was_handed_out():
     kept = slots.slots_of(["a", "b"])  # kept again, and a copy each time
     kept[0] = 7
     assert slots.slots_of(["a", "b"]).tolist() == [0, 2]
-    assert slots.names_at(np.array([2, 0])) == ["b", "a"]
-
-
-def test_failed_reasons_are_the_kept_json_members_joined():
-    """A filter's failed reasons are its verdicts' JSON members (``VerdictCache.member``) joined
-    when no name repeats and nothing is added to them; a repeated name gets the plain dict (one
-    entry per name, as kube-scheduler reads it)."""
-    ledger = Ledger()
-    for n in range(3):
-        ledger.set_node(f"n{n}", _node_cards([(40, True)]))
-    ledger.put(Holding("full", "ns", "full", "n1", (ContainerAllocation(0, "c", (CardShare(0, "", 100, 0),)),)))
-    decisions = Decisions(ledger, None, policy="binpack")
-    pod = pod_for([(25, 8)])
-    pod["metadata"]["uid"] = "asking"
-    args = ExtenderArgs(pod=pod, node_names=["n0", "n1", "n2"], nodes=None, raw_nodes=None)
-    passed, failed, unresolvable = decisions.filter(args)
-    assert isinstance(failed, EncodedReasons) and list(failed) == ["n1"] and len(failed) == 1
-    expected = {"n1": _plain(ledger, ["n1"], pod, "binpack")[1]["n1"]}
-    assert dumps(filter_result(args, passed, failed, unresolvable)) == dumps(filter_result(args, passed, expected, {}))
-    repeated = ExtenderArgs(pod=pod, node_names=["n1", "n0", "n1"], nodes=None, raw_nodes=None)
-    again = decisions.filter(repeated)
-    assert type(again[1]) is dict and again[1] == expected
-
-
-def test_reasons_json_members_read_back_whatever_the_text():
-    """Names and reasons orjson refuses (a lone surrogate) are written by json, ASCII-escaped, and
-    a reply holding them reads back as the plain dict would, through either encoder."""
-    reasons = {"n\ud800x": "no card has 25 cores free", "nœud": "r\u00e9serv\u00e9 \"all\"", "n2": "\udfff"}
-    kept = EncodedReasons([json_member(name, reason) for name, reason in reasons.items()])
-    assert dict(kept) == reasons and list(kept) == list(reasons) and len(kept) == 3
-    for passed in (["n0"], ["n\udc00"]):  # the second reply goes through json's encoder as a whole
-        reply = json.loads(dumps({"NodeNames": passed, "FailedNodes": kept}))
-        assert reply == json.loads(dumps({"NodeNames": passed, "FailedNodes": reasons}))
-    plain = {"a": "b", "c": "d"}
-    assert dumps({"F": EncodedReasons([json_member(k, v) for k, v in plain.items()])}) == dumps({"F": plain})

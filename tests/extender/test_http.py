@@ -47,7 +47,36 @@ def test_filter_node_cache_mode_passes_names_and_explains_failures(two_nodes):
     status, result = post(f"{cluster.url}/filter", filter_args(fits, ["gpu-a", "gpu-b", "cpu-only"]))
     assert status == 200 and result["Error"] == ""
     assert result["NodeNames"] == ["gpu-a", "gpu-b"]
-    assert list(result["FailedAndUnresolvableNodes"]) == ["cpu-only"]
+    # cpu-only is refused, but with a node passing kube-scheduler reads no reason
+    assert result["FailedNodes"] == {} and result["FailedAndUnresolvableNodes"] == {}
+
+
+def test_filter_gives_reasons_only_when_no_node_passes(two_nodes):
+    """kube-scheduler reads FailedNodes and FailedAndUnresolvableNodes only when no node is left
+    (its FailedScheduling message, preemption): with none passing, every node's reason is there,
+    refused now or for good; with one passing, both are empty. The metrics count every refusal."""
+    cluster = two_nodes
+    holder = cluster.add_pod(pod("holder", cores=200, memory_units=None))
+    assert post(f"{cluster.url}/bind", binding_args(holder, "gpu-b"))[1] == {"Error": ""}
+    names = ["gpu-a", "gpu-b", "cpu-only"]
+    three = cluster.add_pod(pod("three", cores=300, memory_units=None))
+    status, result = post(f"{cluster.url}/filter", filter_args(three, names))
+    assert status == 200 and result["Error"] == "" and result["NodeNames"] == []
+    assert list(result["FailedNodes"]) == ["gpu-b"]  # 2 of its 4 cards are held: it may fit later
+    assert "3 whole cards" in result["FailedNodes"]["gpu-b"], result
+    assert list(result["FailedAndUnresolvableNodes"]) == ["gpu-a", "cpu-only"]  # 2 cards, none
+    assert "3 whole cards" in result["FailedAndUnresolvableNodes"]["gpu-a"], result
+    assert "no vGPU cards" in result["FailedAndUnresolvableNodes"]["cpu-only"]
+
+    two = cluster.add_pod(pod("two", cores=200, memory_units=None))
+    status, result = post(f"{cluster.url}/filter", filter_args(two, names))
+    assert status == 200 and result["Error"] == "" and result["NodeNames"] == ["gpu-a", "gpu-b"]
+    assert result["FailedNodes"] == {} and result["FailedAndUnresolvableNodes"] == {}
+
+    status, text = get(f"{cluster.extender.base_url}/metrics")
+    counted = {outcome: f'{contract.METRIC_EXTENDER_DECISIONS}{{outcome="{outcome}",verb="filter"}} {count}'
+               for outcome, count in (("fits", 2.0), ("unfit", 1.0), ("unresolvable", 3.0))}
+    assert all(line in text.decode() for line in counted.values()), text.decode()
 
 
 def test_filter_full_node_mode_echoes_node_objects(two_nodes):

@@ -76,6 +76,29 @@ def test_unschedulable_pod_gets_failed_scheduling_events_and_is_retried(schedule
     assert cluster.extender.ledger.overcommitted() == []
 
 
+def test_failed_scheduling_names_each_nodes_reason_refused_now_or_for_good(cluster):
+    """No node passes the extender: the FailedScheduling message carries its reason for each node,
+    one refused now (FailedNodes: its cards are taken) and one for good (FailedAndUnresolvableNodes:
+    no card that large), both past kube-scheduler's own node-level fit."""
+    cluster.add_node(node("gpu-a", count=2, memory_gib=16))
+    cluster.add_node(node("gpu-b", count=2, memory_gib=8))
+    cluster.start_extender()
+    scheduler = SimScheduler(cluster.kube.api_client(), scheduler_config_path(), informer=Informer,
+                             extender_url=cluster.extender.base_url, seed=1, initial_backoff=0.2, max_backoff=1.0)
+    with scheduler:
+        for i in range(2):  # one per card of gpu-a (60 + 60 cores > 100): 40 cores / 6 GiB left on each
+            filler = pod(f"filler-{i}", cores=60, memory_units=10 * GIB_UNITS)
+            filler["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "gpu-a"}
+            cluster.add_pod(filler)
+        wait_for(lambda: all(p["spec"].get("nodeName") for p in cluster.list_pods()), timeout=20, what="fillers bound")
+        cluster.add_pod(pod("late", cores=50, memory_units=12 * GIB_UNITS))  # each node's totals have room
+        failed = wait_for(lambda: events(cluster, "late", "FailedScheduling"), timeout=20, what="FailedScheduling event")
+    assert failed[0]["message"] == (
+        "0/2 nodes are available: 1 needs 50 cores and 12 GiB on one card; largest free share is 40 cores / 6 GiB "
+        "on card 0, 1 needs 50 cores and 12 GiB on one card; the largest card on this node has 8 GiB "
+        "(even with every card free)."), failed[0]["message"]
+
+
 def test_node_level_fit_comes_first_like_kube_scheduler(scheduled):
     cluster, _ = scheduled
     hungry = pod("hungry", cores=10, memory_units=GIB_UNITS)

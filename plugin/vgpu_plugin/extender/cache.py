@@ -7,13 +7,13 @@ Two layers, both forgotten node by node through ``Ledger.subscribe``:
   answers that depend only on its cards (whether a shape could ever fit) in ``static``,
   cleared when the cards change;
 - per request shape, a ``VerdictCache`` (filter) or ``ScoreCache`` (prioritize) over all
-  nodes, so a filter over a thousand names is a few C-level passes plus deciding the
+  nodes, so a filter over a thousand names is a few array operations plus deciding the
   nodes that changed since (least recently used shapes are dropped).
 
 Each node the filter decided gets a slot (a small integer, kept for the process's life: the
-nodes a ledger ever knew), and a ``VerdictCache`` mirrors its verdicts in an array by slot,
-so the filter turns the names into slots once and finds the passed, failed and undecided
-names with array operations instead of one pass over the names per set.
+nodes a ledger ever knew), and a ``VerdictCache`` keeps its verdicts in arrays by slot, so
+the filter turns the names into slots once and finds the passed, failed and undecided names
+with array operations.
 
 Every method is called under the ledger's lock.
 """
@@ -28,7 +28,6 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .ledger import Ledger
-from .wire import json_member
 
 MEMO_LIMIT = 512
 """Entries a node's memo keeps before starting over: request shapes are many over a long life."""
@@ -65,52 +64,30 @@ UNDECIDED, PASSES, FAILS, NEVER = 0, 1, 2, 3
 
 
 class VerdictCache:
-    """Per node, the filter verdict for one request shape, and the nodes it passes.
+    """Per node, the filter verdict for one request shape, by the node's slot.
 
-    Sets and dicts so that a filter over a thousand names is a few C-level loops, and
-    ``state``: the verdict's kind by the node's slot (``DecisionCache.slots``) whose last
-    element is always ``UNDECIDED``, so that slot -1 (a name without a slot) reads as
-    undecided; ``forget(node, slot)`` runs whenever that node's accounting changes.
+    ``state``: the verdict's kind by slot (``DecisionCache.slots``), whose last element is
+    always ``UNDECIDED``, so that slot -1 (a name without a slot) reads as undecided;
+    ``reason``: why it fails, by slot (None: passes or undecided). ``forget(node, slot)``
+    runs whenever that node's accounting changes.
     """
 
-    __slots__ = ("values", "passing", "failed", "unresolvable", "state", "reason", "member")
+    __slots__ = ("state", "reason")
 
     def __init__(self) -> None:
-        self.values: dict[str, tuple[str | None, bool]] = {}
-        self.passing: set[str] = set()
-        self.failed: dict[str, str] = {}
-        self.unresolvable: dict[str, str] = {}
         self.state = np.zeros(1, dtype=np.int8)
-        self.reason = np.full(1, None, dtype=object)  # by slot: why it fails (None: passes or undecided)
-        # by slot: ``"name":"reason"`` as the reply writes it (wire.json_member), when it fails
-        self.member = np.full(1, None, dtype=object)
+        self.reason = np.full(1, None, dtype=object)
 
-    def set(self, name: str, verdict: tuple[str | None, bool], slot: int) -> None:
-        self.values[name] = verdict
+    def set(self, verdict: tuple[str | None, bool], slot: int) -> None:
         reason, never = verdict
-        if reason is None:
-            self.passing.add(name)
-            kind = PASSES
-        elif never:
-            self.unresolvable[name] = reason
-            kind = NEVER
-        else:
-            self.failed[name] = reason
-            kind = FAILS
         self.reserve(slot + 1)
-        self.state[slot] = kind
+        self.state[slot] = PASSES if reason is None else NEVER if never else FAILS
         self.reason[slot] = reason
-        self.member[slot] = None if reason is None else json_member(name, reason)
 
     def forget(self, name: str, slot: int) -> None:
-        if self.values.pop(name, None) is not None:
-            self.passing.discard(name)
-            self.failed.pop(name, None)
-            self.unresolvable.pop(name, None)
-            if 0 <= slot < len(self.state) - 1:
-                self.state[slot] = UNDECIDED
-                self.reason[slot] = None
-                self.member[slot] = None
+        if 0 <= slot < len(self.state) - 1:
+            self.state[slot] = UNDECIDED
+            self.reason[slot] = None
 
     def reserve(self, slots: int) -> None:
         """Room for ``slots`` slots besides the last (always undecided) element."""
@@ -122,12 +99,9 @@ class VerdictCache:
             reasons = np.full(size, None, dtype=object)
             reasons[:len(self.reason) - 1] = self.reason[:-1]
             self.reason = reasons
-            members = np.full(size, None, dtype=object)
-            members[:len(self.member) - 1] = self.member[:-1]
-            self.member = members
 
     def states(self, slots: np.ndarray, count: int) -> np.ndarray:
-        """The state of each slot (-1 reads as undecided); ``count``: slots handed out so far."""
+        """The state of each slot (-1 reads as undecided), a new array; ``count``: slots handed out so far."""
         self.reserve(count)
         return self.state[slots]
 
@@ -146,9 +120,8 @@ class DecisionCache:
         self._shapes: OrderedDict[Any, VerdictCache | ScoreCache] = OrderedDict()
         self._nodes: dict[str, NodeMemo] = {}
         self.slots: dict[str, int] = {}  # node name -> slot, for the verdict arrays
-        self._slot_names = np.full(0, None, dtype=object)  # slot -> node name
-        # recent lists of names -> (the list, its slots, how many slots there were then, no name twice)
-        self._lists: OrderedDict[tuple[int, str, str], tuple[list[str], np.ndarray, int, bool]] = OrderedDict()
+        # recent lists of names -> (the list, its slots, how many slots there were then)
+        self._lists: OrderedDict[tuple[int, str, str], tuple[list[str], np.ndarray, int]] = OrderedDict()
         ledger.subscribe(self.forget)
 
     def slot(self, name: str) -> int:
@@ -156,41 +129,26 @@ class DecisionCache:
         found = self.slots.get(name)
         if found is None:
             found = self.slots[name] = len(self.slots)
-            if found >= len(self._slot_names):
-                grown = np.full(max(16, 2 * len(self._slot_names)), None, dtype=object)
-                grown[:len(self._slot_names)] = self._slot_names
-                self._slot_names = grown
-            self._slot_names[found] = name
         return found
 
-    def names_at(self, slots: np.ndarray) -> list[str]:
-        """The node names of ``slots`` (all handed out): the ledger's own strings, their hashes cached."""
-        return self._slot_names[slots].tolist()  # type: ignore[no-any-return]
-
     def slots_of(self, names: list[str]) -> np.ndarray:
-        """Each name's slot (-1: none yet), a new array (``slots_and_distinct``)."""
-        return self.slots_and_distinct(names)[0]
-
-    def slots_and_distinct(self, names: list[str]) -> tuple[np.ndarray, bool]:
-        """Each name's slot (-1: none yet), a new array, and whether no name is there twice. A list
-        met lately is found by comparing strings (no hash per name: a request's names are new
-        strings); it is still right only while no slot was handed out since, when a name without
-        one might have got one."""
+        """Each name's slot (-1: none yet), a new array. A list met lately is found by comparing
+        strings (no hash per name: a request's names are new strings); it is still right only
+        while no slot was handed out since, when a name without one might have got one."""
         if not names:
-            return np.zeros(0, dtype=np.int64), True
+            return np.zeros(0, dtype=np.int64)
         key = (len(names), names[0], names[-1])
         seen = self._lists.get(key)
         if seen is not None and seen[2] == len(self.slots) and seen[0] == names:
             self._lists.move_to_end(key)
-            return seen[1].copy(), seen[3]
+            return np.copy(seen[1])
         slots = np.fromiter(map(self.slots.get, names, itertools.repeat(-1)), dtype=np.int64, count=len(names))
-        distinct = len(set(names)) == len(names)  # the hashes are cached by the lookups just made
         if len(names) <= len(self.slots):  # bounded: no list longer than the nodes ever known is kept
-            self._lists[key] = (names, slots.copy(), len(self.slots), distinct)
+            self._lists[key] = (names, slots.copy(), len(self.slots))
             self._lists.move_to_end(key)
             if len(self._lists) > NAME_LISTS:
                 self._lists.popitem(last=False)
-        return slots, distinct
+        return slots
 
     def node(self, name: str) -> NodeMemo:
         """The memo of a node the ledger knows (created on first use)."""

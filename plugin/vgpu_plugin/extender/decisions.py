@@ -38,7 +38,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -72,7 +72,7 @@ from .fgd_batch import CountMemo, LevelMemo, MixArrays, NodeRows, RequestColumns
 from .fgd_few import stored_levels_few
 from .headroom import HostHeadroom, pod_cpu_memory
 from .ledger import Holding, Ledger, NodeEntry, Unattributed, node_cards, pod_holding, pod_key
-from .wire import MAX_EXTENDER_PRIORITY, EncodedReasons, ExtenderArgs, ExtenderBindingArgs
+from .wire import MAX_EXTENDER_PRIORITY, ExtenderArgs, ExtenderBindingArgs
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,31 @@ class PodAsk:
     key: tuple[Any, ...]      # hashable shape of the request, for memo keys
     invalid: str | None = None  # a reason no node can ever accept it
     isolated: bool = False    # asks for a MIG slice only (``Names.isolation``)
+
+
+class Filtered(NamedTuple):
+    """A filter's answer: the nodes that pass, why the others do not, and how many do not.
+
+    The reasons (node -> why) are given only when no node passes. kube-scheduler reads an
+    extender's FailedNodes and FailedAndUnresolvableNodes only into the statuses of the pod's
+    scheduling diagnosis (``findNodesThatPassExtenders``), which it uses only when no node is
+    left: the FailedScheduling message ("0/N nodes are available: ...") and preemption. With a
+    node passing, hundreds of reasons were encoded, sent and decoded to be dropped, on
+    kube-scheduler's serial scheduling cycle (docs/design.md). The counts are always given:
+    the metrics count each refusal."""
+
+    passed: list[str]
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+    failed_count: int
+    unresolvable_count: int
+
+
+def _reasons_where(names: list[str], reasons: np.ndarray, where: np.ndarray) -> dict[str, str]:
+    """{name: reason} of the names where ``where`` holds, in the names' order (``reasons``: by position)."""
+    if not np.count_nonzero(where):
+        return {}
+    return dict(zip(itertools.compress(names, where.tobytes()), reasons[where].tolist(), strict=True))
 
 
 def describe_pod(pod: Mapping[str, Any]) -> str:
@@ -404,43 +429,42 @@ class Decisions:
         uid = pod_key(pod)[0]
         return self.ledger.holding(uid) if uid else None
 
-    def filter(self, args: ExtenderArgs) -> tuple[list[str], Mapping[str, str], Mapping[str, str]]:
-        """(passed, failed, failed and unresolvable). PodProblem when the pod asks for no vGPU.
+    def filter(self, args: ExtenderArgs) -> Filtered:
+        """The nodes that pass, and the others' reasons when none does (``Filtered``).
+        PodProblem when the pod asks for no vGPU.
 
         Under ``fgd-filter`` only the node of the best FGD score passes (the first by name
         among equal scores): kube-scheduler skips scoring when one node is left. The others
-        are left out of every list (kube-scheduler keeps only the nodes returned; listing a
-        thousand reasons would only cost time, and with a node passing none is shown)."""
+        are left out of every list and count."""
         ask = read_ask(args.pod, self.names, self.policy)
-        passed, failed, unresolvable, slots = self._filter_slots(args, ask)
+        found, slots = self._filter_slots(args, ask)
         if ask.invalid:
-            return passed, failed, unresolvable
+            return found
         cpu_memory = pod_cpu_memory(args.pod)
         self._learn_typical(args.pod, ask, cpu_memory[0])
-        if ask.policy == "fgd-filter" and not ask.isolated and len(passed) > 1:
-            passed = [self._fgd_best(args, ask, passed, slots, cpu_memory)]
-        return passed, failed, unresolvable
+        if ask.policy == "fgd-filter" and not ask.isolated and len(found.passed) > 1:
+            found = found._replace(passed=[self._fgd_best(args, ask, found.passed, slots, cpu_memory)])
+        return found
 
-    def _filter(self, args: ExtenderArgs, ask: PodAsk) -> tuple[list[str], Mapping[str, str], Mapping[str, str]]:
-        """(passed, failed, failed and unresolvable) before any policy's pick."""
-        return self._filter_slots(args, ask)[:3]
+    def _filter(self, args: ExtenderArgs, ask: PodAsk) -> Filtered:
+        """The filter's answer before any policy's pick."""
+        return self._filter_slots(args, ask)[0]
 
-    def _filter_slots(self, args: ExtenderArgs, ask: PodAsk
-                      ) -> tuple[list[str], Mapping[str, str], Mapping[str, str], np.ndarray | None]:
+    def _filter_slots(self, args: ExtenderArgs, ask: PodAsk) -> tuple[Filtered, np.ndarray | None]:
         """``_filter`` and the passed names' slots (None: not from the cache, or the pod's own claim moved them)."""
         names = args.candidate_names
         if ask.invalid:
-            return [], {}, dict.fromkeys(names, ask.invalid), None
+            return Filtered([], {}, dict.fromkeys(names, ask.invalid), 0, len(names)), None
         if not args.cache_mode:
-            return (*self._filter_entries(args, ask), None)
+            return self._filter_entries(args, ask), None
         with self.ledger.lock:
             own = self._own(args.pod)
             cache = self.cache.shape(("fit", ask.key), VerdictCache)
             # the names as slots in one C-level pass; the verdicts' kinds are then array operations
             slot_of = self.cache.slots
-            slots, distinct = self.cache.slots_and_distinct(names)
+            slots = self.cache.slots_of(names)
             states = cache.states(slots, len(slot_of))
-            unseen: dict[str, str] = {}
+            unseen: list[int] = []  # where the names the ledger does not know are
             undecided = (states == UNDECIDED).nonzero()[0]
             if len(undecided):
                 nodes = self.ledger.nodes
@@ -450,70 +474,60 @@ class Decisions:
                     if slot < 0 or cache.state[slot] == UNDECIDED:  # not decided earlier in this loop
                         entry = nodes.get(name)
                         if entry is None or not entry.known:
-                            unseen[name] = "the extender has not seen this node yet"
+                            unseen.append(at)
+                            states[at] = FAILS
                             continue
                         slot = self.cache.slot(name)
-                        cache.set(name, fit(entry, ask, self.cache.node(name)), slot)
+                        cache.set(fit(entry, ask, self.cache.node(name)), slot)
                     slots[at] = slot
                     states[at] = cache.state[slot]
+            mine: np.ndarray | None = None  # where the node holding the pod's own claim is named
+            own_reason: str | None = None
+            if own is not None and (entry := self.ledger.nodes.get(own.node)) is not None and entry.known:
+                mine = (slots == slot_of.get(own.node, -2)).nonzero()[0]
+                if len(mine):
+                    # decide that node as if the pod held nothing there
+                    own_reason, own_hopeless = fit(entry.without(own.uid), ask, NodeMemo())
+                    states[mine] = PASSES if own_reason is None else NEVER if own_hopeless else FAILS
+                else:
+                    mine = None
             passes = states == PASSES
             passed = list(itertools.compress(names, passes.tobytes()))  # bytes iterate as cached small ints
-            mine = own is not None and own.node not in unseen and own.node in names
-            # the reasons as the reply's JSON members, kept with the verdicts, when nothing is added
-            # to them or taken out below and no name is there twice (a dict keeps one of each)
-            members = cache.member if distinct and not unseen and not mine else None
-            failed: Mapping[str, str] = self._reasons_where(cache.reason, slots, states == FAILS, members)
-            unresolvable: Mapping[str, str] = self._reasons_where(cache.reason, slots, states == NEVER, members)
-            passed_slots: np.ndarray | None = slots[passes]
-            if own is not None and mine:
-                # decide the node holding the pod's own claim as if the pod held nothing there
-                node, passing = own.node, cache.passing
-                reason, hopeless = fit(self.ledger.nodes[node].without(own.uid), ask, NodeMemo())
-                assert isinstance(failed, dict) and isinstance(unresolvable, dict)
-                failed.pop(node, None)
-                unresolvable.pop(node, None)
-                passed = [n for n in names if n in passing and n != node or n == node and reason is None]
-                passed_slots = None
-                if reason is not None:
-                    (unresolvable if hopeless else failed)[node] = reason
-        if unseen:
-            assert isinstance(failed, dict)
-            failed.update(unseen)
-        return passed, failed, unresolvable, passed_slots
+            failing, hopeless = states == FAILS, states == NEVER
+            counts = int(np.count_nonzero(failing)), int(np.count_nonzero(hopeless))
+            if passed:  # kube-scheduler reads no reason when a node passes (Filtered)
+                return Filtered(passed, {}, {}, *counts), None if mine is not None else slots[passes]
+            reasons = cache.reason[slots]
+        reasons[unseen] = "the extender has not seen this node yet"
+        if mine is not None:
+            reasons[mine] = own_reason
+        return Filtered([], _reasons_where(names, reasons, failing), _reasons_where(names, reasons, hopeless),
+                        *counts), None
 
-    def _reasons_where(self, reasons: np.ndarray, slots: np.ndarray, where: np.ndarray,
-                       members: np.ndarray | None = None) -> Mapping[str, str]:
-        """{name: reason} of the names where ``where`` holds, in the names' order (array gathers,
-        and keys that are the ledger's own strings: a dict of them hashes nothing anew); with
-        ``members`` (``VerdictCache.member``), kept as the JSON members of those names instead."""
-        if not np.count_nonzero(where):
-            return {}
-        at = slots[where]
-        if members is not None:
-            return EncodedReasons(members[at].tolist())
-        return dict(zip(self.cache.names_at(at), reasons[at].tolist(), strict=True))
-
-    def _filter_entries(self, args: ExtenderArgs, ask: PodAsk) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    def _filter_entries(self, args: ExtenderArgs, ask: PodAsk) -> Filtered:
         """Without the node cache: the request's Node objects, one by one."""
         passed: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
+        counts = [0, 0]  # names failed, unresolvable
         with self.ledger.lock:
             own = self._own(args.pod)
             for name, entry, memo in self._entries(args):
+                reason: str | None
                 if entry is None or not entry.known:
-                    failed[name] = "the extender has not seen this node yet"
-                    continue
-                if own is not None and own.node == name:
-                    entry, memo = entry.without(own.uid), NodeMemo()
-                reason, never = fit(entry, ask, memo)
+                    reason, never = "the extender has not seen this node yet", False
+                else:
+                    if own is not None and own.node == name:
+                        entry, memo = entry.without(own.uid), NodeMemo()
+                    reason, never = fit(entry, ask, memo)
                 if reason is None:
                     passed.append(name)
-                elif never:
-                    unresolvable[name] = reason
                 else:
-                    failed[name] = reason
-        return passed, failed, unresolvable
+                    (unresolvable if never else failed)[name] = reason
+                    counts[never] += 1
+        if passed:  # kube-scheduler reads no reason when a node passes (Filtered)
+            return Filtered(passed, {}, {}, *counts)
+        return Filtered(passed, failed, unresolvable, *counts)
 
     def prioritize(self, args: ExtenderArgs) -> list[tuple[str, int]]:
         ask = read_ask(args.pod, self.names, self.policy)

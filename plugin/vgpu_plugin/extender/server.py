@@ -133,15 +133,15 @@ class FilterHandler(_Handler):
                 metrics.decided("filter", "not-ready").inc()
                 return self.write_json(filter_result(args, [], {}, {}, not_ready))
             try:
-                passed, failed, unresolvable = self.extender.decisions.filter(args)
+                found = self.extender.decisions.filter(args)
             except PodProblem as problem:
                 metrics.decided("filter", "no-vgpu").inc()
                 return self.write_json(filter_result(args, [], {}, {}, str(problem)))
-            for outcome, count in (("fits", len(passed)), ("unfit", len(failed)),
-                                   ("unresolvable", len(unresolvable))):
+            for outcome, count in (("fits", len(found.passed)), ("unfit", found.failed_count),
+                                   ("unresolvable", found.unresolvable_count)):
                 if count:
                     metrics.decided("filter", outcome).inc(count)
-            self.write_json(filter_result(args, passed, failed, unresolvable))
+            self.write_json(filter_result(args, found.passed, found.failed, found.unresolvable))
         finally:
             metrics.timer("filter").observe(time.perf_counter() - started)
 

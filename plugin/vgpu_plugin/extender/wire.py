@@ -12,7 +12,7 @@ with every field present as Go's encoder writes them (nil pointers and maps as n
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -294,47 +294,6 @@ def decode_binding_args(body: bytes) -> ExtenderBindingArgs:
 
 # --- encoding ---------------------------------------------------------------------------
 
-def json_member(key: str, value: str) -> bytes:
-    """``"key":"value"``, a member of a JSON object as ``dumps`` writes it (a string orjson refuses,
-    a lone surrogate, escaped by json as ``dumps`` does)."""
-    try:
-        return orjson.dumps(key) + b":" + orjson.dumps(value)
-    except TypeError:
-        return f"{json.dumps(key)}:{json.dumps(value)}".encode()
-
-
-class EncodedReasons(Mapping[str, str]):
-    """A filter's ``{node: reason}`` kept as its JSON object's members (``json_member``, distinct
-    keys, in order): the reply joins them (``dumps``) instead of building a dict of hundreds of
-    entries and encoding it. Read as a mapping (metrics, tests), it decodes them once."""
-
-    __slots__ = ("members", "_read")
-
-    def __init__(self, members: list[bytes]) -> None:
-        self.members = members
-        self._read: dict[str, str] | None = None
-
-    def json(self) -> bytes:
-        return b"{" + b",".join(self.members) + b"}"
-
-    def _dict(self) -> dict[str, str]:
-        if self._read is None:
-            self._read = json.loads(self.json())
-        return self._read
-
-    def __getitem__(self, key: str) -> str:
-        return self._dict()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._dict())
-
-    def __len__(self) -> int:
-        return len(self.members)
-
-    def __repr__(self) -> str:
-        return f"EncodedReasons({self._dict()!r})"
-
-
 def filter_result(args: ExtenderArgs | None, passed: list[str], failed: Mapping[str, str],
                   unresolvable: Mapping[str, str], error: str = "") -> dict[str, Any]:
     """ExtenderFilterResult in the mode of the request: NodeNames, or Nodes with the objects sent."""
@@ -369,25 +328,11 @@ def binding_result(error: str = "") -> dict[str, str]:
 
 
 def dumps(value: Any) -> bytes:
-    """Compact JSON. orjson writes a filter reply with hundreds of reasons, or a score list of
-    hundreds of nodes, about ten times faster than the json module. Strings orjson refuses (a
+    """Compact JSON. orjson writes a score list of hundreds of nodes, or a filter reply with
+    hundreds of reasons, about ten times faster than the json module. Strings orjson refuses (a
     lone surrogate, which json.loads lets through from a request) go through json instead,
     escaped exactly as Go's encoder would read them back."""
     try:
-        return orjson.dumps(value, default=_fragment)
+        return orjson.dumps(value)
     except TypeError:
-        return json.dumps(value, separators=(",", ":"), default=_decoded).encode()
-
-
-def _fragment(value: Any) -> Any:
-    """orjson's hook for what it does not know: ``EncodedReasons`` as the JSON text it keeps."""
-    if isinstance(value, EncodedReasons):
-        return orjson.Fragment(value.json())
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
-
-
-def _decoded(value: Any) -> Any:
-    """json's hook: ``EncodedReasons`` as the dict it holds."""
-    if isinstance(value, EncodedReasons):
-        return dict(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+        return json.dumps(value, separators=(",", ":")).encode()
