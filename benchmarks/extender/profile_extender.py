@@ -8,10 +8,17 @@ and the functions with the most cumulative and own time.
 Usage: python benchmarks/extender/profile_extender.py [--nodes 5000] [--pods 100000]
            [--names kube-scheduler|all] [--calls 300] [--top 15]
            [--policy binpack|fgd-filter|...] [--timing [--warmup 20] [--stages]] [--no-headroom]
+           [--pause-ms 6] [--evict-mb 64]
 
 ``--stages`` (with ``--timing``): the filter's CPU time per stage too (decode, the generic
 filter, fgd-filter's pick and its parts), percentiles over the filters that ran the stage, and
 the stages of the slowest filters.
+
+``--pause-ms`` sleeps and ``--evict-mb`` writes a buffer of that size before each filter: the
+filter then runs on caches other work has used, as it does over HTTP when kube-scheduler (or
+bench_extender.py's client and its other servers) runs between two requests; back to back, the
+cycles here keep the extender's working set cached and the filter looks cheaper than it is
+(benchmarks/extender/README.md, "Twelfth step").
 
 Every node's CPU headroom is known (128 CPUs allocatable less 2 per running pod), as the
 deployed extender's informers give it; ``--no-headroom`` leaves it unknown.
@@ -50,6 +57,8 @@ def main() -> None:
     parser.add_argument("--no-headroom", action="store_true",
                         help="leave every node's CPU headroom unknown (what this script did before: the "
                              "fgd-filter batch then never counts CPU copies, unlike the deployed extender)")
+    parser.add_argument("--pause-ms", type=float, default=0.0, help="sleep this long before each filter")
+    parser.add_argument("--evict-mb", type=int, default=0, help="write a buffer of this many MB before each filter")
     args = parser.parse_args()
 
     stages = _time_stages() if args.stages else None
@@ -114,7 +123,13 @@ def main() -> None:
         spent[verb] += each[verb][-1]
         return json.loads(reply)
 
+    evicting = bytearray(args.evict_mb << 20)
+    zeros = bytes(len(range(0, len(evicting), 64)))
     for pod, f_body in work:
+        if args.pause_ms:
+            time.sleep(args.pause_ms / 1000)
+        if evicting:
+            evicting[::64] = zeros  # one write per cache line
         passed = timed("filter", f_body)["NodeNames"] or []
         if not passed:
             continue
