@@ -231,6 +231,10 @@ def clean_up(cluster: Any, kind: str, round_no: int, count: int) -> None:
     cluster.wait_for(lambda: not json.loads(core.list_namespaced_pod(
         "default", label_selector=STORM, _preload_content=False).data)["items"], timeout=120,
         what="the storm's pods to be gone")
+    # the next storm starts on a cluster at rest: the nodes and the extender have let every pod
+    # go (kubelet stand-ins' checkpoints, device plugins, ledger), not only the API
+    cluster.wait_for(lambda: _settled(cluster), timeout=120, interval=0.5,
+                     what="every component to have let the storm's pods go")
 
 
 def check_agreement(cluster: Any, watcher: Watcher) -> dict[str, Any]:
