@@ -136,17 +136,3 @@ def test_a_kept_list_of_names_is_not_reused_once_a_slot_was_handed_out():
     kept = slots.slots_of(["a", "b"])  # kept again, and a copy each time
     kept[0] = 7
     assert slots.slots_of(["a", "b"]).tolist() == [0, 2]
-
-
-def test_lists_whose_names_join_alike_keep_their_own_slots():
-    """Lists are kept by their names joined: a name holding the separator must not make two
-    lists one (a request may send any string as a name)."""
-    slots = DecisionCache(Ledger())
-    for name in ("a", "b", "c", "a\nb", "b\nc"):
-        slots.slot(name)
-    for _ in range(2):  # the second time from the kept lists, where kept
-        assert slots.slots_of(["a", "b", "c"]).tolist() == [0, 1, 2]
-        assert slots.slots_of(["a\nb", "c"]).tolist() == [3, 2]
-        assert slots.slots_of(["a", "b\nc"]).tolist() == [0, 4]
-        assert slots.slots_of(["a\nb\nc"]).tolist() == [-1]
-        assert slots.slots_of(["a", "b", "c"]).tolist() == [0, 1, 2]

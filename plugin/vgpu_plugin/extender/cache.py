@@ -39,10 +39,6 @@ NAME_LISTS = 16
 """Lists of names whose slots are kept (least recently used dropped first): kube-scheduler
 sends the same lists again (every node, or the same rotation of its sample of them)."""
 
-_SEPARATOR = "\n"
-"""Joins a list's names into its key (node names are DNS names: no name holds it, but any
-request may send one that does)."""
-
 T = TypeVar("T", "VerdictCache", "ScoreCache")
 
 
@@ -124,8 +120,8 @@ class DecisionCache:
         self._shapes: OrderedDict[Any, VerdictCache | ScoreCache] = OrderedDict()
         self._nodes: dict[str, NodeMemo] = {}
         self.slots: dict[str, int] = {}  # node name -> slot, for the verdict arrays
-        # recent lists of names, (count, joined) -> (their slots, how many slots there were then)
-        self._lists: OrderedDict[tuple[int, str], tuple[np.ndarray, int]] = OrderedDict()
+        # recent lists of names -> (the list, its slots, how many slots there were then)
+        self._lists: OrderedDict[tuple[int, str, str], tuple[list[str], np.ndarray, int]] = OrderedDict()
         ledger.subscribe(self.forget)
 
     def slot(self, name: str) -> int:
@@ -136,25 +132,19 @@ class DecisionCache:
         return found
 
     def slots_of(self, names: list[str]) -> np.ndarray:
-        """Each name's slot (-1: none yet), a new array. A list met lately is found by its names
-        joined into one string: a request's names are new strings, and comparing them with a kept
-        list read one scattered string object per name, on caches other work has used since the
-        last filter; the joined text is one contiguous block (benchmarks/extender/README.md,
-        "Thirteenth step"). A list in which a name holds the separator is not kept (two lists
-        could join alike). A kept list is still right only while no slot was handed out since,
-        when a name without one might have got one."""
+        """Each name's slot (-1: none yet), a new array. A list met lately is found by comparing
+        strings (no hash per name: a request's names are new strings); it is still right only
+        while no slot was handed out since, when a name without one might have got one."""
         if not names:
             return np.zeros(0, dtype=np.int64)
-        joined = _SEPARATOR.join(names)
-        key = (len(names), joined)
+        key = (len(names), names[0], names[-1])
         seen = self._lists.get(key)
-        if seen is not None and seen[1] == len(self.slots):
+        if seen is not None and seen[2] == len(self.slots) and seen[0] == names:
             self._lists.move_to_end(key)
-            return np.copy(seen[0])
+            return np.copy(seen[1])
         slots = np.fromiter(map(self.slots.get, names, itertools.repeat(-1)), dtype=np.int64, count=len(names))
-        # bounded: no list longer than the nodes ever known is kept; and joined unambiguously
-        if len(names) <= len(self.slots) and joined.count(_SEPARATOR) == len(names) - 1:
-            self._lists[key] = (slots.copy(), len(self.slots))
+        if len(names) <= len(self.slots):  # bounded: no list longer than the nodes ever known is kept
+            self._lists[key] = (names, slots.copy(), len(self.slots))
             self._lists.move_to_end(key)
             if len(self._lists) > NAME_LISTS:
                 self._lists.popitem(last=False)
