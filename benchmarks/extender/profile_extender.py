@@ -163,13 +163,14 @@ def _time_stages() -> dict[str, list[tuple[int, float]]]:
     """Wrap the filter's stages (those this checkout has) to record (filter number, CPU seconds)."""
     import functools
 
-    from vgpu_plugin.extender import decisions, fgd_batch, wire
+    from vgpu_plugin.extender import cache, decisions, fgd_batch, wire
 
     stages: dict[str, list[tuple[int, float]]] = {}
     number = [0]
     aimed = [(wire, "decode_extender_args", "decode (filter and prioritize)"),
              (decisions.Decisions, "filter", "filter, decided"), (decisions.Decisions, "_filter_slots", "generic _filter"),
              (decisions.Decisions, "_filter", "generic _filter"),
+             (cache.DecisionCache, "slots_of", "  names to slots"),
              (decisions.Decisions, "_fgd_best", "fgd pick"), (decisions.Decisions, "_fgd_index", "  row lookups"),
              (decisions, "levels_of", "  numpy batch"), (decisions, "levels_few", "  few rows in Python"),
              (decisions, "stored_levels_few", "  few rows in Python"),
