@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+import urllib.parse
 
 import pytest
 from extender_support import (
@@ -175,6 +177,40 @@ def test_healthz_metrics_inspect(two_nodes):
     assert card["memoryMib"] == {"capacity": 16384, "held": 6144, "free": 10240}
     assert card["holders"][0]["pod"] == "nb" and card["holders"][0]["cores"] == 30
     wait_for(lambda: json.loads(get(f"{base}/inspect")[1])["ledger"]["assumed"] == 0, timeout=20, what="confirmation")
+
+
+def test_each_verb_replies_json_on_one_connection_and_counts_its_seconds(two_nodes):
+    """The three POST verbs (answered by the front, front.py) on one keep-alive connection, as
+    kube-scheduler's client keeps it: JSON with its Content-Type and length; each request counted
+    once in the request-seconds histogram; other methods on the same paths still 405 as JSON."""
+    cluster = two_nodes
+    created = cluster.add_pod(pod("nb", cores=30, memory_units=6 * GIB_UNITS))
+    url = urllib.parse.urlsplit(cluster.url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    replies = {}
+    for verb, args in (("filter", filter_args(created, ["gpu-a", "gpu-b"])),
+                       ("prioritize", filter_args(created, ["gpu-a", "gpu-b"])),
+                       ("bind", binding_args(created, "gpu-a")), ("filter", b"{not json")):
+        conn.request("POST", f"{url.path}/{verb}", json.dumps(args).encode() if isinstance(args, dict) else args,
+                     {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        body = response.read()
+        assert response.getheader("Content-Type") == "application/json"
+        assert response.getheader("Content-Length") == str(len(body)) and response.getheader("Date")
+        replies.setdefault(verb, []).append((response.status, json.loads(body)))
+    assert replies["filter"][0] == (200, {"Nodes": None, "NodeNames": ["gpu-a", "gpu-b"], "FailedNodes": {},
+                                          "FailedAndUnresolvableNodes": {}, "Error": ""})
+    assert replies["filter"][1][0] == 400 and "not JSON" in replies["filter"][1][1]["Error"]
+    assert replies["filter"][1][1]["NodeNames"] is None
+    assert [host["Host"] for host in replies["prioritize"][0][1]] == ["gpu-a", "gpu-b"]
+    assert replies["bind"] == [(200, {"Error": ""})]
+    conn.request("GET", f"{url.path}/prioritize")
+    response = conn.getresponse()
+    assert response.status == 405 and json.loads(response.read())["Error"] == "Method Not Allowed"
+    text = get(f"{cluster.extender.base_url}/metrics")[1].decode()
+    for verb, count in (("filter", 2.0), ("prioritize", 1.0), ("bind", 1.0)):
+        assert f'{contract.METRIC_EXTENDER_REQUEST_SECONDS}_count{{verb="{verb}"}} {count}' in text, verb
+    assert f'{contract.METRIC_EXTENDER_DECISIONS}{{outcome="bad-request",verb="filter"}} 1.0' in text
 
 
 def test_not_ready_until_pods_and_nodes_are_listed(cluster):

@@ -7,6 +7,10 @@ probes, Prometheus and admins. Bad requests get a 400 with the reason in the rep
 reason in ``Error`` of a 200 reply, which kube-scheduler turns into a scheduling
 failure. No reply ever carries a traceback.
 
+The three POST verbs are answered by ``PostFront`` (front.py) straight from tornado's
+connection, without a RequestHandler per request; every other request goes through the
+tornado Application below.
+
 ``Extender(...).start()`` returns once the port is bound; the server runs on its own
 thread with its own event loop, binds run on a fixed set of worker threads (they call the API;
 bind_workers.py).
@@ -20,7 +24,6 @@ import logging
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Collection
 from typing import Any
 
@@ -35,6 +38,7 @@ from jupyter_vgpu.core.contract import CORES_PER_CARD, MEMORY_UNIT_MIB, Names
 
 from .bind_workers import BindWorkers, WorkersStopped
 from .decisions import Decisions, PodAPI, PodProblem
+from .front import Answer, Post, PostFront, Reply
 from .headroom import HostHeadroom
 from .ledger import Ledger
 from .notices import QueueNotifier
@@ -113,83 +117,76 @@ class _Handler(tornado.web.RequestHandler):
         self.finish(dumps({"Error": message}))
 
     def check_ready(self) -> str | None:
-        view = self.extender.view
-        if view is not None and not view.synced:
-            return "the extender is still listing nodes and pods; try again shortly"
-        return None
+        return self.extender.not_ready()
 
 
-class FilterHandler(_Handler):
-    def post(self) -> None:
-        metrics, started = self.extender.metrics, time.perf_counter()
-        try:
-            args = decode_extender_args(self.request.body)
-        except WireError as error:
-            metrics.decided("filter", "bad-request").inc()
-            return self.write_json(filter_result(None, [], {}, {}, str(error)), 400)
-        try:
-            not_ready = self.check_ready()
-            if not_ready:
-                metrics.decided("filter", "not-ready").inc()
-                return self.write_json(filter_result(args, [], {}, {}, not_ready))
-            try:
-                found = self.extender.decisions.filter(args)
-            except PodProblem as problem:
-                metrics.decided("filter", "no-vgpu").inc()
-                return self.write_json(filter_result(args, [], {}, {}, str(problem)))
-            for outcome, count in (("fits", len(found.passed)), ("unfit", found.failed_count),
-                                   ("unresolvable", found.unresolvable_count)):
-                if count:
-                    metrics.decided("filter", outcome).inc(count)
-            self.write_json(filter_result(args, found.passed, found.failed, found.unresolvable))
-        finally:
-            metrics.timer("filter").observe(time.perf_counter() - started)
+class _VerbOtherMethods(_Handler):
+    """A verb's path for any method but POST (PostFront answers POST): tornado's 405, as JSON."""
 
 
-class PrioritizeHandler(_Handler):
-    def post(self) -> None:
-        metrics, started = self.extender.metrics, time.perf_counter()
-        try:
-            args = decode_extender_args(self.request.body)
-            not_ready = self.check_ready()
-            if not_ready:
-                metrics.decided("prioritize", "not-ready").inc()
-                return self.write_json({"Error": not_ready}, 503)
-            scores = self.extender.decisions.prioritize(args)
-        except (WireError, PodProblem) as error:
-            metrics.decided("prioritize", "bad-request").inc()
-            return self.write_json({"Error": str(error)}, 400)
-        finally:
-            metrics.timer("prioritize").observe(time.perf_counter() - started)
-        metrics.decided("prioritize", "scored").inc()
-        self.write_json(priority_list(scores))
+def answer_filter(extender: Extender, body: bytes) -> Reply:
+    """``POST {prefix}/filter``: ExtenderFilterResult, in the request's mode."""
+    metrics = extender.metrics
+    try:
+        args = decode_extender_args(body)
+    except WireError as error:
+        metrics.decided("filter", "bad-request").inc()
+        return 400, dumps(filter_result(None, [], {}, {}, str(error)))
+    not_ready = extender.not_ready()
+    if not_ready:
+        metrics.decided("filter", "not-ready").inc()
+        return 200, dumps(filter_result(args, [], {}, {}, not_ready))
+    try:
+        found = extender.decisions.filter(args)
+    except PodProblem as problem:
+        metrics.decided("filter", "no-vgpu").inc()
+        return 200, dumps(filter_result(args, [], {}, {}, str(problem)))
+    for outcome, count in (("fits", len(found.passed)), ("unfit", found.failed_count),
+                           ("unresolvable", found.unresolvable_count)):
+        if count:
+            metrics.decided("filter", outcome).inc(count)
+    return 200, dumps(filter_result(args, found.passed, found.failed, found.unresolvable))
 
 
-class BindHandler(_Handler):
-    async def post(self) -> None:
-        metrics, started = self.extender.metrics, time.perf_counter()
-        try:
-            try:
-                args = decode_binding_args(self.request.body)
-            except WireError as error:
-                metrics.decided("bind", "bad-request").inc()
-                return self.write_json(binding_result(str(error)), 400)
-            not_ready = self.check_ready()
-            if not_ready:
-                metrics.decided("bind", "not-ready").inc()
-                return self.write_json(binding_result(not_ready))
-            try:
-                answer = self.extender.binds.submit(args)
-            except WorkersStopped as stopping:
-                metrics.decided("bind", "not-ready").inc()
-                return self.write_json(binding_result(f"{stopping}; try again"))
-            refusal = await answer
-            metrics.decided("bind", "refused" if refusal else "bound").inc()
-            if refusal:
-                log.info("bind %s/%s -> %s refused: %s", args.pod_namespace, args.pod_name, args.node, refusal)
-            self.write_json(binding_result(refusal))
-        finally:
-            metrics.timer("bind").observe(time.perf_counter() - started)
+def answer_prioritize(extender: Extender, body: bytes) -> Reply:
+    """``POST {prefix}/prioritize``: HostPriorityList."""
+    metrics = extender.metrics
+    try:
+        args = decode_extender_args(body)
+        not_ready = extender.not_ready()
+        if not_ready:
+            metrics.decided("prioritize", "not-ready").inc()
+            return 503, dumps({"Error": not_ready})
+        scores = extender.decisions.prioritize(args)
+    except (WireError, PodProblem) as error:
+        metrics.decided("prioritize", "bad-request").inc()
+        return 400, dumps({"Error": str(error)})
+    metrics.decided("prioritize", "scored").inc()
+    return 200, dumps(priority_list(scores))
+
+
+async def answer_bind(extender: Extender, body: bytes) -> Reply:
+    """``POST {prefix}/bind``: ExtenderBindingResult, once a bind worker has bound (or refused)."""
+    metrics = extender.metrics
+    try:
+        args = decode_binding_args(body)
+    except WireError as error:
+        metrics.decided("bind", "bad-request").inc()
+        return 400, dumps(binding_result(str(error)))
+    not_ready = extender.not_ready()
+    if not_ready:
+        metrics.decided("bind", "not-ready").inc()
+        return 200, dumps(binding_result(not_ready))
+    try:
+        answer = extender.binds.submit(args)
+    except WorkersStopped as stopping:
+        metrics.decided("bind", "not-ready").inc()
+        return 200, dumps(binding_result(f"{stopping}; try again"))
+    refusal = await answer
+    metrics.decided("bind", "refused" if refusal else "bound").inc()
+    if refusal:
+        log.info("bind %s/%s -> %s refused: %s", args.pod_namespace, args.pod_name, args.node, refusal)
+    return 200, dumps(binding_result(refusal))
 
 
 class HealthHandler(_Handler):
@@ -370,6 +367,13 @@ class Extender:
         schedulers = self.decisions.schedulers or frozenset((contract.SCHEDULER_NAME,))
         return queue_report(pods, free, self.names, schedulers, self._rooms)
 
+    def not_ready(self) -> str | None:
+        """Why the extender cannot decide yet (its first list of nodes and pods not done), or None."""
+        view = self.view
+        if view is not None and not view.synced:
+            return "the extender is still listing nodes and pods; try again shortly"
+        return None
+
     @property
     def url(self) -> str:
         host = self.address if self.address not in ("", "0.0.0.0", "::") else "127.0.0.1"
@@ -382,17 +386,22 @@ class Extender:
     def base_url(self) -> str:
         return self.url[: len(self.url) - len(self.prefix)] if self.prefix else self.url
 
-    def application(self) -> tornado.web.Application:
+    def application(self) -> PostFront:
+        """The scheduler's listener: its three POST verbs answered by the front, the rest by tornado."""
         kwargs = {"extender": self}
-        return tornado.web.Application([
-            (f"{self.prefix}/filter", FilterHandler, kwargs),
-            (f"{self.prefix}/prioritize", PrioritizeHandler, kwargs),
-            (f"{self.prefix}/bind", BindHandler, kwargs),
+        verbs: dict[str, Answer] = {"filter": lambda body: answer_filter(self, body),
+                 "prioritize": lambda body: answer_prioritize(self, body),
+                 "bind": lambda body: answer_bind(self, body)}
+        posts = {f"{self.prefix}/{verb}": Post(answer, self.metrics.timer(verb).observe)
+                 for verb, answer in verbs.items()}
+        web = tornado.web.Application([
+            *((path, _VerbOtherMethods, kwargs) for path in posts),
             ("/healthz", HealthHandler, kwargs),
             ("/metrics", MetricsHandler, kwargs),
             ("/inspect", InspectHandler, kwargs),
             ("/queue", QueueHandler, kwargs),
         ], log_function=_log_request)
+        return PostFront(posts, web, _log_reply)
 
     def metrics_application(self) -> tornado.web.Application:
         kwargs = {"extender": self}
@@ -501,9 +510,12 @@ def server_tls(cert: str | None, key: str | None, client_ca: str | None) -> ssl.
 
 
 def _log_request(handler: tornado.web.RequestHandler) -> None:
-    status = handler.get_status()
+    _log_reply(handler.request.method or "", handler.request.uri or "", handler.get_status())
+
+
+def _log_reply(method: str, uri: str, status: int) -> None:
     if status >= 500 and status != 503:  # 503: not listed yet, which /healthz reports on purpose
-        log.error("%s %s -> %d", handler.request.method, handler.request.uri, status)
+        log.error("%s %s -> %d", method, uri, status)
     elif status >= 400:
-        log.info("%s %s -> %d", handler.request.method, handler.request.uri, status)
+        log.info("%s %s -> %d", method, uri, status)
 
