@@ -69,7 +69,7 @@ from .cache import (
     remember,
 )
 from .fgd_batch import CountMemo, LevelMemo, MixArrays, NodeRows, RequestColumns
-from .fgd_few import stored_levels_few
+from .fgd_few import falls_few_lists, stored_levels_lists
 from .headroom import HostHeadroom, pod_cpu_memory
 from .ledger import Holding, Ledger, NodeEntry, Unattributed, node_cards, pod_holding, pod_key
 from .wire import MAX_EXTENDER_PRIORITY, ExtenderArgs, ExtenderBindingArgs
@@ -678,7 +678,7 @@ class Decisions:
             usable = rows.usable(index) if single is not None else index < -1
             if own is not None and own.node in rows.index:
                 usable &= index != rows.index[own.node]
-            if usable.all():
+            if 0 not in usable.tobytes():  # all usable (bytes' search: no numpy reduction, cold caches)
                 picked = index
             else:
                 core = np.flatnonzero(~usable)
@@ -703,25 +703,25 @@ class Decisions:
         rank = rows.ranks()
         known.reserve(len(rows.stamp), rank)
         keyed = known.keyed[picked]
-        at = int(np.argmax(keyed))
+        at = int(keyed.argmax())
         if keyed[at] == LevelMemo.STALE:
             self._fgd_store(known, picked[keyed == LevelMemo.STALE], ask, single, view, arrays, rank)
             keyed = known.keyed[picked]
-            at = int(np.argmax(keyed))
+            at = int(keyed.argmax())
         return LevelMemo.level_of(int(keyed[at])), int(picked[at])
 
     def _fgd_store(self, known: LevelMemo, some: np.ndarray, ask: PodAsk, single: Request, view: FragmentView,
                    arrays: MixArrays, rank: np.ndarray) -> None:
         """The levels of the ``some`` rows into ``known`` (-1 where the pod does not fit)."""
         rows = self._fgd_rows
-        cpu = rows.cpu[some]
         admitted = None
         if arrays.reads_labels:  # a Python loop over the rows: only when some selector needs it
             admitted = arrays.admitted(self.hosts.facts([rows.names[row] for row in some.tolist()])[1])
         if len(some) <= _FGD_FEW_ROWS and arrays.mix.shapes:  # the batch's numbers, in Python
-            kept = stored_levels_few(rows.free[some], rows.memory[some], rows.whole[some], cpu,
-                                     admitted, single, view.cpu_milli, arrays)
-            known.store(some, np.array(kept, dtype=np.int64), rank)
+            few = some.tolist()
+            falls = falls_few_lists(*rows.rows_as_lists(few), None if admitted is None else admitted.tolist(),
+                                    single, view.cpu_milli, arrays)
+            known.store_few(few, stored_levels_lists(*falls), rank)
             return
         if self._fgd_counts.arrays is not arrays:
             self._fgd_counts = CountMemo(arrays)

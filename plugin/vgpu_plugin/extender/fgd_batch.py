@@ -344,6 +344,10 @@ class NodeRows:
         self.cpu = np.full(1, np.nan)  # the node's CPU headroom (NaN: unknown), kept by the caller
         self.stamp = np.zeros(1, dtype=np.int64)  # bumped at every rewrite and every CPU headroom change
         self.names: list[str] = []  # row -> name
+        # row -> its cards (free cores, memory, wholly free) and CPU headroom as Python values: the
+        # few rows a filter re-scores are read from here, without array calls (cold caches)
+        self.cards: list[tuple[list[int], list[int], list[bool]]] = []
+        self.cpus: list[float] = []
         self._rank = np.zeros(0, dtype=np.int64)
 
     def set(self, name: str, free: Sequence[int], memory: Sequence[int], whole: Sequence[bool],
@@ -352,6 +356,9 @@ class NodeRows:
         if row is None:
             row = self.index[name] = len(self.index)
             self.names.append(name)
+            self.cards.append(([], [], []))
+            self.cpus.append(math.nan)
+        self.cards[row] = ([int(v) for v in free], [int(v) for v in memory], [bool(v) for v in whole])
         rows, width = self.free.shape
         if row + 1 >= rows or len(free) > width:  # a spare row always: ``plain[-1]`` is False (``usable``)
             grow_rows, grow_width = max(rows, 2 * row + 16), max(width, len(free))
@@ -385,6 +392,7 @@ class NodeRows:
         old = float(self.cpu[row])
         if old != cpu and not (math.isnan(old) and math.isnan(cpu)):
             self.cpu[row] = cpu
+            self.cpus[row] = float(self.cpu[row])
             self.stamp[row] += 1
             return True
         return False
@@ -393,6 +401,19 @@ class NodeRows:
         """Whether each row of ``index`` (-1: none) may be scored by the batch: one gather, as
         the last row is always a spare one, not plain (``set``)."""
         return self.plain[index]
+
+    def rows_as_lists(self, rows: Sequence[int]) -> tuple[list[list[int]], list[list[int]], list[list[bool]], list[float]]:
+        """``free[rows]``, ``memory[rows]``, ``whole[rows]`` and ``cpu[rows]`` as ``tolist`` gives them
+        (padded to the arrays' width as their rows are), read from the Python copies."""
+        width = self.free.shape[1]
+        frees, memories, wholes = [], [], []
+        for row in rows:
+            free, memory, whole = self.cards[row]
+            pad = width - len(free)
+            frees.append(free + [-1] * pad)
+            memories.append(memory + [-1] * pad)
+            wholes.append(whole + [False] * pad)
+        return frees, memories, wholes, [self.cpus[row] for row in rows]
 
     def take(self, names: Sequence[str]) -> np.ndarray:
         return np.array([self.index[name] for name in names], dtype=np.int64)
@@ -644,6 +665,12 @@ class LevelMemo:
     def store(self, rows: np.ndarray, level: np.ndarray, rank: np.ndarray) -> None:
         self.level[rows] = level
         self.keyed[rows] = self._keys(level, rank[rows])
+
+    def store_few(self, rows: Sequence[int], level: Sequence[int], rank: np.ndarray) -> None:
+        """``store`` of a few rows, element by element (no array calls)."""
+        for row, value in zip(rows, level, strict=True):
+            self.level[row] = value
+            self.keyed[row] = value * (1 << self._SHIFT) + ((1 << self._SHIFT) - 1 - int(rank[row]))
 
     def forget(self, row: int) -> None:
         if row < len(self.keyed):
