@@ -675,15 +675,16 @@ class Decisions:
             own = self._own(args.pod)
             rows = self._fgd_rows
             index = self._fgd_index(passed, slots)
-            usable = rows.usable(index) if single is not None else index < -1
-            if own is not None and own.node in rows.index:
-                usable &= index != rows.index[own.node]
-            if 0 not in usable.tobytes():  # all usable (bytes' search: no numpy reduction, cold caches)
-                picked = index
-            else:
+            usable = self._fgd_usable(index, single, own)
+            # usually every row is usable: then no other array call (bytes' search, not a numpy reduction)
+            if 0 in usable.tobytes():  # a passed node without a row yet, or one the core scores
+                self._fgd_new_rows(index, passed)
+                usable = self._fgd_usable(index, single, own)
                 core = np.flatnonzero(~usable)
                 self._fgd_core_levels(args, ask, view, own, {passed[i] for i in core.tolist()}, found)
                 picked = index[usable]
+            else:
+                picked = index
             if len(picked) and single is not None:
                 with self._fgd_lock:
                     known = self._fgd_memo((ask.key, view.cpu_milli, version, self.hosts.labels_version))
@@ -735,12 +736,21 @@ class Decisions:
         for memo in self._fgd_memos.values():
             memo.forget(row)
 
+    def _fgd_usable(self, index: np.ndarray, single: Request | None, own: Holding | None) -> np.ndarray:
+        """Which rows of ``index`` (-1: none) the batch scores: plain nodes, for pods of one container,
+        not the node holding the pod's own claim."""
+        rows = self._fgd_rows
+        usable = rows.usable(index) if single is not None else index < -1
+        if own is not None and own.node in rows.index:
+            usable &= index != rows.index[own.node]
+        return usable
+
     def _fgd_index(self, passed: Sequence[str], slots: np.ndarray | None = None) -> np.ndarray:
-        """Under the ledger's lock: each passed node's row (-1: none), after writing those of passed
-        nodes seen for the first time and updating the CPU headroom of nodes whose headroom changed
-        (the ledger's changes rewrite their rows as they happen, ``_fgd_node_changed``). ``slots``: the passed nodes'
-        slots (``DecisionCache.slots``), when the filter has them: the rows are then one gather."""
-        rows, nodes = self._fgd_rows, self.ledger.nodes
+        """Under the ledger's lock: each passed node's row (-1: none yet, ``_fgd_new_rows``), after
+        updating the CPU headroom of nodes whose headroom changed (the ledger's changes rewrite their
+        rows as they happen, ``_fgd_node_changed``). ``slots``: the passed nodes' slots
+        (``DecisionCache.slots``), when the filter has them: the rows are then one gather."""
+        rows = self._fgd_rows
         hosts_dirty = self._fgd_hosts_dirty
         while hosts_dirty:  # pop, not clear: a change reported meanwhile stays for the next filter
             name = hosts_dirty.pop()
@@ -756,6 +766,11 @@ class Decisions:
         else:
             index = np.fromiter(map(rows.index.get, passed, itertools.repeat(-1)), dtype=np.int64,
                                 count=len(passed))
+        return index
+
+    def _fgd_new_rows(self, index: np.ndarray, passed: Sequence[str]) -> None:
+        """Write the rows of the passed nodes seen for the first time (-1 in ``index``), into ``index``."""
+        rows, nodes = self._fgd_rows, self.ledger.nodes
         for at in (index < 0).nonzero()[0].tolist():
             name = passed[at]
             row = rows.index.get(name)
@@ -769,7 +784,6 @@ class Decisions:
             slot = self.cache.slots.get(name)
             if slot is not None and slot < len(self._fgd_row_of_slot):
                 self._fgd_row_of_slot[slot] = row
-        return index
 
     def _fgd_node_changed(self, name: str, _cards_changed: bool) -> None:
         """The ledger changed the node (under its lock): its row, if it has one, is written again
