@@ -400,7 +400,8 @@ class NodeRows:
     def usable(self, index: np.ndarray) -> np.ndarray:
         """Whether each row of ``index`` (-1: none) may be scored by the batch: one gather, as
         the last row is always a spare one, not plain (``set``)."""
-        return self.plain[index]
+        usable: np.ndarray = self.plain[index]
+        return usable
 
     def rows_as_lists(self, rows: Sequence[int]) -> tuple[list[list[int]], list[list[int]], list[list[bool]], list[float]]:
         """``free[rows]``, ``memory[rows]``, ``whole[rows]`` and ``cpu[rows]`` as ``tolist`` gives them
@@ -682,7 +683,8 @@ class LevelMemo:
 
     @classmethod
     def _keys(cls, level: np.ndarray, rank: np.ndarray) -> np.ndarray:
-        return level * (1 << cls._SHIFT) + ((1 << cls._SHIFT) - 1 - rank)
+        keys: np.ndarray = level * (1 << cls._SHIFT) + ((1 << cls._SHIFT) - 1 - rank)
+        return keys
 
 
 def _grown(array: np.ndarray, rows: int, width: int, fill: object) -> np.ndarray:
