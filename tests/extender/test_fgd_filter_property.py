@@ -13,7 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_filter_property import cards, pod_for, requests
 from vgpu_plugin.extender.decisions import Decisions, read_ask
-from vgpu_plugin.extender.fgd_batch import BatchNode, LevelMemo, MixArrays, NodeRows, counts_of, levels
+from vgpu_plugin.extender.fgd_batch import (
+    BatchNode,
+    LevelMemo,
+    MixArrays,
+    NodeRows,
+    counts_of,
+    levels,
+)
 from vgpu_plugin.extender.headroom import HostHeadroom
 from vgpu_plugin.extender.ledger import Holding, Ledger, NodeCards
 from vgpu_plugin.extender.wire import ExtenderArgs
