@@ -174,6 +174,8 @@ def _time_stages() -> dict[str, list[tuple[int, float]]]:
              (decisions.Decisions, "_fgd_best", "fgd pick"), (decisions.Decisions, "_fgd_index", "  row lookups"),
              (decisions, "levels_of", "  numpy batch"), (decisions, "levels_few", "  few rows in Python"),
              (decisions, "stored_levels_few", "  few rows in Python"),
+             (decisions, "falls_few_lists", "  few rows in Python"),
+             (decisions.Decisions, "_fgd_top", "  best row (gather, argmax, levels not kept)"),
              (fgd_batch.CountMemo, "of", "  counts per snapshot"),
              (fgd_batch.CountMemo, "before_of", "  fragment before, per snapshot"),
              (getattr(fgd_batch, "RequestColumns", None), "falls", "  kept columns (batch and weighing)"),

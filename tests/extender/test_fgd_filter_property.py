@@ -13,7 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_filter_property import cards, pod_for, requests
 from vgpu_plugin.extender.decisions import Decisions, read_ask
-from vgpu_plugin.extender.fgd_batch import BatchNode, MixArrays, NodeRows, counts_of, levels
+from vgpu_plugin.extender.fgd_batch import (
+    BatchNode,
+    LevelMemo,
+    MixArrays,
+    NodeRows,
+    counts_of,
+    levels,
+)
 from vgpu_plugin.extender.headroom import HostHeadroom
 from vgpu_plugin.extender.ledger import Holding, Ledger, NodeCards
 from vgpu_plugin.extender.wire import ExtenderArgs
@@ -113,6 +120,75 @@ def test_first_by_name_is_min_of_the_names(names, data):
         rows.set(names[count - 1], [50], [10], [False])
         picked = data.draw(st.lists(st.integers(0, count - 1), min_size=1, max_size=count, unique=True))
         assert rows.names[rows.first_by_name(np.array(picked, dtype=np.int64))] == min(names[i] for i in picked)
+
+
+@settings(max_examples=200, deadline=None)
+@given(names=st.lists(ODD_NAMES, min_size=1, max_size=30, unique=True), data=st.data())
+def test_level_memo_pick_is_the_best_level_first_by_name(names, data):
+    """The memo's pick, one ``argmax`` over its keys, is the best level among the rows picked, the
+    first by name among equals, as rows keep coming (their ranks move), levels are stored a few at a
+    time or as arrays and rows are forgotten; any row picked whose level is not kept sorts first."""
+    rows, memo = NodeRows(), LevelMemo()
+    kept: dict[int, int] = {}
+    for count in range(1, len(names) + 1):
+        rows.set(names[count - 1], [50], [10], [False])
+        rank = rows.ranks()
+        memo.reserve(len(rows.stamp), rank)
+        stored = data.draw(st.lists(st.integers(0, count - 1), unique=True))
+        values = data.draw(st.lists(st.integers(-1, 2), min_size=len(stored), max_size=len(stored)))  # ties
+        if data.draw(st.booleans()):
+            memo.store_few(stored, values, rank)
+        else:
+            memo.store(np.array(stored, dtype=np.int64), np.array(values, dtype=np.int64), rank)
+        kept.update(zip(stored, values, strict=True))
+        for row in data.draw(st.lists(st.integers(0, count - 1), max_size=2)):
+            memo.forget(row)
+            kept.pop(row, None)
+        picked = data.draw(st.lists(st.integers(0, count - 1), min_size=1, max_size=count, unique=True))
+        keyed = memo.keyed[np.array(picked, dtype=np.int64)]
+        at = int(keyed.argmax())
+        if any(row not in kept for row in picked):
+            assert keyed[at] == LevelMemo.STALE
+            continue
+        top = max(kept[row] for row in picked)
+        assert LevelMemo.level_of(int(keyed[at])) == top
+        assert rows.names[picked[at]] == min(rows.names[row] for row in picked if kept[row] == top)
+
+
+def test_level_memo_keys_follow_rows_that_sort_before_them():
+    """A row added later whose name sorts first wins the tie with a level kept before it came."""
+    rows, memo = NodeRows(), LevelMemo()
+    rows.set("node-b", [50], [10], [False])
+    memo.reserve(len(rows.stamp), rows.ranks())
+    memo.store_few([0], [7], rows.ranks())
+    rows.set("node-a", [50], [10], [False])
+    memo.reserve(len(rows.stamp), rows.ranks())
+    memo.store(np.array([1]), np.array([7]), rows.ranks())
+    keyed = memo.keyed[np.array([0, 1])]
+    assert rows.names[int(keyed.argmax())] == "node-a"
+    assert LevelMemo.level_of(int(keyed.max())) == 7
+
+
+CARD_ROWS = st.lists(st.tuples(st.integers(-1, CORES_PER_CARD), st.integers(0, 96), st.booleans()), max_size=9)
+
+
+@settings(max_examples=150, deadline=None)
+@given(layouts=st.lists(CARD_ROWS, min_size=1, max_size=12), data=st.data())
+def test_rows_as_lists_are_the_rows_of_the_arrays(layouts, data):
+    """The rows' Python copies read as the arrays' rows would (``tolist``: padded to the widest
+    row, CPU headroom NaN until set), as rows are added, widened and rewritten."""
+    rows = NodeRows()
+    for i, layout in enumerate(layouts):
+        name = f"n{data.draw(st.integers(0, i))}"  # now and then a row written again
+        rows.set(name, [c[0] for c in layout], [c[1] for c in layout], [c[2] for c in layout])
+        if data.draw(st.booleans()):
+            rows.set_cpu(rows.index[name], float(data.draw(st.integers(-2000, 40_000))))
+    picked = data.draw(st.lists(st.integers(0, len(rows.names) - 1), min_size=1, max_size=8))
+    free, memory, whole, cpu = rows.rows_as_lists(picked)
+    at = np.array(picked, dtype=np.int64)
+    assert (free, memory, whole) == (rows.free[at].tolist(), rows.memory[at].tolist(), rows.whole[at].tolist())
+    assert [repr(v) for v in cpu] == [repr(v) for v in rows.cpu[at].tolist()]
+    assert all(type(v) is bool for row in whole for v in row)
 
 
 QUANTITIES = st.one_of(st.sampled_from(["4", "16", "500m", "64", "1e3", "0", "-1", "abc", "", "1Ki", "9" * 70]),

@@ -141,7 +141,8 @@ class DecisionCache:
         seen = self._lists.get(key)
         if seen is not None and seen[2] == len(self.slots) and seen[0] == names:
             self._lists.move_to_end(key)
-            return np.copy(seen[1])
+            copied: np.ndarray = seen[1].copy()  # the method: no Python wrapper to run (cold caches)
+            return copied
         slots = np.fromiter(map(self.slots.get, names, itertools.repeat(-1)), dtype=np.int64, count=len(names))
         if len(names) <= len(self.slots):  # bounded: no list longer than the nodes ever known is kept
             self._lists[key] = (names, slots.copy(), len(self.slots))

@@ -36,7 +36,7 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, Protocol
 
@@ -69,7 +69,7 @@ from .cache import (
     remember,
 )
 from .fgd_batch import CountMemo, LevelMemo, MixArrays, NodeRows, RequestColumns
-from .fgd_few import stored_levels_few
+from .fgd_few import falls_few_lists, stored_levels_lists
 from .headroom import HostHeadroom, pod_cpu_memory
 from .ledger import Holding, Ledger, NodeEntry, Unattributed, node_cards, pod_holding, pod_key
 from .wire import MAX_EXTENDER_PRIORITY, ExtenderArgs, ExtenderBindingArgs
@@ -142,6 +142,39 @@ def _reasons_where(names: list[str], reasons: np.ndarray, where: np.ndarray) -> 
     if not np.count_nonzero(where):
         return {}
     return dict(zip(itertools.compress(names, where.tobytes()), reasons[where].tolist(), strict=True))
+
+
+_PASSING = bytes(int(kind == PASSES) for kind in range(256))
+"""``bytes.translate`` table: a verdict's kind to 1 where it passes, else 0."""
+
+
+def _positions(data: bytes, value: int) -> Iterator[int]:
+    """Where ``value`` is in ``data``, in order (``bytes.find``: no array built for a few)."""
+    at = data.find(value)
+    while at >= 0:
+        yield at
+        at = data.find(value, at + 1)
+
+
+class _Passing(Sequence[str]):
+    """The names that pass (``where``: one byte per name, 1 where it passes), as strings only
+    where read: fgd-filter's pick reads none of hundreds in the usual case, so the list of
+    them all is not built on its way (``Decisions.filter``)."""
+
+    def __init__(self, names: list[str], where: bytes, count: int) -> None:
+        self._names, self._where, self._count = names, where, count
+        self._at: list[int] | None = None
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[str]:
+        return itertools.compress(self._names, self._where)
+
+    def __getitem__(self, i: Any) -> Any:
+        if self._at is None:
+            self._at = list(_positions(self._where, 1))
+        return self._names[self._at[i]] if isinstance(i, int) else [self._names[at] for at in self._at[i]]
 
 
 def describe_pod(pod: Mapping[str, Any]) -> str:
@@ -437,21 +470,23 @@ class Decisions:
         among equal scores): kube-scheduler skips scoring when one node is left. The others
         are left out of every list and count."""
         ask = read_ask(args.pod, self.names, self.policy)
-        found, slots = self._filter_slots(args, ask)
+        pick = ask.policy == "fgd-filter" and not ask.isolated
+        found, slots = self._filter_slots(args, ask, lazy=pick)
         if ask.invalid:
             return found
         cpu_memory = pod_cpu_memory(args.pod)
         self._learn_typical(args.pod, ask, cpu_memory[0])
-        if ask.policy == "fgd-filter" and not ask.isolated and len(found.passed) > 1:
-            found = found._replace(passed=[self._fgd_best(args, ask, found.passed, slots, cpu_memory)])
-        return found
+        if pick and len(found.passed) > 1:
+            return found._replace(passed=[self._fgd_best(args, ask, found.passed, slots, cpu_memory)])
+        return found._replace(passed=list(found.passed)) if pick else found
 
     def _filter(self, args: ExtenderArgs, ask: PodAsk) -> Filtered:
         """The filter's answer before any policy's pick."""
         return self._filter_slots(args, ask)[0]
 
-    def _filter_slots(self, args: ExtenderArgs, ask: PodAsk) -> tuple[Filtered, np.ndarray | None]:
-        """``_filter`` and the passed names' slots (None: not from the cache, or the pod's own claim moved them)."""
+    def _filter_slots(self, args: ExtenderArgs, ask: PodAsk, lazy: bool = False) -> tuple[Filtered, np.ndarray | None]:
+        """``_filter`` and, when ``lazy``, the passed names' slots (None: not from the cache, or the pod's
+        own claim moved them) with the passed names as a ``_Passing`` (not a list) when read from the cache."""
         names = args.candidate_names
         if ask.invalid:
             return Filtered([], {}, dict.fromkeys(names, ask.invalid), 0, len(names)), None
@@ -465,10 +500,12 @@ class Decisions:
             slots = self.cache.slots_of(names)
             states = cache.states(slots, len(slot_of))
             unseen: list[int] = []  # where the names the ledger does not know are
-            undecided = (states == UNDECIDED).nonzero()[0]
-            if len(undecided):
+            # the verdicts' kinds as bytes: finding and counting them are then a few calls of
+            # the same bytes methods, not an array operation each (cold caches: README, fourteenth step)
+            kinds = states.tobytes()
+            if UNDECIDED in kinds:
                 nodes = self.ledger.nodes
-                for at in undecided.tolist():
+                for at in _positions(kinds, UNDECIDED):
                     name = names[at]
                     slot = slot_of.get(name, -1)
                     if slot < 0 or cache.state[slot] == UNDECIDED:  # not decided earlier in this loop
@@ -491,12 +528,16 @@ class Decisions:
                     states[mine] = PASSES if own_reason is None else NEVER if own_hopeless else FAILS
                 else:
                     mine = None
-            passes = states == PASSES
-            passed = list(itertools.compress(names, passes.tobytes()))  # bytes iterate as cached small ints
+            kinds = states.tobytes()
+            counts = kinds.count(FAILS), kinds.count(NEVER)
+            passing = kinds.count(PASSES)
+            if passing:  # kube-scheduler reads no reason when a node passes (Filtered)
+                where = kinds.translate(_PASSING)
+                if not lazy:
+                    return Filtered(list(itertools.compress(names, where)), {}, {}, *counts), None
+                passed_slots = None if mine is not None else slots[np.frombuffer(where, dtype=bool)]
+                return Filtered(_Passing(names, where, passing), {}, {}, *counts), passed_slots  # type: ignore[arg-type]
             failing, hopeless = states == FAILS, states == NEVER
-            counts = int(np.count_nonzero(failing)), int(np.count_nonzero(hopeless))
-            if passed:  # kube-scheduler reads no reason when a node passes (Filtered)
-                return Filtered(passed, {}, {}, *counts), None if mine is not None else slots[passes]
             reasons = cache.reason[slots]
         reasons[unseen] = "the extender has not seen this node yet"
         if mine is not None:
@@ -615,7 +656,7 @@ class Decisions:
         cpu, memory = pod_cpu_memory(pod)
         return FragmentView(self._typical_view[1].mix, cpu, memory)
 
-    def _fgd_best(self, args: ExtenderArgs, ask: PodAsk, passed: list[str], slots: np.ndarray | None = None,
+    def _fgd_best(self, args: ExtenderArgs, ask: PodAsk, passed: Sequence[str], slots: np.ndarray | None = None,
                   cpu_memory: tuple[int, int] | None = None) -> str:
         """The passed node of the best fgd_level, the first by name among equals. Levels are
         computed in one numpy batch over rows of the nodes' cards (``fgd_batch``), rewritten
@@ -634,58 +675,88 @@ class Decisions:
             own = self._own(args.pod)
             rows = self._fgd_rows
             index = self._fgd_index(passed, slots)
-            usable = (index >= 0) & rows.plain[np.maximum(index, 0)] if single is not None else index < -1
-            if own is not None and own.node in rows.index:
-                usable &= index != rows.index[own.node]
-            if np.count_nonzero(usable) == len(usable):
-                picked = index
-            else:
+            usable = self._fgd_usable(index, single, own)
+            # usually every row is usable: then no other array call (bytes' search, not a numpy reduction)
+            if 0 in usable.tobytes():  # a passed node without a row yet, or one the core scores
+                self._fgd_new_rows(index, passed)
+                usable = self._fgd_usable(index, single, own)
                 core = np.flatnonzero(~usable)
                 self._fgd_core_levels(args, ask, view, own, {passed[i] for i in core.tolist()}, found)
                 picked = index[usable]
-            stamp = rows.stamp[picked]
-            with self._fgd_lock:
-                known = self._fgd_memo((ask.key, view.cpu_milli, version, self.hosts.labels_version))
-                outdated = known.stale(picked, stamp, len(rows.stamp))
-                if single is not None and np.count_nonzero(outdated):
-                    some = picked[outdated]
-                    cpu = rows.cpu[some]
-                    admitted = None
-                    if arrays.reads_labels:  # a Python loop over the rows: only when some selector needs it
-                        admitted = arrays.admitted(self.hosts.facts([rows.names[row] for row in some.tolist()])[1])
-                    if len(some) <= _FGD_FEW_ROWS and arrays.mix.shapes:  # the batch's numbers, in Python
-                        kept = stored_levels_few(rows.free[some], rows.memory[some], rows.whole[some], cpu,
-                                                 admitted, single, view.cpu_milli, arrays)
-                        known.store(some, stamp[outdated], np.array(kept, dtype=np.int64))
-                    else:
-                        if self._fgd_counts.arrays is not arrays:
-                            self._fgd_counts = CountMemo(arrays)
-                        fresh, fit = self._fgd_columns.levels((ask.key, view.cpu_milli, self.hosts.labels_version),
-                                                              rows, some, admitted, single, view.cpu_milli, arrays,
-                                                              self._fgd_counts)
-                        known.store(some, stamp[outdated], np.where(fit, fresh, -1))
-                scored = known.level[picked]
+            else:
+                picked = index
             if len(picked) and single is not None:
-                top = int(np.maximum.reduce(scored))
+                with self._fgd_lock:
+                    known = self._fgd_memo((ask.key, view.cpu_milli, version, self.hosts.labels_version))
+                    top, row = self._fgd_top(known, picked, ask, single, view, arrays)
                 if top >= max(found.values(), default=-1):
-                    first = rows.names[rows.first_by_name(picked[scored == top])]
                     found = {name: level for name, level in found.items() if level == top}
-                    found[first] = top
+                    found[rows.names[row]] = top
         best = max(found.values(), default=-1)
         return min(name for name, level in found.items() if level == best) if found else passed[0]
 
-    def _fgd_index(self, passed: list[str], slots: np.ndarray | None = None) -> np.ndarray:
-        """Under the ledger's lock: each passed node's row (-1: none), after writing those of passed
-        nodes seen for the first time and updating the CPU headroom of nodes whose headroom changed
-        (the ledger's changes rewrite their rows as they happen, ``_fgd_node_changed``). ``slots``: the passed nodes'
-        slots (``DecisionCache.slots``), when the filter has them: the rows are then one gather."""
-        rows, nodes = self._fgd_rows, self.ledger.nodes
+    def _fgd_top(self, known: LevelMemo, picked: np.ndarray, ask: PodAsk, single: Request, view: FragmentView,
+                 arrays: MixArrays) -> tuple[int, int]:
+        """(level, row) of the best of the ``picked`` rows (not empty), the first by name among
+        equals: one gather and one ``argmax`` over the memo's keys, after computing the levels
+        the memo does not know (``LevelMemo.STALE`` sorts above every key)."""
+        rows = self._fgd_rows
+        rank = rows.ranks()
+        known.reserve(len(rows.stamp), rank)
+        keyed = known.keyed[picked]
+        at = int(keyed.argmax())
+        if keyed[at] == LevelMemo.STALE:
+            self._fgd_store(known, picked[keyed == LevelMemo.STALE], ask, single, view, arrays, rank)
+            keyed = known.keyed[picked]
+            at = int(keyed.argmax())
+        return LevelMemo.level_of(int(keyed[at])), int(picked[at])
+
+    def _fgd_store(self, known: LevelMemo, some: np.ndarray, ask: PodAsk, single: Request, view: FragmentView,
+                   arrays: MixArrays, rank: np.ndarray) -> None:
+        """The levels of the ``some`` rows into ``known`` (-1 where the pod does not fit)."""
+        rows = self._fgd_rows
+        admitted = None
+        if arrays.reads_labels:  # a Python loop over the rows: only when some selector needs it
+            admitted = arrays.admitted(self.hosts.facts([rows.names[row] for row in some.tolist()])[1])
+        if len(some) <= _FGD_FEW_ROWS and arrays.mix.shapes:  # the batch's numbers, in Python
+            few = some.tolist()
+            falls = falls_few_lists(*rows.rows_as_lists(few), None if admitted is None else admitted.tolist(),
+                                    single, view.cpu_milli, arrays)
+            known.store_few(few, stored_levels_lists(*falls), rank)
+            return
+        if self._fgd_counts.arrays is not arrays:
+            self._fgd_counts = CountMemo(arrays)
+        fresh, fit = self._fgd_columns.levels((ask.key, view.cpu_milli, self.hosts.labels_version),
+                                              rows, some, admitted, single, view.cpu_milli, arrays,
+                                              self._fgd_counts)
+        known.store(some, np.where(fit, fresh, -1), rank)
+
+    def _fgd_forget_row(self, row: int) -> None:
+        """The row or its CPU headroom changed (under the ledger's lock): no memo answers its level again."""
+        for memo in self._fgd_memos.values():
+            memo.forget(row)
+
+    def _fgd_usable(self, index: np.ndarray, single: Request | None, own: Holding | None) -> np.ndarray:
+        """Which rows of ``index`` (-1: none) the batch scores: plain nodes, for pods of one container,
+        not the node holding the pod's own claim."""
+        rows = self._fgd_rows
+        usable = rows.usable(index) if single is not None else index < -1
+        if own is not None and own.node in rows.index:
+            usable &= index != rows.index[own.node]
+        return usable
+
+    def _fgd_index(self, passed: Sequence[str], slots: np.ndarray | None = None) -> np.ndarray:
+        """Under the ledger's lock: each passed node's row (-1: none yet, ``_fgd_new_rows``), after
+        updating the CPU headroom of nodes whose headroom changed (the ledger's changes rewrite their
+        rows as they happen, ``_fgd_node_changed``). ``slots``: the passed nodes' slots
+        (``DecisionCache.slots``), when the filter has them: the rows are then one gather."""
+        rows = self._fgd_rows
         hosts_dirty = self._fgd_hosts_dirty
         while hosts_dirty:  # pop, not clear: a change reported meanwhile stays for the next filter
             name = hosts_dirty.pop()
             row = rows.index.get(name)
-            if row is not None:
-                rows.set_cpu(row, self.hosts.cpu_milli(name))
+            if row is not None and rows.set_cpu(row, self.hosts.cpu_milli(name)):
+                self._fgd_forget_row(row)
         if slots is not None:
             if len(self._fgd_row_of_slot) < len(self.cache.slots):
                 grown = np.full(max(len(self.cache.slots), 2 * len(self._fgd_row_of_slot)), -1, dtype=np.int64)
@@ -695,6 +766,11 @@ class Decisions:
         else:
             index = np.fromiter(map(rows.index.get, passed, itertools.repeat(-1)), dtype=np.int64,
                                 count=len(passed))
+        return index
+
+    def _fgd_new_rows(self, index: np.ndarray, passed: Sequence[str]) -> None:
+        """Write the rows of the passed nodes seen for the first time (-1 in ``index``), into ``index``."""
+        rows, nodes = self._fgd_rows, self.ledger.nodes
         for at in (index < 0).nonzero()[0].tolist():
             name = passed[at]
             row = rows.index.get(name)
@@ -702,12 +778,12 @@ class Decisions:
                 if not self._fgd_write_row(name, nodes.get(name)):
                     continue
                 row = rows.index[name]
-                rows.set_cpu(row, self.hosts.cpu_milli(name))
+                if rows.set_cpu(row, self.hosts.cpu_milli(name)):
+                    self._fgd_forget_row(row)
             index[at] = row
             slot = self.cache.slots.get(name)
             if slot is not None and slot < len(self._fgd_row_of_slot):
                 self._fgd_row_of_slot[slot] = row
-        return index
 
     def _fgd_node_changed(self, name: str, _cards_changed: bool) -> None:
         """The ledger changed the node (under its lock): its row, if it has one, is written again
@@ -727,6 +803,7 @@ class Decisions:
         free = entry.free
         self._fgd_rows.set(name, [f.free_cores for f in free], [f.free_memory_units for f in free],
                            [f.whole for f in free], node_placement.plain(entry.slices, entry.sharing, False))
+        self._fgd_forget_row(self._fgd_rows.index[name])
         return True
 
     def _fgd_core_levels(self, args: ExtenderArgs, ask: PodAsk, view: FragmentView, own: Holding | None,

@@ -335,14 +335,19 @@ class NodeRows:
 
     def __init__(self) -> None:
         self.index: dict[str, int] = {}
-        self.free = np.full((0, 1), -1, dtype=np.int64)
-        self.memory = np.full((0, 1), -1, dtype=np.int64)
-        self.whole = np.zeros((0, 1), dtype=bool)
-        self.plain = np.zeros(0, dtype=bool)
-        self.generation = np.zeros(0, dtype=np.int64)  # bumped at every rewrite of the row
-        self.cpu = np.zeros(0, dtype=float)  # the node's CPU headroom (NaN: unknown), kept by the caller
-        self.stamp = np.zeros(0, dtype=np.int64)  # bumped at every rewrite and every CPU headroom change
+        # room for one row from the start: the last row is always a spare one (``usable``)
+        self.free = np.full((1, 1), -1, dtype=np.int64)
+        self.memory = np.full((1, 1), -1, dtype=np.int64)
+        self.whole = np.zeros((1, 1), dtype=bool)
+        self.plain = np.zeros(1, dtype=bool)
+        self.generation = np.zeros(1, dtype=np.int64)  # bumped at every rewrite of the row
+        self.cpu = np.full(1, np.nan)  # the node's CPU headroom (NaN: unknown), kept by the caller
+        self.stamp = np.zeros(1, dtype=np.int64)  # bumped at every rewrite and every CPU headroom change
         self.names: list[str] = []  # row -> name
+        # row -> its cards (free cores, memory, wholly free) and CPU headroom as Python values: the
+        # few rows a filter re-scores are read from here, without array calls (cold caches)
+        self.cards: list[tuple[list[int], list[int], list[bool]]] = []
+        self.cpus: list[float] = []
         self._rank = np.zeros(0, dtype=np.int64)
 
     def set(self, name: str, free: Sequence[int], memory: Sequence[int], whole: Sequence[bool],
@@ -351,8 +356,11 @@ class NodeRows:
         if row is None:
             row = self.index[name] = len(self.index)
             self.names.append(name)
+            self.cards.append(([], [], []))
+            self.cpus.append(math.nan)
+        self.cards[row] = ([int(v) for v in free], [int(v) for v in memory], [bool(v) for v in whole])
         rows, width = self.free.shape
-        if row >= rows or len(free) > width:
+        if row + 1 >= rows or len(free) > width:  # a spare row always: ``plain[-1]`` is False (``usable``)
             grow_rows, grow_width = max(rows, 2 * row + 16), max(width, len(free))
             self.free = _grown(self.free, grow_rows, grow_width, -1)
             self.memory = _grown(self.memory, grow_rows, grow_width, -1)
@@ -379,23 +387,50 @@ class NodeRows:
         self.generation[row] += 1
         self.stamp[row] += 1
 
-    def set_cpu(self, row: int, cpu: float) -> None:
-        """The row's CPU headroom (NaN: unknown); the stamp moves only when it changed."""
+    def set_cpu(self, row: int, cpu: float) -> bool:
+        """The row's CPU headroom (NaN: unknown); the stamp moves only when it changed (True)."""
         old = float(self.cpu[row])
         if old != cpu and not (math.isnan(old) and math.isnan(cpu)):
             self.cpu[row] = cpu
+            self.cpus[row] = float(self.cpu[row])
             self.stamp[row] += 1
+            return True
+        return False
+
+    def usable(self, index: np.ndarray) -> np.ndarray:
+        """Whether each row of ``index`` (-1: none) may be scored by the batch: one gather, as
+        the last row is always a spare one, not plain (``set``)."""
+        usable: np.ndarray = self.plain[index]
+        return usable
+
+    def rows_as_lists(self, rows: Sequence[int]) -> tuple[list[list[int]], list[list[int]], list[list[bool]], list[float]]:
+        """``free[rows]``, ``memory[rows]``, ``whole[rows]`` and ``cpu[rows]`` as ``tolist`` gives them
+        (padded to the arrays' width as their rows are), read from the Python copies."""
+        width = self.free.shape[1]
+        frees, memories, wholes = [], [], []
+        for row in rows:
+            free, memory, whole = self.cards[row]
+            pad = width - len(free)
+            frees.append(free + [-1] * pad)
+            memories.append(memory + [-1] * pad)
+            wholes.append(whole + [False] * pad)
+        return frees, memories, wholes, [self.cpus[row] for row in rows]
 
     def take(self, names: Sequence[str]) -> np.ndarray:
         return np.array([self.index[name] for name in names], dtype=np.int64)
 
     def first_by_name(self, picked: np.ndarray) -> int:
         """The row among ``picked`` (not empty) whose name sorts first, as ``min`` of the names would."""
-        if len(self._rank) != len(self.names):  # rows were added: rank them again (Python's str order)
+        return int(picked[np.argmin(self.ranks()[picked])])
+
+    def ranks(self) -> np.ndarray:
+        """Each row's place among the names in Python's str order, ranked again when rows were added
+        (its length tells which rows it ranked)."""
+        if len(self._rank) != len(self.names):
             rank = np.empty(len(self.names), dtype=np.int64)
             rank[sorted(range(len(self.names)), key=self.names.__getitem__)] = np.arange(len(self.names))
             self._rank = rank
-        return int(picked[np.argmin(self._rank[picked])])
+        return self._rank
 
 
 class CountMemo:
@@ -602,23 +637,54 @@ class RequestColumns:
 
 
 class LevelMemo:
-    """Levels computed for one (request, pod CPU, mix snapshot), per node row, with the row's
-    ``NodeRows.stamp`` they were computed at: stale once the row or its CPU headroom changed."""
+    """Levels computed for one (request, pod CPU, mix snapshot), per node row, each kept joined
+    with the row's rank by name (``keyed``: the level above, the rank's complement below), so
+    the best row of many, the first by name among equals, is one gather and one ``argmax``.
+    ``STALE`` (above every key) where the level is not known: not computed yet, or the row or
+    its CPU headroom changed since (``forget``, told by whoever changes the row)."""
+
+    STALE = np.iinfo(np.int64).max
+    _SHIFT = 32  # rank bits: fewer than 2**32 rows
 
     def __init__(self) -> None:
         self.level = np.zeros(0, dtype=np.int64)
-        self.stamp = np.full(0, -1, dtype=np.int64)
+        self.keyed = np.full(0, self.STALE, dtype=np.int64)
+        self._ranked = 0  # how many rows the ranks the keys were joined with had
 
-    def stale(self, rows: np.ndarray, stamp: np.ndarray, size: int) -> np.ndarray:
-        """Which of ``rows`` (indices below ``size``) were not computed at ``stamp``."""
+    def reserve(self, size: int, rank: np.ndarray) -> None:
+        """Room for ``size`` rows, and the kept keys joined again when ``rank`` ranked more rows
+        (adding rows moves the ranks of others)."""
         if size > len(self.level):
-            grow = max(size, 2 * len(self.level))
-            self.level = np.concatenate([self.level, np.zeros(grow - len(self.level), dtype=np.int64)])
-            self.stamp = np.concatenate([self.stamp, np.full(grow - len(self.stamp), -1, dtype=np.int64)])
-        return np.asarray(self.stamp[rows] != stamp)
+            grow = max(size, 2 * len(self.level)) - len(self.level)
+            self.level = np.concatenate([self.level, np.zeros(grow, dtype=np.int64)])
+            self.keyed = np.concatenate([self.keyed, np.full(grow, self.STALE, dtype=np.int64)])
+        if len(rank) != self._ranked:
+            known = np.flatnonzero(self.keyed != self.STALE)
+            self.keyed[known] = self._keys(self.level[known], rank[known])
+            self._ranked = len(rank)
 
-    def store(self, rows: np.ndarray, stamp: np.ndarray, level: np.ndarray) -> None:
-        self.level[rows], self.stamp[rows] = level, stamp
+    def store(self, rows: np.ndarray, level: np.ndarray, rank: np.ndarray) -> None:
+        self.level[rows] = level
+        self.keyed[rows] = self._keys(level, rank[rows])
+
+    def store_few(self, rows: Sequence[int], level: Sequence[int], rank: np.ndarray) -> None:
+        """``store`` of a few rows, element by element (no array calls)."""
+        for row, value in zip(rows, level, strict=True):
+            self.level[row] = value
+            self.keyed[row] = value * (1 << self._SHIFT) + ((1 << self._SHIFT) - 1 - int(rank[row]))
+
+    def forget(self, row: int) -> None:
+        if row < len(self.keyed):
+            self.keyed[row] = self.STALE
+
+    @classmethod
+    def level_of(cls, key: int) -> int:
+        return key >> cls._SHIFT
+
+    @classmethod
+    def _keys(cls, level: np.ndarray, rank: np.ndarray) -> np.ndarray:
+        keys: np.ndarray = level * (1 << cls._SHIFT) + ((1 << cls._SHIFT) - 1 - rank)
+        return keys
 
 
 def _grown(array: np.ndarray, rows: int, width: int, fill: object) -> np.ndarray:

@@ -152,12 +152,18 @@ def falls_few(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, cpu: np.n
               request: Request, pod_cpu_milli: int, arrays: MixArrays) -> tuple[list[float], list[bool]]:
     """``fgd_batch.falls_of`` row by row (the mix not empty; ``admitted`` None: every row admits
     every typical pod), as Python floats and bools."""
+    return falls_few_lists(free.tolist(), memory.tolist(), whole.tolist(), cpu.tolist(),
+                           admitted.tolist() if admitted is not None else None, request, pod_cpu_milli, arrays)
+
+
+def falls_few_lists(free: list[list[int]], memory: list[list[int]], whole: list[list[bool]], cpu: list[float],
+                    allowed: list[list[bool]] | None, request: Request, pod_cpu_milli: int,
+                    arrays: MixArrays) -> tuple[list[float], list[bool]]:
+    """``falls_few`` of the rows as Python lists (as ``tolist`` gives them)."""
     mix = _scalars(arrays)
     everyone = [True] * mix.size
-    allowed = admitted.tolist() if admitted is not None else None
     falls, fits = [], []
-    for row, (frees, memories, wholes, headroom) in enumerate(zip(free.tolist(), memory.tolist(), whole.tolist(),
-                                                                  cpu.tolist(), strict=True)):
+    for row, (frees, memories, wholes, headroom) in enumerate(zip(free, memory, whole, cpu, strict=True)):
         admits = everyone if allowed is None else allowed[row]
         cores = [min(max(v, 0), CORES_PER_CARD) for v in frees]
         count, fitting = mix.counts(cores)
@@ -188,7 +194,11 @@ def stored_levels_few(free: np.ndarray, memory: np.ndarray, whole: np.ndarray, c
                       arrays: MixArrays) -> list[int]:
     """``fgd_batch.levels_of`` of a few rows (see ``falls_few``) as the filter keeps them: each
     row's level, -1 where the pod does not fit (``np.where(fit, level, -1)``), as a list."""
-    falls, fits = falls_few(free, memory, whole, cpu, admitted, request, pod_cpu_milli, arrays)
+    return stored_levels_lists(*falls_few(free, memory, whole, cpu, admitted, request, pod_cpu_milli, arrays))
+
+
+def stored_levels_lists(falls: list[float], fits: list[bool]) -> list[int]:
+    """``stored_levels_few`` from ``falls_few``'s (or ``falls_few_lists``') answer."""
     return [level if fit else -1 for level, fit in zip(levels_of_falls(falls), fits, strict=True)]
 
 
