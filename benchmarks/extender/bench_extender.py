@@ -3,8 +3,11 @@
 Measures, side by side in one run:
 - filter and prioritize latency (p50/p99, node-cache mode, every node named) of the real
   extender and of a null extender on the same tornado stack that only parses the request
-  and echoes the nodes (the HTTP + JSON floor); each cycle is filter -> prioritize -> bind
-  as kube-scheduler does it, the two servers interleaved request by request;
+  and echoes the nodes (the HTTP + JSON floor: "null" with the json module, "null-wire" with
+  the extender's reply encoder, "null-front" on the extender's own HTTP front and codec, with
+  no tornado RequestHandler, as the real extender answers its verbs since the fourteenth
+  step); each cycle is filter -> prioritize -> bind as kube-scheduler does it, the servers
+  interleaved request by request;
 - bind throughput over HTTP (bind's API calls answered in memory, so this is the
   extender's own cost), and end to end against the simulated Kubernetes API;
 - ledger memory (tracemalloc) and rebuild time: from the objects alone, and end to end
@@ -178,6 +181,44 @@ def serve(kind: str, port: int, nodes: int, gpus: int, pods: int, seed: int, pol
 
     import tornado.web
 
+    if kind == "null-front":
+        # the extender's own HTTP front (front.PostFront) and codec (orjson in, wire.dumps out)
+        # with no decision at all: the floor of the extender's stack, tornado's RequestHandler
+        # left out as the real extender leaves it out
+        import orjson
+        import tornado.httpserver
+
+        from vgpu_plugin.extender.front import Post, PostFront
+        from vgpu_plugin.extender.wire import dumps
+
+        def echo_filter(body: bytes) -> tuple[int, bytes]:
+            names = orjson.loads(body).get("NodeNames")
+            return 200, dumps({"Nodes": None, "NodeNames": names, "FailedNodes": {},
+                               "FailedAndUnresolvableNodes": {}, "Error": ""})
+
+        def echo_prioritize(body: bytes) -> tuple[int, bytes]:
+            return 200, dumps([{"Host": n, "Score": 0} for n in orjson.loads(body).get("NodeNames") or []])
+
+        def echo_bind(body: bytes) -> tuple[int, bytes]:
+            orjson.loads(body)
+            return 200, dumps({"Error": ""})
+
+        def unobserved(seconds: float) -> None:
+            return None
+
+        async def front_main() -> None:
+            posts = {"/scheduler/filter": Post(echo_filter, unobserved),
+                     "/scheduler/prioritize": Post(echo_prioritize, unobserved),
+                     "/scheduler/bind": Post(echo_bind, unobserved)}
+            rest = tornado.web.Application([])
+            tornado.httpserver.HTTPServer(PostFront(posts, rest, lambda method, uri, status: None)).listen(
+                port, "127.0.0.1")
+            print("ready", flush=True)
+            await asyncio.Event().wait()
+
+        asyncio.run(front_main())
+        return
+
     if kind in ("null", "null-wire"):
         # "null": the json module both ways; "null-wire": replies encoded by the extender's own
         # codec (wire.dumps), so the floor moves with it
@@ -313,7 +354,9 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
     real = spawn("real", args, real_port)
     null = spawn("null", args, null_port)
     null_wire = spawn("null-wire", args, wire_port)
-    kinds = ("real", "null", "null-wire")
+    front_port = free_port()
+    null_front = spawn("null-front", args, front_port)
+    kinds = ("real", "null", "null-wire", "null-front")
     setup = time.perf_counter() - started
     node_names = [f"node-{i:04d}" for i in range(args.nodes)]
     samples: dict[str, dict[str, list[float]]] = {k: {"filter": [], "prioritize": [], "bind": []}
@@ -322,9 +365,10 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
     try:
         connections = {"real": http.client.HTTPConnection("127.0.0.1", real_port),
                        "null": http.client.HTTPConnection("127.0.0.1", null_port),
-                       "null-wire": http.client.HTTPConnection("127.0.0.1", wire_port)}
+                       "null-wire": http.client.HTTPConnection("127.0.0.1", wire_port),
+                       "null-front": http.client.HTTPConnection("127.0.0.1", front_port)}
         cpu_at_warm: dict[str, float] = {}
-        servers = {"real": real, "null": null, "null-wire": null_wire}
+        servers = {"real": real, "null": null, "null-wire": null_wire, "null-front": null_front}
         for cycle in range(args.cycles + args.warmup):
             if cycle == args.warmup:  # each server's CPU time over the measured cycles: preemption is not in it
                 cpu_at_warm = {kind: _cpu_seconds(process.pid) for kind, process in servers.items()}
@@ -333,7 +377,7 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
             pod = pod_object(name, SHAPES[shape_index])
             filter_body = json.dumps({"Pod": pod, "Nodes": None,
                                       "NodeNames": candidate_names(node_names, cycle, args)}).encode()
-            order = kinds[cycle % 3:] + kinds[:cycle % 3]  # each server first in turn
+            order = kinds[cycle % len(kinds):] + kinds[:cycle % len(kinds)]  # each server first in turn
             for kind in order:
                 conn = connections[kind]
                 t_filter, result = call(conn, "/scheduler/filter", filter_body)
@@ -378,7 +422,7 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
         # fgd-filter's rows) and the objects it built them from (an extender's informers hold those)
         server_rss = _rss_mb(real.pid)
     finally:
-        for process in (real, null, null_wire):
+        for process in servers.values():
             process.kill()
     result: dict[str, Any] = {"server_setup_seconds": round(setup, 1), "cycles": args.cycles,
                               "names_per_filter": len(candidate_names(node_names, 0, args)),
@@ -396,6 +440,8 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
             result[f"{verb}_p{q}_ratio"] = round(result[f"{verb}_real_p{q}_ms"] / result[f"{verb}_null_p{q}_ms"], 2)
             result[f"{verb}_p{q}_ratio_wire"] = round(
                 result[f"{verb}_real_p{q}_ms"] / result[f"{verb}_null-wire_p{q}_ms"], 2)
+            result[f"{verb}_p{q}_ratio_front"] = round(
+                result[f"{verb}_real_p{q}_ms"] / result[f"{verb}_null-front_p{q}_ms"], 2)
     return result
 
 
@@ -637,7 +683,7 @@ def _rss_mb(pid: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--serve", choices=("real", "null", "null-wire", "sim-api"), help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=("real", "null", "null-wire", "null-front", "sim-api"), help=argparse.SUPPRESS)
     parser.add_argument("--kubeconfig-out", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--nodes", type=int, default=1000)
