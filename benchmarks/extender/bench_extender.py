@@ -187,7 +187,6 @@ def serve(kind: str, port: int, nodes: int, gpus: int, pods: int, seed: int, pol
         # left out as the real extender leaves it out
         import orjson
         import tornado.httpserver
-
         from vgpu_plugin.extender.front import Post, PostFront
         from vgpu_plugin.extender.wire import dumps
 
