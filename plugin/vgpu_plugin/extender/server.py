@@ -390,8 +390,8 @@ class Extender:
         """The scheduler's listener: its three POST verbs answered by the front, the rest by tornado."""
         kwargs = {"extender": self}
         verbs: dict[str, Answer] = {"filter": lambda body: answer_filter(self, body),
-                 "prioritize": lambda body: answer_prioritize(self, body),
-                 "bind": lambda body: answer_bind(self, body)}
+                                    "prioritize": lambda body: answer_prioritize(self, body),
+                                    "bind": lambda body: answer_bind(self, body)}
         posts = {f"{self.prefix}/{verb}": Post(answer, self.metrics.timer(verb).observe)
                  for verb, answer in verbs.items()}
         web = tornado.web.Application([
