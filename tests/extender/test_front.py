@@ -9,6 +9,7 @@ import email.utils
 import http.client
 import json
 import logging
+import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -172,3 +173,30 @@ def test_tornados_body_limit_still_applies(served):
     assert served.seen() == {"observed": [], "logged": [], "bodies": 0}
     assert exchange(served.connection(), "POST", "/v/echo", b"x" * 4000)[0] == 200
     assert served.seen()["observed"] == ["echo"]
+
+
+def raw_status(port: int, request: bytes) -> int:
+    """The status line's code of the one reply to ``request`` sent over a fresh socket."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        reply = b""
+        while b"\r\n" not in reply and (data := sock.recv(4096)):
+            reply += data
+    return int(reply.split(b" ", 2)[1])
+
+
+@pytest.mark.parametrize(("version", "host", "status"), [
+    ("HTTP/1.1", None, 400),          # RFC 9112 §3.2: an HTTP/1.1 request must name its host
+    ("HTTP/1.1", "a,b", 400),         # several Host headers (or a proxy's folding of them)
+    ("HTTP/1.1", "a b", 400),         # not a host
+    ("HTTP/1.1", "127.0.0.1:80", 200),
+    ("HTTP/1.1", "[::1]:8080", 200),
+    ("HTTP/1.0", None, 200),          # HTTP/1.0 needs none
+])
+def test_the_host_header_is_checked_as_tornados_request_object_checks_it(served, version, host, status):
+    head = f"POST /v/echo {version}\r\n" + (f"Host: {host}\r\n" if host is not None else "")
+    assert raw_status(served.port, head.encode() + b"Content-Length: 2\r\n\r\n{}") == status
+    # the application's paths answer the same
+    head = f"GET /other {version}\r\n" + (f"Host: {host}\r\n" if host is not None else "")
+    assert raw_status(served.port, head.encode() + b"\r\n") == status
+    assert served.seen()["observed"] == (["echo"] if status == 200 else [])

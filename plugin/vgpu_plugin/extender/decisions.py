@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import operator
 import threading
 import time
 import zlib
@@ -174,7 +175,9 @@ class _Passing(Sequence[str]):
     def __getitem__(self, i: Any) -> Any:
         if self._at is None:
             self._at = list(_positions(self._where, 1))
-        return self._names[self._at[i]] if isinstance(i, int) else [self._names[at] for at in self._at[i]]
+        if isinstance(i, slice):
+            return [self._names[at] for at in self._at[i]]
+        return self._names[self._at[operator.index(i)]]  # numpy integers too
 
 
 def describe_pod(pod: Mapping[str, Any]) -> str:
@@ -422,10 +425,11 @@ class Decisions:
         # every node's cards as array rows for fgd-filter, rewritten when the ledger changes the node
         self._fgd_rows = NodeRows()
         self._fgd_row_of_slot = np.full(0, -1, dtype=np.int64)  # DecisionCache slot -> row (-1: none yet)
+        # guarded by the ledger's lock: the filter reads and stores levels under it, and the
+        # ledger's listeners that forget a changed row's levels (_fgd_forget_row) run under it
         self._fgd_memos: OrderedDict[tuple[Any, ...], LevelMemo] = OrderedDict()
         self._fgd_counts = CountMemo(self._typical_view[1])  # per mix snapshot: what each node offers each typical pod
         self._fgd_columns = RequestColumns()  # per request: each typical pod's numbers, kept across snapshots
-        self._fgd_lock = threading.Lock()
         ledger.subscribe(self._fgd_node_changed)
         self._fgd_hosts_dirty: set[str] = set()  # nodes whose CPU headroom or labels changed since
         self.hosts.subscribe(self._fgd_hosts_dirty.add)
@@ -686,9 +690,8 @@ class Decisions:
             else:
                 picked = index
             if len(picked) and single is not None:
-                with self._fgd_lock:
-                    known = self._fgd_memo((ask.key, view.cpu_milli, version, self.hosts.labels_version))
-                    top, row = self._fgd_top(known, picked, ask, single, view, arrays)
+                known = self._fgd_memo((ask.key, view.cpu_milli, version, self.hosts.labels_version))
+                top, row = self._fgd_top(known, picked, ask, single, view, arrays)
                 if top >= max(found.values(), default=-1):
                     found = {name: level for name, level in found.items() if level == top}
                     found[rows.names[row]] = top

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from http.client import responses
@@ -32,6 +33,10 @@ Answer = Callable[[bytes], "Reply | Awaitable[Reply]"]
 """A verb: the request's body in, its reply out (now, or once awaited)."""
 
 INTERNAL_ERROR = b'{"Error":"internal error in the extender (see its log)"}'
+
+# RFC 3986's host characters (brackets and colons anywhere, as tornado simplifies it) and an
+# optional port, without the comma: a comma means several Host headers (RFC 9112 §3.2)
+_HOST = re.compile(r"(?:[\[\]:A-Za-z0-9\-._~!$&'()*+;=]|%[0-9A-Fa-f]{2})*(?::[0-9]*)?")
 _SERVER = f"TornadoServer/{tornado.version}"  # what a RequestHandler sends
 
 
@@ -63,14 +68,9 @@ class PostFront(httputil.HTTPServerConnectionDelegate):
                       request_conn: httputil.HTTPConnection) -> httputil.HTTPMessageDelegate:
         return _Request(self, server_conn, request_conn)
 
-    def on_close(self, server_conn: object) -> None:
-        self.application.on_close(server_conn)
-
 
 class _Request(httputil.HTTPMessageDelegate):
     """One request on a connection: a verb's POST gathered and answered, or passed on whole."""
-
-    __slots__ = ("front", "server_conn", "connection", "passed_on", "post", "uri", "chunks")
 
     def __init__(self, front: PostFront, server_conn: object, connection: httputil.HTTPConnection) -> None:
         self.front = front
@@ -89,6 +89,7 @@ class _Request(httputil.HTTPMessageDelegate):
         if post is None:
             self.passed_on = self.front.application.start_request(self.server_conn, self.connection)
             return self.passed_on.headers_received(start_line, headers)
+        _check_host(start_line.version, headers)
         self.post, self.uri = post, start_line.path
         return None
 
@@ -148,6 +149,19 @@ class _Request(httputil.HTTPMessageDelegate):
         if self.passed_on is not None:
             self.passed_on.on_connection_close()
         self.chunks = []
+
+
+def _check_host(version: str, headers: httputil.HTTPHeaders) -> None:
+    """The Host checks tornado's request object makes (RFC 9112 §3.2: 400 for an HTTP/1.1 request
+    without one, with several, or with an invalid one); raised as ``HTTPInputError``, the
+    connection answers 400 and closes, as it did for these paths before the front."""
+    host = headers.get("Host")
+    if host is None:
+        if version != "HTTP/1.0":
+            raise httputil.HTTPInputError("Missing Host header")
+        return
+    if not _HOST.fullmatch(host):
+        raise httputil.HTTPInputError(f"Invalid Host header: {host!r}")
 
 
 _date: tuple[int, str] = (0, "")
