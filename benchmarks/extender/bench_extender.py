@@ -33,6 +33,7 @@ import threading
 import time
 import tracemalloc
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -174,87 +175,68 @@ class InMemoryPods:
         pod["spec"]["nodeName"] = node
 
 
-def serve(kind: str, port: int, nodes: int, gpus: int, pods: int, seed: int, policy: str = "binpack",
-          headroom: bool = True) -> None:
+def null_answers(decode: Callable[[bytes], Any], encode: Callable[[Any], Any]) -> dict[str, Callable[[bytes], Any]]:
+    """The null extender's verbs by path: parse the request, echo the nodes, decide nothing."""
+    def filter_(body: bytes) -> Any:
+        return encode({"Nodes": None, "NodeNames": decode(body).get("NodeNames"), "FailedNodes": {},
+                       "FailedAndUnresolvableNodes": {}, "Error": ""})
+
+    def prioritize(body: bytes) -> Any:
+        return encode([{"Host": n, "Score": 0} for n in decode(body).get("NodeNames") or []])
+
+    def bind(body: bytes) -> Any:
+        decode(body)
+        return encode({"Error": ""})
+
+    return {"/scheduler/filter": filter_, "/scheduler/prioritize": prioritize, "/scheduler/bind": bind}
+
+
+async def serve_null(kind: str, port: int) -> None:
+    """A null extender: "null" parses and encodes with the json module, "null-wire" encodes with the
+    extender's own codec (wire.dumps), so the floor moves with it; both answer through tornado's
+    RequestHandler. "null-front" answers on the extender's own HTTP front (front.PostFront) with
+    its codec (orjson in, wire.dumps out): tornado's RequestHandler left out, as the real
+    extender leaves it out for its verbs."""
     import asyncio
-    import threading
 
+    import tornado.httpserver
     import tornado.web
+    from vgpu_plugin.extender.wire import dumps
 
+    server: tornado.httpserver.HTTPServer
     if kind == "null-front":
-        # the extender's own HTTP front (front.PostFront) and codec (orjson in, wire.dumps out)
-        # with no decision at all: the floor of the extender's stack, tornado's RequestHandler
-        # left out as the real extender leaves it out
         import orjson
-        import tornado.httpserver
         from vgpu_plugin.extender.front import Post, PostFront
-        from vgpu_plugin.extender.wire import dumps
 
-        def echo_filter(body: bytes) -> tuple[int, bytes]:
-            names = orjson.loads(body).get("NodeNames")
-            return 200, dumps({"Nodes": None, "NodeNames": names, "FailedNodes": {},
-                               "FailedAndUnresolvableNodes": {}, "Error": ""})
+        posts = {path: Post(lambda body, answer=answer: (200, answer(body)), lambda seconds: None)
+                 for path, answer in null_answers(orjson.loads, dumps).items()}
+        server = tornado.httpserver.HTTPServer(PostFront(posts, tornado.web.Application([]), lambda *reply: None))
+    else:
+        class Verb(tornado.web.RequestHandler):
+            def initialize(self, answer: Callable[[bytes], Any]) -> None:
+                self.answer = answer
 
-        def echo_prioritize(body: bytes) -> tuple[int, bytes]:
-            return 200, dumps([{"Host": n, "Score": 0} for n in orjson.loads(body).get("NodeNames") or []])
-
-        def echo_bind(body: bytes) -> tuple[int, bytes]:
-            orjson.loads(body)
-            return 200, dumps({"Error": ""})
-
-        def unobserved(seconds: float) -> None:
-            return None
-
-        async def front_main() -> None:
-            posts = {"/scheduler/filter": Post(echo_filter, unobserved),
-                     "/scheduler/prioritize": Post(echo_prioritize, unobserved),
-                     "/scheduler/bind": Post(echo_bind, unobserved)}
-            rest = tornado.web.Application([])
-            tornado.httpserver.HTTPServer(PostFront(posts, rest, lambda method, uri, status: None)).listen(
-                port, "127.0.0.1")
-            print("ready", flush=True)
-            await asyncio.Event().wait()
-
-        asyncio.run(front_main())
-        return
-
-    if kind in ("null", "null-wire"):
-        # "null": the json module both ways; "null-wire": replies encoded by the extender's own
-        # codec (wire.dumps), so the floor moves with it
-        if kind == "null":
-            def encode(value: Any) -> Any:
-                return json.dumps(value)
-        else:
-            from vgpu_plugin.extender.wire import dumps as encode
-
-        class Filter(tornado.web.RequestHandler):
             def post(self) -> None:
-                args = json.loads(self.request.body)
-                self.finish(encode({"Nodes": None, "NodeNames": args.get("NodeNames"), "FailedNodes": {},
-                                    "FailedAndUnresolvableNodes": {}, "Error": ""}))
-
-        class Prioritize(tornado.web.RequestHandler):
-            def post(self) -> None:
-                args = json.loads(self.request.body)
-                self.finish(encode([{"Host": n, "Score": 0} for n in args.get("NodeNames") or []]))
-
-        class Bind(tornado.web.RequestHandler):
-            def post(self) -> None:
-                json.loads(self.request.body)
-                self.finish(encode({"Error": ""}))
+                self.finish(self.answer(self.request.body))
 
         class Health(tornado.web.RequestHandler):
             def get(self) -> None:
                 self.finish("ok")
 
-        async def main() -> None:
-            app = tornado.web.Application([("/scheduler/filter", Filter), ("/scheduler/prioritize", Prioritize),
-                                           ("/scheduler/bind", Bind), ("/healthz", Health)])
-            app.listen(port, "127.0.0.1")
-            print("ready", flush=True)
-            await asyncio.Event().wait()
+        answers = null_answers(json.loads, json.dumps if kind == "null" else dumps)
+        server = tornado.httpserver.HTTPServer(tornado.web.Application(
+            [*((path, Verb, {"answer": answer}) for path, answer in answers.items()), ("/healthz", Health)]))
+    server.listen(port, "127.0.0.1")
+    print("ready", flush=True)
+    await asyncio.Event().wait()
 
-        asyncio.run(main())
+
+def serve(kind: str, port: int, nodes: int, gpus: int, pods: int, seed: int, policy: str = "binpack",
+          headroom: bool = True) -> None:
+    import asyncio
+
+    if kind in ("null", "null-wire", "null-front"):
+        asyncio.run(serve_null(kind, port))
         return
 
     from vgpu_plugin.extender.server import Extender
