@@ -419,10 +419,6 @@ class NodeRows:
     def take(self, names: Sequence[str]) -> np.ndarray:
         return np.array([self.index[name] for name in names], dtype=np.int64)
 
-    def first_by_name(self, picked: np.ndarray) -> int:
-        """The row among ``picked`` (not empty) whose name sorts first, as ``min`` of the names would."""
-        return int(picked[np.argmin(self.ranks()[picked])])
-
     def ranks(self) -> np.ndarray:
         """Each row's place among the names in Python's str order, ranked again when rows were added
         (its length tells which rows it ranked)."""
