@@ -38,7 +38,7 @@ from jupyter_vgpu.core.contract import CORES_PER_CARD, MEMORY_UNIT_MIB, Names
 
 from .bind_workers import BindWorkers, WorkersStopped
 from .decisions import Decisions, PodAPI, PodProblem
-from .front import Answer, Post, PostFront, Reply
+from .front import INTERNAL_ERROR, Answer, Post, PostFront, Reply
 from .headroom import HostHeadroom
 from .ledger import Ledger
 from .notices import QueueNotifier
@@ -111,13 +111,9 @@ class _Handler(tornado.web.RequestHandler):
         self.finish(dumps(value))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        # never a traceback, always JSON with the verb's Error field
-        message = self._reason if status_code != 500 else "internal error in the extender (see its log)"
+        # never a traceback, always JSON with the verb's Error field (a 500 as the front answers it)
         self.set_header("Content-Type", "application/json")
-        self.finish(dumps({"Error": message}))
-
-    def check_ready(self) -> str | None:
-        return self.extender.not_ready()
+        self.finish(INTERNAL_ERROR if status_code == 500 else dumps({"Error": self._reason}))
 
 
 class _VerbOtherMethods(_Handler):
@@ -191,7 +187,7 @@ async def answer_bind(extender: Extender, body: bytes) -> Reply:
 
 class HealthHandler(_Handler):
     def get(self) -> None:
-        not_ready = self.check_ready()
+        not_ready = self.extender.not_ready()
         self.set_status(503 if not_ready else 200)
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         self.finish(not_ready or "ok")
