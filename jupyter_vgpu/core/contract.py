@@ -662,7 +662,7 @@ class PodAllocation:
         """Parse an allocation annotation; ValueError with the reason when it is malformed."""
         try:
             data = json.loads(text)
-        except (TypeError, json.JSONDecodeError) as error:
+        except (TypeError, json.JSONDecodeError, RecursionError) as error:  # nested past the reader's depth too
             raise ValueError(f"allocation annotation is not JSON: {error}") from None
         try:
             if not isinstance(data, dict):

@@ -133,7 +133,7 @@ class NodeInventory:
         """Parse a node annotation; ValueError saying what is wrong when it is malformed."""
         try:
             data = json.loads(text)
-        except (TypeError, json.JSONDecodeError) as error:
+        except (TypeError, json.JSONDecodeError, RecursionError) as error:  # nested past the reader's depth too
             raise ValueError(f"GPU inventory is not JSON: {error}") from None
         return cls.from_dict(data)
 

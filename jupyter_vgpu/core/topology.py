@@ -224,7 +224,7 @@ class Topology:
     def from_json(cls, text: str) -> Topology:
         try:
             data = json.loads(text)
-        except (TypeError, json.JSONDecodeError) as error:
+        except (TypeError, json.JSONDecodeError, RecursionError) as error:  # nested past the reader's depth too
             raise TopologyError(f"topology is not JSON: {error}") from None
         return cls.from_dict(data)
 

@@ -202,3 +202,20 @@ def test_formatting_helpers() -> None:
     assert request_limits(Request(25, 16)) == {CORE: "25", MEMORY: "16"}
     assert request_limits(Request(200)) == {CORE: "200"}
     assert card_ids_env([0, 3]) == "0,3"
+
+
+def test_annotations_nested_past_the_json_readers_depth_are_malformed_not_a_crash() -> None:
+    """Anyone who can create pods writes these annotations: 5,000 open brackets are refused as
+    malformed (a ValueError every reader handles), never a RecursionError that ends a daemon's thread."""
+    from jupyter_vgpu.core.claims import pod_claim
+    from jupyter_vgpu.core.inventory import NodeInventory
+    from jupyter_vgpu.core.topology import Topology
+
+    deep = "[" * 5000
+    for reader in (PodAllocation.from_json, NodeInventory.from_json, Topology.from_json):
+        with pytest.raises(ValueError, match="not JSON"):
+            reader(deep)
+    pod = {"metadata": {"name": "deep", "namespace": "t", "uid": "u1", "annotations": {DEFAULT_NAMES.allocation: deep}},
+           "spec": {"nodeName": "node-1", "containers": [{"name": "c0"}]}, "status": {"phase": "Pending"}}
+    claim = pod_claim(pod)
+    assert claim is not None and claim.allocation is None and "not JSON" in (claim.problem or "")

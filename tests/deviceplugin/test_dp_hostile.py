@@ -146,6 +146,37 @@ def test_a_forged_assigned_pod_with_unreadable_requests_is_a_rival_too(daemons, 
     assert not POD_ENV & set(answer.envs)
 
 
+
+def test_a_record_nested_past_the_json_readers_depth_stops_nothing(daemons, peer, gpus, core_v1):
+    """A tenant who can create pods binds one here whose allocation annotation is 5,000 open
+    brackets: every reader of it (Allocate, the annotator, restore after a restart) takes it for a
+    pod with an unreadable record, and the waiting pod is still admitted and confirmed."""
+    make_node(core_v1)
+    first = daemons(gpus)
+    wait_registered(peer)
+    core_v1.create_namespaced_pod("default", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "deep", "annotations": {NAMES.allocation: "[" * 5000}},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "c0", "image": "jupyter/base-notebook"}]}},
+        _preload_content=False)
+    victim = place_pod(core_v1, gpus, "victim", [(Request(30, 10), (0,))])
+    wait_for(lambda: first.informer.get("default", "deep") and first.informer.get("default", "victim"), timeout=20)
+    core_ids, answer = peer.admit(CORE, 30, all_ids("core"))
+    mem_ids, _ = peer.admit(MEMORY, 10, all_ids("memory"))
+    assert answer.envs[c.ENV_DEVICE_INDICES] == "0"
+    write_checkpoint(first.checkpoint_path, [
+        PodDeviceEntry(victim["metadata"]["uid"], "c0", CORE, tuple(sorted(core_ids)), answer.SerializeToString()),
+        PodDeviceEntry(victim["metadata"]["uid"], "c0", MEMORY, tuple(sorted(mem_ids)))], {})
+    wait_for(lambda: annotations(core_v1, "victim").get(NAMES.gpu_assigned) == "true", timeout=20,
+             what="the victim confirmed by the annotator")
+
+    first.stop()  # a restart restores from the checkpoint with the deep pod still listed
+    second = daemons(gpus)
+    wait_registered(peer, 4)
+    assert second.wait_ready(10)
+    assert second.allocator.usage() == {0: (30, 10)}
+
+
 GARBLED = {
     "numa map of a number": lambda entry: entry.update(DeviceIDs={"0": 5}),
     "AllocResp a number": lambda entry: entry.update(AllocResp=5),

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -184,3 +185,36 @@ def test_a_gone_pods_token_rebuilds_the_index_at_most_once_per_interval(
         assert server.sampler.lookup_rebuilds - before == 2
     finally:
         server.stop()
+
+
+def _raw_exchange(port: int, request: bytes, timeout: float = 5.0) -> bytes:
+    """Send ``request`` as is and read until the server closes the connection (or ``timeout``)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(request)
+        answer = b""
+        with contextlib.suppress(TimeoutError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize("port_of", ["port", "scrape_port"])
+def test_a_large_body_is_refused_before_it_is_read(server: MetricsServer, port_of: str) -> None:
+    """Any tenant reaches the node API's hostPort: a request announcing 90 MB (nothing here takes a
+    body) is refused at its headers and the connection closed, not buffered into the daemon's memory."""
+    port = getattr(server, port_of)
+    request = (b"POST /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n"
+               b"Content-Length: 94371840\r\n\r\n")  # the headers alone: the answer must not wait for the body
+    answer = _raw_exchange(port, request)
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    # a chunked body is cut off as it passes the limit
+    chunk = b"x" * 3000
+    request = (b"POST /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+               + (b"%x\r\n" % len(chunk) + chunk + b"\r\n") * 2)  # 6,000 bytes, no last chunk
+    answer = _raw_exchange(port, request)
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    # and the server goes on answering
+    status, _, _ = fetch(server.url + "/healthz")
+    assert status == 200

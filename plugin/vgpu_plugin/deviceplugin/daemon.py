@@ -375,7 +375,11 @@ class NodeDaemon:
                 namespace, name = self._annotate.get(timeout=0.5)
             except queue.Empty:
                 continue
-            desired = self.allocator.desired_annotations(namespace, name)
+            try:
+                desired = self.allocator.desired_annotations(namespace, name)
+            except Exception:  # one pod's bad record must not end the thread that writes every pod's
+                log.exception("cannot work out pod %s/%s's annotations; skipped", namespace, name)
+                continue
             if not desired:
                 continue
             try:

@@ -54,6 +54,12 @@ from .scrape import PrometheusHandler, ScrapeAuth
 
 log = logging.getLogger(__name__)
 
+MAX_BODY_BYTES = 4096
+"""Request body limit on both ports: every endpoint is a GET; a bigger body is refused with 400 as
+its headers arrive (Content-Length) or as its chunks pass the limit, never buffered."""
+MAX_BUFFER_BYTES = 1 << 20
+"""Read buffer per connection: room for tornado's 64 KiB header limit and a body chunk."""
+
 
 def _local_url(address: str, port: int | None) -> str:
     host = "127.0.0.1" if address in ("", "0.0.0.0", "::") else address
@@ -170,7 +176,10 @@ class MetricsServer:
             asyncio.set_event_loop(loop)
             try:
                 for app, socks in ((self.make_app(), sockets), (self.make_scrape_app(), scrape_sockets)):
-                    http = tornado.httpserver.HTTPServer(app, xheaders=False)
+                    # nothing on either port takes a body: refuse one before it is buffered (tornado's
+                    # defaults would hold 100 MB per request in a daemon limited to 256 MiB)
+                    http = tornado.httpserver.HTTPServer(app, xheaders=False, max_body_size=MAX_BODY_BYTES,
+                                                         max_buffer_size=MAX_BUFFER_BYTES)
                     http.add_sockets(socks)
                     self._http.append(http)
                 self._loop = loop
