@@ -140,7 +140,7 @@ def env_allocation(environ: Mapping[str, str]) -> dict[str, Any] | None:
     except ValueError:
         return None
     uuids = [u for u in environ.get(contract.ENV_DEVICE_UUIDS, "").split(",") if u]
-    indices = [int(i) for i in environ.get(contract.ENV_DEVICE_INDICES, "").split(",") if i.strip().isdigit()]
+    indices = [int(i) for i in environ.get(contract.ENV_DEVICE_INDICES, "").split(",") if i.strip().isdecimal()]
     count = max(len(uuids), len(indices), 1)
     per_card_cores = cores if cores < contract.CORES_PER_CARD else contract.CORES_PER_CARD
     profile = environ.get(contract.ENV_MIG_PROFILE, "")

@@ -331,7 +331,7 @@ class KubeEmulator(ScaffoldHooks):
                      predicate: Callable[[Mapping[str, Any]], bool],
                      as_table: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None) -> Response:
         since = params.get("resourceVersion") or "0"
-        if not since.isdigit():
+        if not since.isdecimal():
             raise ApiError(400, "BadRequest", f"invalid resourceVersion {since!r}: must be an integer")
         try:
             timeout = float(params.get("timeoutSeconds") or self.watch_timeout)

@@ -124,7 +124,7 @@ def _walk(doc: Any, parts: list[str], path: str) -> Any:
     for part in parts:
         if isinstance(doc, dict) and part in doc:
             doc = doc[part]
-        elif isinstance(doc, list) and part.isdigit() and int(part) < len(doc):
+        elif isinstance(doc, list) and part.isdecimal() and int(part) < len(doc):
             doc = doc[int(part)]
         else:
             raise PatchError(f"path {path!r} does not exist")
@@ -172,7 +172,7 @@ def _add(doc: Any, parts: list[str], value: Any, path: str) -> Any:
     elif isinstance(parent, list):
         if last == "-":
             parent.append(value)
-        elif last.isdigit() and int(last) <= len(parent):
+        elif last.isdecimal() and int(last) <= len(parent):
             parent.insert(int(last), value)
         else:
             raise PatchError(f"index in {path!r} is out of range")
@@ -188,7 +188,7 @@ def _remove(doc: Any, parts: list[str], path: str) -> Any:
     last = parts[-1]
     if isinstance(parent, dict) and last in parent:
         del parent[last]
-    elif isinstance(parent, list) and last.isdigit() and int(last) < len(parent):
+    elif isinstance(parent, list) and last.isdecimal() and int(last) < len(parent):
         del parent[int(last)]
     else:
         raise PatchError(f"path {path!r} does not exist")

@@ -196,7 +196,7 @@ def event_row(event: Mapping[str, Any], now: datetime.datetime) -> list[Any]:
     involved, source = _dict(event.get("involvedObject")), _dict(event.get("source"))
     first = event.get("firstTimestamp") or event.get("eventTime")
     last = event.get("lastTimestamp") or event.get("eventTime") or first
-    count = int(event.get("count") or 1) if str(event.get("count") or 1).isdigit() else 1
+    count = int(event.get("count") or 1) if str(event.get("count") or 1).isdecimal() else 1
     last_seen = _since(last, now)
     if count > 1:
         last_seen = f"{last_seen} (x{count} over {_since(first, now)})"

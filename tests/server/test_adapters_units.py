@@ -86,6 +86,10 @@ def test_env_allocation():
                                  contract.ENV_DEVICE_UUIDS: "GPU-a,GPU-b", contract.ENV_DEVICE_INDICES: "0,3"})
     assert [(c["index"], c["uuid"], c["cores"], c["memoryMib"]) for c in allocation["cards"]] == \
         [(0, "GPU-a", 100, 40960), (3, "GPU-b", 100, 40960)]
+    # the container's env is the user's to change: an index int() cannot read is skipped, not a crash
+    allocation = env_allocation({contract.ENV_CORES: "25", contract.ENV_MEMORY_MIB: "4096",
+                                 contract.ENV_DEVICE_INDICES: "\u00b2,1"})
+    assert [c["index"] for c in allocation["cards"]] == [1]
 
 
 def test_source_choice(tmp_path):
