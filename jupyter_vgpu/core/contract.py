@@ -265,7 +265,7 @@ class RequestError(ValueError):
     """A vGPU request that can never be valid, with a message a person can act on."""
 
 
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m|u|n)?$")
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m|u|n)?\Z")
 _SUFFIX = {
     None: Decimal(1),
     "k": Decimal(10) ** 3,
@@ -776,7 +776,7 @@ def parse_mig_slices(annotations: Mapping[str, str], names: Names = DEFAULT_NAME
 
 # --- sizes ----------------------------------------------------------------------------------
 
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*\Z")
 _SIZE_MIB = {
     "": None,  # a bare number is in vcuda-memory units
     "units": None,

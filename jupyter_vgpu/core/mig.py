@@ -104,7 +104,7 @@ def geometry_for(model: str, memory_mib: int) -> MigGeometry | None:
     return min(candidates, key=lambda g: abs(g.memory_mib - memory_mib))
 
 
-_PROFILE_NAME = re.compile(r"^(?:([1-7])c\.)?([1-7])g\.([0-9]{1,4})gb(\+me)?$")
+_PROFILE_NAME = re.compile(r"^(?:([1-7])c\.)?([1-7])g\.([0-9]{1,4})gb(\+me)?\Z")
 
 
 def check_profile_name(name: str) -> str:

@@ -18,10 +18,10 @@ class SelectorError(ValueError):
     """A selector the API server would refuse with 400 Bad Request."""
 
 
-_LABEL_KEY = re.compile(r"^([a-z0-9A-Z]([-a-z0-9A-Z.]*[a-z0-9A-Z])?/)?[a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?$")
-_LABEL_VALUE = re.compile(r"^([a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?)?$")
-_SET_REQUIREMENT = re.compile(r"^\s*(?P<key>\S+)\s+(?P<op>in|notin)\s*\((?P<values>[^)]*)\)\s*$")
-_EQ_REQUIREMENT = re.compile(r"^\s*(?P<key>[^=!\s]+)\s*(?P<op>==|=|!=)\s*(?P<value>\S*)\s*$")
+_LABEL_KEY = re.compile(r"^([a-z0-9A-Z]([-a-z0-9A-Z.]*[a-z0-9A-Z])?/)?[a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?\Z")
+_LABEL_VALUE = re.compile(r"^([a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?)?\Z")
+_SET_REQUIREMENT = re.compile(r"^\s*(?P<key>\S+)\s+(?P<op>in|notin)\s*\((?P<values>[^)]*)\)\s*\Z")
+_EQ_REQUIREMENT = re.compile(r"^\s*(?P<key>[^=!\s]+)\s*(?P<op>==|=|!=)\s*(?P<value>\S*)\s*\Z")
 
 
 def _split_top_level(text: str) -> list[str]:

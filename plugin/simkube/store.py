@@ -126,7 +126,7 @@ def _invalid(rt: ResourceType, name: str, why: str) -> ApiError:
 
 
 _STALE = "the object has been modified; please apply your changes to the latest version and try again"
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?\Z")
 _POD_MUTABLE_SPEC = ("activeDeadlineSeconds", "tolerations", "schedulingGates")
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
@@ -461,7 +461,7 @@ class Store:
 
 
 _QOS_RESOURCES = ("cpu", "memory")  # extended resources (vcuda-core, ...) never change a pod's QoS class
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+)(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E|[eE][+-]?[0-9]+)?$")
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+)(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E|[eE][+-]?[0-9]+)?\Z")
 _SUFFIX = {"m": Decimal("0.001"), "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9,
            "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
            "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40,

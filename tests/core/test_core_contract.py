@@ -219,3 +219,13 @@ def test_annotations_nested_past_the_json_readers_depth_are_malformed_not_a_cras
            "spec": {"nodeName": "node-1", "containers": [{"name": "c0"}]}, "status": {"phase": "Pending"}}
     claim = pod_claim(pod)
     assert claim is not None and claim.allocation is None and "not JSON" in (claim.problem or "")
+
+
+def test_a_trailing_newline_is_not_part_of_a_name_or_number() -> None:
+    """``$`` matches before a final newline; the patterns end at ``\\Z`` so "2g.10gb\\n" is no MIG
+    profile (the name would be carried on into annotations and env as written)."""
+    from jupyter_vgpu.core.mig import check_profile_name
+
+    assert check_profile_name("2g.10gb") == "2g.10gb"
+    with pytest.raises(ValueError, match="not a MIG profile"):
+        check_profile_name("2g.10gb\n")

@@ -47,7 +47,7 @@ ENV_QUEUE_URL = "VGPU_DEMO_QUEUE_URL"
 ENV_QUEUE_TOKEN_FILE = "VGPU_DEMO_QUEUE_TOKEN_FILE"
 WITHDRAWN = "withdrawn: you asked for another share instead"
 
-_GENERATION = re.compile(r"^(.*)-v([0-9]+)$")
+_GENERATION = re.compile(r"^(.*)-v([0-9]+)\Z")
 
 
 def next_pod_name(name: str) -> str:

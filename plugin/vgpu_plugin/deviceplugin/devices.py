@@ -32,7 +32,7 @@ MEMORY = "memory"
 KINDS = (CORE, MEMORY)
 SOCKETS = {CORE: "vgpu-core.sock", MEMORY: "vgpu-memory.sock"}
 
-_ID = re.compile(r"^gpu(\d+)-(core|mem)-(\d+)$")
+_ID = re.compile(r"^gpu(\d+)-(core|mem)-(\d+)\Z")
 
 
 def device_id(kind: str, card: int, number: int) -> str:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 log = logging.getLogger(__name__)
 
 CONTROL = "nvidia-cuda-mps-control"
-_MEMORY = re.compile(r"^[1-9][0-9]{0,8}[MG]$")
+_MEMORY = re.compile(r"^[1-9][0-9]{0,8}[MG]\Z")
 
 
 @dataclass(frozen=True)

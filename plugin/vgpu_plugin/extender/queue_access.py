@@ -19,7 +19,7 @@ from typing import Any
 
 from vgpu_plugin.metrics.scrape import ScrapeAuth
 
-_DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 
 
 class QueueAuth(ScrapeAuth):

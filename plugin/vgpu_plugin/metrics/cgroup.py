@@ -28,16 +28,16 @@ QOS_CLASSES = ("guaranteed", "burstable", "besteffort")
 
 # A pod UID is a UUID (36 chars) or, for static pods, a 32-hex-digit config hash.
 _UID = r"[0-9a-f]{8}(?:[-_]?[0-9a-f]{4}){3}[-_]?[0-9a-f]{12}"
-_CGROUPFS_POD = re.compile(rf"^pod({_UID})$")
-_SYSTEMD_POD = re.compile(rf"^(?:[a-z0-9]+-)?kubepods(?:-(burstable|besteffort))?-pod({_UID})\.slice$")
+_CGROUPFS_POD = re.compile(rf"^pod({_UID})\Z")
+_SYSTEMD_POD = re.compile(rf"^(?:[a-z0-9]+-)?kubepods(?:-(burstable|besteffort))?-pod({_UID})\.slice\Z")
 _CONTAINER_ID = r"[0-9a-f]{12,64}"
 # (runtime, pattern); the order matters: conmon before crio.
 _CONTAINER_SEGMENTS = (
-    ("conmon", re.compile(rf"^crio-conmon-({_CONTAINER_ID})(?:\.scope)?$")),
-    ("cri-o", re.compile(rf"^crio-({_CONTAINER_ID})(?:\.scope)?$")),
-    ("containerd", re.compile(rf"^cri-containerd-({_CONTAINER_ID})\.scope$")),
-    ("docker", re.compile(rf"^docker-({_CONTAINER_ID})\.scope$")),
-    (None, re.compile(rf"^({_CONTAINER_ID})$")),  # cgroupfs driver: containerd or Docker
+    ("conmon", re.compile(rf"^crio-conmon-({_CONTAINER_ID})(?:\.scope)?\Z")),
+    ("cri-o", re.compile(rf"^crio-({_CONTAINER_ID})(?:\.scope)?\Z")),
+    ("containerd", re.compile(rf"^cri-containerd-({_CONTAINER_ID})\.scope\Z")),
+    ("docker", re.compile(rf"^docker-({_CONTAINER_ID})\.scope\Z")),
+    (None, re.compile(rf"^({_CONTAINER_ID})\Z")),  # cgroupfs driver: containerd or Docker
 )
 
 
