@@ -24,6 +24,7 @@ from simkube.waiting import wait_for
 from vgpu_plugin.demo.kubelet import SimKubelet
 from vgpu_plugin.deviceplugin.checkpoint import read_checkpoint
 
+from jupyter_vgpu.core import claims
 from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.core.contract import PodAllocation, Request
 
@@ -288,6 +289,69 @@ def test_out_of_order_admission_is_reconciled_so_records_and_tokens_are_true(kub
         mine = [str(gpu["index"]) for gpu in json.loads(body)["gpus"] if gpu["mine"]]
         assert status == 200 and mine == [envs[name][c.ENV_DEVICE_INDICES]]
         assert other[name] not in body and uids[other[name]] not in body
+
+
+@pytest.mark.parametrize("b_on", ["another slice", "a time-shared card"])
+def test_identical_pods_admitted_out_of_order_leave_true_mig_slice_keys(kubelets, daemons, gpus, core_v1, tmp_path,
+                                                                        b_on):
+    """Every claim reader lets mig-slice-<i> win over the record, so after a swap the key must move with
+    the record (or go, off MIG): else the extender sees the wrong slice freed when a pod ends, and the
+    node refuses the next pod placed there."""
+    made = gpus.set_mig_layout(1, ["2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"])
+    card_uuid = {card.index: card.uuid for card in gpus.inventory()}
+    kubelet, daemon = start_pair(kubelets, daemons, gpus)
+    daemon.stop()
+    kubelet.wait_for(lambda: not kubelet.registered(CORE), 15)
+    # kubelet admits "b" first (bound first); "a" has the older placement, so b's Allocate is answered
+    # with a's slice, and a gets b's placement. The checkpoint tells the truth afterwards.
+    b_card, b_slice = (1, made[1].uuid) if b_on == "another slice" else (0, "")
+    place_pod(core_v1, gpus, "b", [(Request(20, 16), (b_card,))], predicate_time=2_000,
+              slices={0: b_slice} if b_slice else None)
+    place_pod(core_v1, gpus, "a", [(Request(20, 16), (1,))], predicate_time=1_000, slices={0: made[0].uuid})
+    restarted = daemons(gpus, metrics={"address": "127.0.0.1", "port": 0, "proc_root": str(tmp_path / "proc"),
+                                       "period": 0.1})
+    assert restarted.wait_ready(15)
+    got = {"a": (b_card, b_slice), "b": (1, made[0].uuid)}  # (card, MIG slice or "")
+    for name, (card, mig) in got.items():
+        wait_for(lambda name=name: running(core_v1, name), timeout=20, what=name)
+        env = kubelet.env("default", name, "c0")
+        assert (env[c.ENV_DEVICE_INDICES], env[c.ENV_NVIDIA_VISIBLE_DEVICES]) == (str(card), mig or card_uuid[card])
+
+    def recorded():
+        for name, held in got.items():
+            anns = annotations(core_v1, name)
+            share = PodAllocation.from_json(anns[NAMES.allocation]).containers[0].cards[0]
+            if anns.get(NAMES.gpu_assigned) != "true" or (share.index, share.mig_device) != held:
+                return False
+        return True
+
+    wait_for(recorded, timeout=20, what="records naming what each container got")
+    for name, (card, mig) in got.items():  # the keys moved in the same patch: the extender and metrics read them
+        anns = annotations(core_v1, name)
+        assert (anns.get(NAMES.predicate_gpu_idx(0)), anns.get(NAMES.mig_slice(0))) == (str(card), mig or None), name
+        claim = claims.pod_claim(read_pod(core_v1, name), NAMES)
+        assert claim is not None and claim.problem is None, claim
+        assert [(s.index, s.mig_device) for s in claim.allocation.containers[0].cards] == [(card, mig)], name
+
+    def served_to_a():
+        status, body = api_get(restarted.metrics_server.url + "/api/v1/allocation",
+                               kubelet.env("default", "a", "c0")[c.ENV_TOKEN])
+        return json.loads(body) if status == 200 else None
+
+    answer = wait_for(served_to_a, timeout=20, what="a's token confirmed")
+    assert [(card["index"], card["uuid"]) for card in answer["cards"]] == [(b_card, b_slice or card_uuid[b_card])]
+
+    # a ends: what its claim held is what the extender sees freed, and a pod placed there runs
+    freed = claims.pod_claim(read_pod(core_v1, "a"), NAMES).allocation.containers[0].cards[0]
+    core_v1.delete_namespaced_pod("a", "default")
+    b_uid = read_pod(core_v1, "b")["metadata"]["uid"]
+    wait_for(lambda: [uid for uid, _ in restarted.allocator.served()] == [b_uid], timeout=20, what="a released")
+    place_pod(core_v1, gpus, "c", [(Request(20, 16), (freed.index,))],
+              slices={0: freed.mig_device} if freed.mig_device else None)
+    c_uid = read_pod(core_v1, "c")["metadata"]["uid"]
+    wait_for(lambda: running(core_v1, "c") or kubelet.failure(c_uid), timeout=20, what="c admitted or refused")
+    assert kubelet.failure(c_uid) is None
+    assert kubelet.env("default", "c", "c0")[c.ENV_NVIDIA_VISIBLE_DEVICES] == (b_slice or card_uuid[b_card])
 
 
 def test_runs_the_container_command_with_its_env_and_a_gpu_process(kubelets, daemons, gpus, core_v1, tmp_path):

@@ -44,10 +44,15 @@ class PodList:
     def items(self) -> list[dict]:
         return list(self.pods.values())
 
-    def annotate(self, uid: str, annotations: dict[str, str]) -> None:
-        pod = self.pods[uid]
-        pod["metadata"]["annotations"].update(annotations)
-        pod["metadata"]["resourceVersion"] = str(next(self.versions))
+    def annotate(self, uid: str, annotations: dict[str, str | None]) -> None:
+        """As the daemon's merge patch: a None value removes the key."""
+        meta = self.pods[uid]["metadata"]
+        for key, value in annotations.items():
+            if value is None:
+                meta["annotations"].pop(key, None)
+            else:
+                meta["annotations"][key] = value
+        meta["resourceVersion"] = str(next(self.versions))
 
 
 MINTER = TokenMinter(b"0" * 32)  # the node's secret survives plugin restarts

@@ -328,8 +328,9 @@ class Allocator:
                 return all(self._ledger.container_complete(w) for w in view.containers)
         return False
 
-    def desired_annotations(self, namespace: str, name: str) -> dict[str, str] | None:
-        """The annotations that make the pod's record true now; None when there is nothing to say."""
+    def desired_annotations(self, namespace: str, name: str) -> dict[str, str | None] | None:
+        """The annotations that make the pod's record true now (None values: keys to remove); None when
+        there is nothing to say."""
         with self._lock:
             for view in self._all_views():
                 if view.namespace != namespace or view.name != name or view.problem or not view.containers:

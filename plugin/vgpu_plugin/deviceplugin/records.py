@@ -1,5 +1,5 @@
 """What a pod's annotations should say once its containers are served: the allocation record,
-``gpu-assigned`` and the ``predicate-gpu-idx-<i>`` keys, all true by the ledger."""
+``gpu-assigned``, the ``predicate-gpu-idx-<i>`` and ``mig-slice-<i>`` keys, all true by the ledger."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Desired:
-    annotations: dict[str, str]
+    annotations: dict[str, str | None]  # None: remove the key (a merge patch's null)
     unconfirmed: list[str]  # containers marked assigned before kubelet's checkpoint confirmed their answer
 
 
@@ -58,9 +58,15 @@ def desired_annotations(view: PodView, ledger: Ledger, cards: Mapping[int, Card]
                    if complete and not ledger.served[(w.uid, w.index)].allocation.allocation_id]
     record = PodAllocation(node=node, containers=tuple(containers),
                            assigned_at_ns=view.containers[0].predicate_time, policy=view.policy)
-    desired = {names.allocation: record.to_json(), names.gpu_assigned: "true" if complete else "false"}
+    desired: dict[str, str | None] = {names.allocation: record.to_json(),
+                                      names.gpu_assigned: "true" if complete else "false"}
     for allocation in containers:
         desired[names.predicate_gpu_idx(allocation.index)] = c.card_ids_env([s.index for s in allocation.cards])
+        # every claim reader lets mig-slice-<i> win over the record: after a swap it must move too
+        slice_key = names.mig_slice(allocation.index)
+        device = next((s.mig_device for s in allocation.cards if s.mig_device), None)
+        if device is not None or slice_key in view.annotations:
+            desired[slice_key] = device
     if all(view.annotations.get(k) == v for k, v in desired.items()):
         return None
     return Desired(desired, unconfirmed)
