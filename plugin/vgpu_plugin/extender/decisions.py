@@ -126,7 +126,7 @@ RIVAL_WAIT = 20.0
 """Default seconds a bind waits for such a pod to be admitted: under kube-scheduler's extender
 httpTimeout (30 s in deploy/scheduler/config.yaml), with room for the bind's own API calls."""
 
-_WAITING_BINDS = 4
+WAITING_BINDS = 4
 """Most binds waiting at once: half the server's bind workers, so binds to other nodes go on."""
 
 
@@ -981,7 +981,7 @@ class Decisions:
             return now is None or now.node != node or not now.unserved
 
         with self._waiting_lock:
-            room = self._waiting_binds < _WAITING_BINDS
+            room = self._waiting_binds < WAITING_BINDS
             if room:
                 self._waiting_binds += 1
         if room:
@@ -992,7 +992,7 @@ class Decisions:
                 with self._waiting_lock:
                     self._waiting_binds -= 1
         why = (f"kubelet has not admitted it within {self.rival_wait:g} s ({self.names.gpu_assigned} is not true)"
-               if room else f"kubelet has not admitted it yet, and {_WAITING_BINDS} binds are waiting already")
+               if room else f"kubelet has not admitted it yet, and {WAITING_BINDS} binds are waiting already")
         return (f"pod {args.pod_namespace}/{args.pod_name} not bound to node {node}: pod {other.namespace}/"
                 f"{other.name} there asks for {found.how}, and {why}; kubelet's Allocate tells containers "
                 f"apart only by their vcuda-core count, so with both waiting either could be given the "
