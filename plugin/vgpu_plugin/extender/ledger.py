@@ -140,14 +140,13 @@ def rival(holding: Holding, others: Iterable[Holding]) -> tuple[Holding, str] | 
     """The first of ``others`` (another pod kubelet may still admit on the node) with a container
     asking for as many vcuda-core as one of ``holding``'s but answered differently, and how."""
     mine = {answer_shape(container) for container in holding.containers}
-    cores = {shape[0] for shape in mine}
     for other in others:
         if other.uid == holding.uid:
             continue
         for container in other.containers:
             theirs = answer_shape(container)
-            if theirs[0] in cores and theirs not in mine:
-                ours = next(shape for shape in mine if shape[0] == theirs[0])
+            ours = next((shape for shape in mine if shape[0] == theirs[0] and shape != theirs), None)
+            if ours is not None:
                 return other, f"{_describe_shape(theirs)} where this pod asks for {_describe_shape(ours)}"
     return None
 
