@@ -21,6 +21,9 @@ When an earlier claim left card keys this one
 does not cover, they are removed with a PATCH first (a Binding can only add keys).
 Cards a pod already names (``predicate-gpu-idx-<i>``, written by anyone) are adopted
 only when they still have room for it; otherwise the pod is placed afresh.
+A bind waits (bounded) while another pod on the node that kubelet has not admitted yet asks
+for as many vcuda-core with another answer: kubelet's Allocate could not tell the two apart
+(``_await_admission``, docs/design.md).
 
 The pod is read from the watch's copy, without a GET, only when nothing of this extender's
 can be newer than that copy (see ``Decisions._watched_copy``); the API server, not the copy,
