@@ -27,7 +27,7 @@ def test_help_lists_flags_and_env():
     out = subprocess.run([EXE, "extender", "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     for flag in ("--port", "--address", "--kubeconfig", "--policy", "--prefix", "--domain", "--metrics-port",
-                 "--tls-cert", "--tls-key", "--client-ca"):
+                 "--tls-cert", "--tls-key", "--client-ca", "--rival-wait"):
         assert flag in out.stdout
     assert "VGPU_EXTENDER_PORT" in out.stdout
 
@@ -41,13 +41,16 @@ def test_bad_flags_exit_2_with_a_reason(tmp_path):
     out = subprocess.run([EXE, "extender", "--kubeconfig", str(tmp_path / "missing")],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "cannot load the Kubernetes configuration" in out.stderr
+    for wait in ("-1", "nan"):
+        out = subprocess.run([EXE, "extender", "--rival-wait", wait], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and "--rival-wait must be a number of seconds, 0 or more" in out.stderr
 
 
 def test_runs_from_environment_and_stops_on_sigterm(cluster):
     cluster.add_node(node("gpu-a", count=1))
     port = free_port()
     env = dict(os.environ, VGPU_EXTENDER_PORT=str(port), VGPU_EXTENDER_KUBECONFIG=cluster.kube.kubeconfig,
-               VGPU_EXTENDER_PREFIX="/custom", VGPU_EXTENDER_POLICY="spread")
+               VGPU_EXTENDER_PREFIX="/custom", VGPU_EXTENDER_POLICY="spread", VGPU_EXTENDER_RIVAL_WAIT="0.5")
     process = subprocess.Popen([EXE, "extender"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         base = f"http://127.0.0.1:{port}"
@@ -56,6 +59,11 @@ def test_runs_from_environment_and_stops_on_sigterm(cluster):
         status, reply = post(f"{base}/custom/bind", binding_args(created, "gpu-a"))
         assert (status, reply) == (200, {"Error": ""})
         assert cluster.read_pod("nb")["spec"]["nodeName"] == "gpu-a"
+        # as many vcuda-core, more memory, "nb" not admitted yet: refused after the environment's wait
+        rival = cluster.add_pod(pod("rival", cores=20, memory_units=4 * GIB_UNITS))
+        status, reply = post(f"{base}/custom/bind", binding_args(rival, "gpu-a"))
+        assert status == 200 and "pod default/nb there asks for 20 vcuda-core" in reply["Error"]
+        assert "within 0.5 s" in reply["Error"]
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
     finally:

@@ -14,6 +14,7 @@ waiting pod's placement, identity and token).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,8 @@ from .served import Key, Ledger
 
 if TYPE_CHECKING:
     from jupyter_vgpu.core.inventory import Card
+
+log = logging.getLogger(__name__)
 
 
 class AllocationError(Exception):
@@ -47,6 +50,7 @@ def choose(ledger: Ledger, kind: str, count: int, ids: Sequence[str] | None, vie
     id_cards = set(cards_in(ids or ()))
     best: tuple[Any, ...] | None = None
     chosen = None
+    same_count: list[Wanted] = []
     started = ledger.started_pods()
     for view in views:
         if view.uid in settled or view.problem:
@@ -56,6 +60,7 @@ def choose(ledger: Ledger, kind: str, count: int, ids: Sequence[str] | None, vie
             key = (wanted.uid, wanted.index)
             if wanted.count(kind) != count or ledger.served_kind(key, kind):
                 continue
+            same_count.append(wanted)
             other = MEMORY if kind == CORE else CORE
             half_served = ledger.served_kind(key, other)
             planned = ledger.overrides.get(key)
@@ -69,7 +74,25 @@ def choose(ledger: Ledger, kind: str, count: int, ids: Sequence[str] | None, vie
             )
             if best is None or rank < best:
                 best, chosen = rank, wanted
+    if kind == CORE and ids is not None and chosen is not None and best is not None and best[0]:
+        _warn_if_answers_differ(chosen, same_count, count)
     return chosen
+
+
+def _answered_as(wanted: Wanted) -> tuple[int, bool]:
+    """What a vcuda-core answer carries besides the card: a share's memory limit, a MIG slice."""
+    return (wanted.request.memory_units if wanted.request.is_share else 0), bool(wanted.mig_device)
+
+
+def _warn_if_answers_differ(chosen: Wanted, same_count: Sequence[Wanted], count: int) -> None:
+    """A vcuda-core Allocate that came first is a guess among the containers asking for ``count``:
+    when their answers differ, a wrong guess swaps their limits, and kubelet keeps the first answer."""
+    others = [w for w in same_count if w is not chosen and _answered_as(w) != _answered_as(chosen)]
+    if others:
+        log.warning("Allocate of %d vcuda-core: guessing %s, but %s ask(s) for as many vcuda-core with other "
+                    "limits; if kubelet is admitting that one, the two get each other's limits. The vGPU "
+                    "scheduler extender binds such pods to a node one at a time: does another scheduler bind here?",
+                    count, chosen.describe(), "; ".join(w.describe() for w in others[:3]))
 
 
 def rivals(ledger: Ledger, count: int, views: Sequence[PodView], settled: Collection[str]) -> list[Key]:

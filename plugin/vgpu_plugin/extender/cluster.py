@@ -230,7 +230,8 @@ class ClusterView:
         elif isinstance(claim, Unattributed):
             log.warning("pod %s/%s on %s: %s", claim.namespace, claim.name, claim.node, claim.reason)
             self.ledger.put_unattributed(claim)
-        elif existing is None or existing.assumed or not existing.same_claim(claim):
+        elif (existing is None or existing.assumed or not existing.same_claim(claim)
+              or existing.unserved != claim.unserved):  # kubelet admitted it: binds waiting on it go on
             self.ledger.put(claim)
 
     # --- assumptions the watch never confirmed ------------------------------------------------

@@ -21,6 +21,9 @@ When an earlier claim left card keys this one
 does not cover, they are removed with a PATCH first (a Binding can only add keys).
 Cards a pod already names (``predicate-gpu-idx-<i>``, written by anyone) are adopted
 only when they still have room for it; otherwise the pod is placed afresh.
+A bind waits (bounded) while another pod on the node that kubelet has not admitted yet asks
+for as many vcuda-core with another answer: kubelet's Allocate could not tell the two apart
+(``_await_admission``, docs/design.md).
 
 The pod is read from the watch's copy, without a GET, only when nothing of this extender's
 can be newer than that copy (see ``Decisions._watched_copy``); the API server, not the copy,
@@ -72,7 +75,16 @@ from .cache import (
 from .fgd_batch import CountMemo, LevelMemo, MixArrays, NodeRows, RequestColumns
 from .fgd_few import falls_few_lists, stored_levels_lists
 from .headroom import HostHeadroom, pod_cpu_memory
-from .ledger import Holding, Ledger, NodeEntry, Unattributed, node_cards, pod_holding, pod_key
+from .ledger import (
+    Holding,
+    Ledger,
+    NodeEntry,
+    Unattributed,
+    node_cards,
+    pod_holding,
+    pod_key,
+    rival,
+)
 from .wire import MAX_EXTENDER_PRIORITY, ExtenderArgs, ExtenderBindingArgs
 
 log = logging.getLogger(__name__)
@@ -103,6 +115,22 @@ WatchedPods = Callable[[str, str], Mapping[str, Any] | None]
 
 class _CopyOutdated(Exception):
     """The watch's copy a bind started from is no longer the newest the extender has seen."""
+
+
+class _RivalUnserved(Exception):
+    """Another pod on the node, not admitted by kubelet yet, that kubelet could not tell from this one."""
+
+    def __init__(self, other: Holding, how: str) -> None:
+        super().__init__(how)
+        self.other, self.how = other, how
+
+
+RIVAL_WAIT = 20.0
+"""Default seconds a bind waits for such a pod to be admitted: under kube-scheduler's extender
+httpTimeout (30 s in deploy/scheduler/config.yaml), with room for the bind's own API calls."""
+
+WAITING_BINDS = 4
+"""Most binds waiting at once: half the server's bind workers, so binds to other nodes go on."""
 
 
 class PodProblem(ValueError):
@@ -403,8 +431,10 @@ class Decisions:
 
     def __init__(self, ledger: Ledger, api: PodAPI | None, names: Names = contract.DEFAULT_NAMES,
                  policy: str = "binpack", schedulers: Collection[str] | None = (contract.SCHEDULER_NAME,),
-                 hosts: HostHeadroom | None = None, watched: WatchedPods | None = None) -> None:
-        """``watched``: the pods' watch cache; bind reads a pod from it instead of a GET when that is safe."""
+                 hosts: HostHeadroom | None = None, watched: WatchedPods | None = None,
+                 rival_wait: float = RIVAL_WAIT) -> None:
+        """``watched``: the pods' watch cache; bind reads a pod from it instead of a GET when that is safe.
+        ``rival_wait``: seconds a bind waits for a rival pod on its node (``_await_admission``)."""
         if policy not in placement.POLICIES:
             raise ValueError(f"policy {policy!r} is not one of {', '.join(placement.POLICIES)}")
         self.ledger = ledger
@@ -439,6 +469,9 @@ class Decisions:
         self._seen_lock = threading.Lock()
         self._pod_locks = _StripedLocks()
         self._node_locks = _StripedLocks()
+        self.rival_wait = rival_wait
+        self._waiting_binds = 0
+        self._waiting_lock = threading.Lock()
 
     # --- filter and prioritize (read-only) ------------------------------------------
 
@@ -889,11 +922,12 @@ class Decisions:
         # for a moment (benchmarks/storm/README.md), so the lock stays until that is explained.
         # It guards the claim and the Binding; reading the pod and checking it are about this pod
         # alone (the pod lock keeps other binds of it out), so they happen before it is taken.
+        deadline = time.monotonic() + self.rival_wait
         with self._pod_locks(f"{args.pod_namespace}/{args.pod_name}"):
             copy = self._watched_copy(args)
             if copy is not None:
                 try:
-                    return self._bind_pod(copy, args, watched=True)
+                    return self._bind_pod(copy, args, deadline, watched=True)
                 except _CopyOutdated:
                     pass  # the watch moved on meanwhile: read the API, as for any other pod
             try:
@@ -902,10 +936,11 @@ class Decisions:
                 return f"cannot read {where}: {error}"
             if pod is None:
                 return f"{where} not found"
-            return self._bind_pod(pod, args, watched=False)
+            return self._bind_pod(pod, args, deadline, watched=False)
 
-    def _bind_pod(self, pod: Mapping[str, Any], args: ExtenderBindingArgs, *, watched: bool) -> str:
-        """Under the pod's lock: check the pod, then claim and bind under the node's lock.
+    def _bind_pod(self, pod: Mapping[str, Any], args: ExtenderBindingArgs, deadline: float, *, watched: bool) -> str:
+        """Under the pod's lock: check the pod, then claim and bind under the node's lock, after
+        waiting (by ``deadline``) for any rival on the node to be admitted (``_await_admission``).
         ``watched``: ``pod`` is the watch's copy (``_watched_copy``), not a GET's answer."""
         where = f"pod {args.pod_namespace}/{args.pod_name}"
         metadata = pod.get("metadata") or {}
@@ -921,10 +956,50 @@ class Decisions:
             return str(problem)
         if ask.invalid:
             return f"{where}: {ask.invalid}"
-        with self._node_locks(args.node):
-            if watched:
-                return self._allocate_and_bind(pod, args, uid, ask, watched=pod)
-            return self._claim_and_bind(pod, args, uid, ask)
+        while True:
+            # the rivals are checked under the node's lock, with the claim: a bind to the node that
+            # got in first is in the ledger already; the wait is outside it, so other binds go on
+            with self._node_locks(args.node):
+                try:
+                    if watched:
+                        return self._allocate_and_bind(pod, args, uid, ask, watched=pod)
+                    return self._claim_and_bind(pod, args, uid, ask)
+                except _RivalUnserved as found:
+                    waiting = found
+            refusal = self._await_admission(waiting, args, deadline)
+            if refusal is not None:
+                return refusal
+
+    def _await_admission(self, found: _RivalUnserved, args: ExtenderBindingArgs, deadline: float) -> str | None:
+        """Wait until kubelet has admitted ``found``'s pod (gpu-assigned=true), or it left the node,
+        or ``deadline``; None when it did, else why the bind fails (it claimed nothing).
+
+        kubelet's Allocate names only devices and their count, never the pod, and kubelet may ask
+        for vcuda-core first: with both pods waiting, the device plugin could give either one the
+        other's answer (memory limit, MIG slice), and no later answer corrects it (docs/design.md)."""
+        other, node = found.other, args.node
+
+        def admitted() -> bool:
+            now = self.ledger.holding(other.uid)
+            return now is None or now.node != node or not now.unserved
+
+        with self._waiting_lock:
+            room = self._waiting_binds < WAITING_BINDS
+            if room:
+                self._waiting_binds += 1
+        if room:
+            try:
+                if self.ledger.wait_for(admitted, deadline - time.monotonic()):
+                    return None
+            finally:
+                with self._waiting_lock:
+                    self._waiting_binds -= 1
+        why = (f"kubelet has not admitted it within {self.rival_wait:g} s ({self.names.gpu_assigned} is not true)"
+               if room else f"kubelet has not admitted it yet, and {WAITING_BINDS} binds are waiting already")
+        return (f"pod {args.pod_namespace}/{args.pod_name} not bound to node {node}: pod {other.namespace}/"
+                f"{other.name} there asks for {found.how}, and {why}; kubelet's Allocate tells containers "
+                f"apart only by their vcuda-core count, so with both waiting either could be given the "
+                f"other's limits. kube-scheduler will try again")
 
     def _watched_copy(self, args: ExtenderBindingArgs) -> Mapping[str, Any] | None:
         """The watch's copy of the pod when binding from it cannot act on anything the API no
@@ -974,9 +1049,13 @@ class Decisions:
             with self.ledger.lock:
                 refusal = self._preset_refusal(current, args.node)
                 if refusal is None:
-                    self._adopt(current)
+                    self._check_rivals(current)
+                    self._adopt(replace(current, unserved=True))  # kubelet may admit it once bound
             if refusal is None:
-                return self._post_binding(pod, args, uid, patched=None)
+                failure = self._post_binding(pod, args, uid, patched=None)
+                if failure:
+                    self._adopt(current)  # not bound: nothing for kubelet to admit
+                return failure
             log.warning("%s: not adopting the cards it names on %s (%s); placing it afresh",
                         where, args.node, refusal)
         return self._allocate_and_bind(pod, args, uid, ask)
@@ -1010,8 +1089,16 @@ class Decisions:
     def _adopt(self, holding: Holding) -> None:
         with self.ledger.lock:
             known = self.ledger.holding(holding.uid)
-            if known is None or not known.same_claim(holding):
+            if known is None or not known.same_claim(holding) or known.unserved != holding.unserved:
                 self.ledger.put(holding)
+
+    def _check_rivals(self, holding: Holding) -> None:
+        """Under the node's and the ledger's locks: _RivalUnserved when another pod on the node that
+        kubelet has not admitted yet asks for as many vcuda-core as ``holding``, answered differently."""
+        entry = self.ledger.node(holding.node)
+        found = rival(holding, entry.unserved.values()) if entry is not None and entry.unserved else None
+        if found is not None:
+            raise _RivalUnserved(*found)
 
     def _allocate_and_bind(self, pod: Mapping[str, Any], args: ExtenderBindingArgs, uid: str,
                            ask: PodAsk, watched: Mapping[str, Any] | None = None) -> str:
@@ -1041,7 +1128,8 @@ class Decisions:
                 return f"{where} does not fit on node {args.node} any more: {result.reason}"
             allocation = self._allocation(pod, args.node, entry, result, ask)
             holding = Holding(uid, args.pod_namespace, args.pod_name, args.node, allocation.containers,
-                              assumed=True, assumed_at=time.monotonic())
+                              assumed=True, assumed_at=time.monotonic(), unserved=True)
+            self._check_rivals(holding)
             previous = self.ledger.put(holding)
         annotations = contract.predicate_annotations(allocation, self.names)
         stale = [key for key in (pod.get("metadata") or {}).get("annotations") or {}

@@ -112,6 +112,7 @@ class Holding:
     assumed: bool = False                 # written by our bind, not yet seen through the watch
     min_resource_version: int | None = None   # watch events older than this are stale for it
     assumed_at: float = 0.0
+    unserved: bool = False                # no gpu-assigned=true yet: kubelet may still call Allocate for it
 
     def shares(self) -> Iterable[tuple[int, CardShare]]:
         for container in self.containers:
@@ -124,6 +125,35 @@ class Holding:
 
 def _claims(holding: Holding) -> list[tuple[int, int, int, int]]:
     return sorted((c, s.index, s.cores, s.memory_units) for c, s in holding.shares())
+
+
+def answer_shape(container: ContainerAllocation) -> tuple[int, int, bool]:
+    """What the device plugin's vcuda-core answer to a container depends on besides its card(s):
+    its vcuda-core count (all kubelet's Allocate tells containers apart by), a share's memory
+    limit (a whole card's is the card's) and whether it is a MIG slice."""
+    cores = sum(share.cores for share in container.cards)
+    memory = container.cards[0].memory_units if len(container.cards) == 1 and not claims.is_whole_card(cores) else 0
+    return cores, memory, any(share.mig_device for share in container.cards)
+
+
+def rival(holding: Holding, others: Iterable[Holding]) -> tuple[Holding, str] | None:
+    """The first of ``others`` (another pod kubelet may still admit on the node) with a container
+    asking for as many vcuda-core as one of ``holding``'s but answered differently, and how."""
+    mine = {answer_shape(container) for container in holding.containers}
+    for other in others:
+        if other.uid == holding.uid:
+            continue
+        for container in other.containers:
+            theirs = answer_shape(container)
+            ours = next((shape for shape in mine if shape[0] == theirs[0] and shape != theirs), None)
+            if ours is not None:
+                return other, f"{_describe_shape(theirs)} where this pod asks for {_describe_shape(ours)}"
+    return None
+
+
+def _describe_shape(shape: tuple[int, int, bool]) -> str:
+    cores, memory, mig = shape
+    return f"{cores} vcuda-core" + (f" with {memory} vcuda-memory" if memory else "") + (" on a MIG slice" if mig else "")
 
 
 @dataclass(frozen=True)
@@ -159,7 +189,8 @@ def pod_holding(pod: Mapping[str, Any], names: Names,
         return Unattributed(uid, namespace, name, claim.node, claim.problem)
     if claim.allocation is None:
         return None
-    return Holding(uid, namespace, name, claim.node, claim.allocation.containers)
+    served = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.gpu_assigned) == "true"
+    return Holding(uid, namespace, name, claim.node, claim.allocation.containers, unserved=not served)
 
 
 # --- the ledger ------------------------------------------------------------------------
@@ -175,6 +206,7 @@ class NodeEntry:
     problem: str | None = None
     known: bool = False           # a Node object was seen (or given in a request)
     pods: dict[str, Holding] = field(default_factory=dict)
+    unserved: dict[str, Holding] = field(default_factory=dict)  # the pods' holdings that are ``unserved``
     unattributed: dict[str, Unattributed] = field(default_factory=dict)
     used_cores: list[int] = field(default_factory=list)
     used_memory: list[int] = field(default_factory=list)
@@ -257,6 +289,8 @@ class Ledger:
         self._unattributed: dict[str, Unattributed] = {}
         self._generation = 0
         self._listeners: list[Listener] = []
+        self._changed = threading.Condition(self.lock)
+        self._waiting = 0  # threads in wait_for: only then does a change notify
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(node, cards_changed)`` whenever a node's accounting changes."""
@@ -321,6 +355,8 @@ class Ledger:
             self._holdings[holding.uid] = holding
             entry = self._entry(holding.node)
             entry.pods[holding.uid] = holding
+            if holding.unserved:
+                entry.unserved[holding.uid] = holding
             entry._apply(holding, +1)
             self._touch(entry)
             return previous
@@ -342,6 +378,7 @@ class Ledger:
         if previous is not None:
             entry = self._nodes[previous.node]
             del entry.pods[uid]
+            entry.unserved.pop(uid, None)
             entry._apply(previous, -1)
             self._touch(entry)
         stray = self._unattributed.pop(uid, None)
@@ -363,6 +400,18 @@ class Ledger:
         entry.touch(self._generation)
         for listener in self._listeners:
             listener(entry.name, cards_changed)
+        if self._waiting:
+            self._changed.notify_all()
+
+    def wait_for(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Block (GIL released) until ``done()``, asked under the lock after each change, holds or
+        ``timeout`` seconds pass; returns its last answer."""
+        with self.lock:
+            self._waiting += 1
+            try:
+                return self._changed.wait_for(done, max(0.0, timeout))
+            finally:
+                self._waiting -= 1
 
     # views
     def claims(self) -> dict[str, dict[str, list[tuple[int, int, int, int]]]]:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from jupyter_vgpu.core import contract, placement
 
+from .decisions import RIVAL_WAIT, WAITING_BINDS
 from .server import DEFAULT_PORT, DEFAULT_PREFIX
 
 ENV_PREFIX = "VGPU_EXTENDER_"
@@ -77,6 +78,12 @@ def parser() -> argparse.ArgumentParser:
                    help="file holding the bearer token GET /queue wants (a mounted Secret key, re-read when it "
                         "changes); without it /queue refuses everyone (env "
                         f"{ENV_PREFIX}QUEUE_TOKEN_FILE)")
+    p.add_argument("--rival-wait", type=float, default=_env("RIVAL_WAIT", f"{RIVAL_WAIT:g}"),
+                   help="seconds a bind waits while another pod on its node, not yet admitted by kubelet, asks for "
+                        "as many vcuda-core but a different amount of memory (kubelet could give each the other's "
+                        "limits), before it fails and kube-scheduler retries; keep it under kube-scheduler's "
+                        f"extender httpTimeout (default {RIVAL_WAIT:g}; env {ENV_PREFIX}RIVAL_WAIT). At most {WAITING_BINDS} "
+                        "binds wait at once, so binds to other nodes go on; one more such bind fails at once")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"),
                    help=f"logging level (env {ENV_PREFIX}LOG_LEVEL)")
     return p
@@ -93,6 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         names = contract.Names(domain=args.domain)
     except ValueError as error:
         print(f"jupyter-vgpu extender: --domain: {error}", file=sys.stderr)
+        return 2
+    if not args.rival_wait >= 0:  # NaN too
+        print("jupyter-vgpu extender: --rival-wait must be a number of seconds, 0 or more", file=sys.stderr)
         return 2
     if args.queue_notices < 0:
         print("jupyter-vgpu extender: --queue-notices must be 0 (off) or a number of seconds", file=sys.stderr)
@@ -119,6 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         tls_cert=args.tls_cert, tls_key=args.tls_key, client_ca=args.client_ca,
                         scheduler_names=schedulers, queue_notice_interval=args.queue_notices or None,
                         queue_token_file=args.queue_token_file or None)
+    extender.decisions.rival_wait = args.rival_wait
     try:
         extender.start()
     except OSError as error:

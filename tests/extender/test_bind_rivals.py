@@ -1,0 +1,161 @@
+"""Bind waits while another pod on the node that kubelet has not admitted yet asks for as many
+vcuda-core but a different amount of memory: kubelet's Allocate tells containers apart only by
+that count, so with both waiting the device plugin could swap their limits (docs/design.md).
+
+Through the real interfaces: kube-scheduler's exact bind JSON over HTTP, the simulated API through
+the official client; the device plugin's confirmation is its ``gpu-assigned=true`` PATCH."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from extender_support import GIB_UNITS, NAMES, binding_args, node, pod, post
+
+
+@pytest.fixture
+def one_node(cluster):
+    cluster.add_node(node("gpu-a", count=2, memory_gib=16))
+    return cluster
+
+
+def start(cluster, rival_wait: float):
+    extender = cluster.start_extender()
+    extender.decisions.rival_wait = rival_wait
+    return extender
+
+
+def bind_in_background(cluster, created: dict[str, Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    """POST the bind on a thread; ``answer`` gets (status, body) and the second it came."""
+    answer: dict[str, Any] = {}
+
+    def run() -> None:
+        status, body = post(f"{cluster.url}/bind", binding_args(created, "gpu-a"), timeout=60)
+        answer.update(status=status, body=body, at=time.monotonic())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, answer
+
+
+def confirm(cluster, name: str) -> float:
+    """What the device plugin writes once kubelet has admitted every container of the pod."""
+    cluster.core.patch_namespaced_pod(name, "default", {"metadata": {"annotations": {NAMES.gpu_assigned: "true"}}},
+                                      _preload_content=False)
+    return time.monotonic()
+
+
+def node_name(cluster, name: str) -> str:
+    return cluster.read_pod(name)["spec"].get("nodeName") or ""
+
+
+def test_same_cores_other_memory_waits_until_the_first_is_admitted(one_node):
+    cluster = one_node
+    start(cluster, rival_wait=20)
+    small = cluster.add_pod(pod("small", cores=10, memory_units=1 * GIB_UNITS))
+    large = cluster.add_pod(pod("large", cores=10, memory_units=10 * GIB_UNITS))
+    assert post(f"{cluster.url}/bind", binding_args(small, "gpu-a")) == (200, {"Error": ""})
+
+    thread, answer = bind_in_background(cluster, large)
+    thread.join(1.0)
+    assert answer == {} and node_name(cluster, "large") == ""  # waiting, nothing written
+    assert large["metadata"]["uid"] not in cluster.extender.ledger.claims()["gpu-a"]
+
+    confirmed_at = confirm(cluster, "small")
+    thread.join(20)
+    assert answer["status"] == 200 and answer["body"] == {"Error": ""}
+    assert answer["at"] >= confirmed_at
+    assert node_name(cluster, "large") == "gpu-a"
+
+
+def test_identical_requests_do_not_wait(one_node):
+    cluster = one_node
+    start(cluster, rival_wait=20)
+    first = cluster.add_pod(pod("first", cores=10, memory_units=4 * GIB_UNITS))
+    second = cluster.add_pod(pod("second", cores=10, memory_units=4 * GIB_UNITS))
+    other = cluster.add_pod(pod("other-cores", cores=20, memory_units=10 * GIB_UNITS))
+    started = time.monotonic()
+    for created in (first, second, other):  # none confirmed; none a rival of another
+        assert post(f"{cluster.url}/bind", binding_args(created, "gpu-a")) == (200, {"Error": ""})
+    assert time.monotonic() - started < 5
+    assert {node_name(cluster, name) for name in ("first", "second", "other-cores")} == {"gpu-a"}
+
+
+def test_timeout_names_the_other_pod_and_claims_nothing(one_node):
+    cluster = one_node
+    start(cluster, rival_wait=0.5)
+    small = cluster.add_pod(pod("small", cores=10, memory_units=1 * GIB_UNITS))
+    large = cluster.add_pod(pod("large", cores=10, memory_units=10 * GIB_UNITS))
+    assert post(f"{cluster.url}/bind", binding_args(small, "gpu-a")) == (200, {"Error": ""})
+
+    status, body = post(f"{cluster.url}/bind", binding_args(large, "gpu-a"))
+    assert status == 200
+    error = body["Error"]
+    assert "pod default/large not bound to node gpu-a" in error
+    assert "pod default/small there asks for 10 vcuda-core with 4 vcuda-memory" in error
+    assert "this pod asks for 10 vcuda-core with 40 vcuda-memory" in error
+    assert f"{NAMES.gpu_assigned} is not true" in error
+    after = cluster.read_pod("large")
+    assert not after["spec"].get("nodeName")
+    assert not any(key.startswith(NAMES.predicate_gpu_idx_prefix) or key == NAMES.predicate_node
+                   for key in after["metadata"].get("annotations") or {})
+    assert large["metadata"]["uid"] not in cluster.extender.ledger.claims()["gpu-a"]
+
+
+def test_deleting_the_waited_on_pod_releases_the_wait(one_node):
+    cluster = one_node
+    start(cluster, rival_wait=20)
+    small = cluster.add_pod(pod("small", cores=10, memory_units=1 * GIB_UNITS))
+    large = cluster.add_pod(pod("large", cores=10, memory_units=10 * GIB_UNITS))
+    assert post(f"{cluster.url}/bind", binding_args(small, "gpu-a")) == (200, {"Error": ""})
+
+    thread, answer = bind_in_background(cluster, large)
+    thread.join(1.0)
+    assert answer == {}
+    deleted_at = time.monotonic()
+    cluster.core.delete_namespaced_pod("small", "default", _preload_content=False)
+    thread.join(20)
+    assert answer["body"] == {"Error": ""} and answer["at"] >= deleted_at
+    assert node_name(cluster, "large") == "gpu-a"
+
+
+def test_a_restarted_extender_knows_the_unadmitted_pods_from_their_annotations(one_node):
+    cluster = one_node
+    start(cluster, rival_wait=20)
+    small = cluster.add_pod(pod("small", cores=10, memory_units=1 * GIB_UNITS))
+    admitted = cluster.add_pod(pod("admitted", cores=10, memory_units=2 * GIB_UNITS))
+    large = cluster.add_pod(pod("large", cores=10, memory_units=10 * GIB_UNITS))
+    assert post(f"{cluster.url}/bind", binding_args(small, "gpu-a")) == (200, {"Error": ""})
+    cluster.stop_extender()
+    # bound by someone else meanwhile, and already admitted (gpu-assigned=true): no rival
+    cluster.core.create_namespaced_pod_binding("admitted", "default", {
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": "admitted", "namespace": "default", "annotations": {
+            NAMES.predicate_node: "gpu-a", NAMES.predicate_gpu_idx(0): "1", NAMES.gpu_assigned: "true"}},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-a"}}, _preload_content=False)
+
+    start(cluster, rival_wait=0.5)
+    status, body = post(f"{cluster.url}/bind", binding_args(large, "gpu-a"))
+    assert "pod default/small there asks for 10 vcuda-core with 4 vcuda-memory" in body["Error"]
+    assert node_name(cluster, "large") == ""
+    assert admitted["metadata"]["uid"] in cluster.extender.ledger.claims()["gpu-a"]
+
+
+def test_two_binds_racing_to_one_node_bind_one_and_the_other_waits(one_node):
+    """The rivals are checked with the claim under the node's bind lock: whichever bind takes it
+    first binds, the other sees its claim and waits (here until its short bound runs out)."""
+    cluster = one_node
+    start(cluster, rival_wait=1.0)
+    small = cluster.add_pod(pod("small", cores=10, memory_units=1 * GIB_UNITS))
+    large = cluster.add_pod(pod("large", cores=10, memory_units=10 * GIB_UNITS))
+    threads = [bind_in_background(cluster, created) for created in (small, large)]
+    for thread, _ in threads:
+        thread.join(20)
+    errors = sorted(answer["body"]["Error"] for _, answer in threads)
+    assert errors[0] == "" and "not bound to node gpu-a" in errors[1]
+    bound = {name for name in ("small", "large") if node_name(cluster, name) == "gpu-a"}
+    assert len(bound) == 1
+    (other,) = {"small", "large"} - bound
+    assert f"pod default/{other} not bound" in errors[1] and f"pod default/{bound.pop()} there" in errors[1]
