@@ -128,8 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         names=names, api_client=api_client, metrics_port=args.metrics_port,
                         tls_cert=args.tls_cert, tls_key=args.tls_key, client_ca=args.client_ca,
                         scheduler_names=schedulers, queue_notice_interval=args.queue_notices or None,
-                        queue_token_file=args.queue_token_file or None)
-    extender.decisions.rival_wait = args.rival_wait
+                        queue_token_file=args.queue_token_file or None, rival_wait=args.rival_wait)
     try:
         extender.start()
     except OSError as error:

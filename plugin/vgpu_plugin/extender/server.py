@@ -37,7 +37,7 @@ from jupyter_vgpu.core import contract
 from jupyter_vgpu.core.contract import CORES_PER_CARD, MEMORY_UNIT_MIB, Names
 
 from .bind_workers import BindWorkers, WorkersStopped
-from .decisions import Decisions, PodAPI, PodProblem
+from .decisions import RIVAL_WAIT, Decisions, PodAPI, PodProblem
 from .front import INTERNAL_ERROR, Answer, Post, PostFront, Reply
 from .headroom import HostHeadroom
 from .ledger import Ledger
@@ -324,7 +324,7 @@ class Extender:
                  scheduler_names: Collection[str] = (contract.SCHEDULER_NAME,),
                  queue_notice_interval: float | None = 5.0,
                  queue_token: str | None = None, queue_token_file: str | None = None,
-                 queue_max_age: float = 1.0) -> None:
+                 queue_max_age: float = 1.0, rival_wait: float = RIVAL_WAIT) -> None:
         self.ssl_context = server_tls(tls_cert, tls_key, client_ca)
         self.port = port
         self.address = address
@@ -342,7 +342,8 @@ class Extender:
                                     schedulers=scheduler_names, hosts=hosts)
             api = api or KubePodAPI(api_client)
         self.decisions = Decisions(self.ledger, api, names, policy, scheduler_names, hosts=hosts,
-                                   watched=self.view.pods.get if self.view is not None else None)
+                                   watched=self.view.pods.get if self.view is not None else None,
+                                   rival_wait=rival_wait)
         self.queue_auth = QueueAuth(queue_token, queue_token_file)
         self.queue = QueueCache(self.queue_report, queue_max_age)
         self._rooms = NodeRooms()  # per node, kept between reports (read under the queue cache's lock)
