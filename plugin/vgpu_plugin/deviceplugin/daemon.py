@@ -384,7 +384,10 @@ class NodeDaemon:
             except Exception:  # one pod's bad record must not end the thread that writes every pod's
                 log.exception("cannot work out pod %s/%s's annotations; skipped", namespace, name)
                 continue
-            if desired is None or desired.uid in self._gone_uids:
+            if desired is None:
+                continue
+            if desired.uid in self._gone_uids:
+                log.debug("pod %s/%s (UID %s) is gone or replaced: not written again", namespace, name, desired.uid)
                 continue
             # Under JupyterHub a restarted server is a new pod with the same name, often on this node
             # seconds later, while our view may still hold the old one. The UID in the patch is a
