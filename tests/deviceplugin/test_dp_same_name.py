@@ -22,6 +22,7 @@ from deviceplugin_support import (
 from simkube.waiting import wait_for
 from vgpu_plugin.deviceplugin.checkpoint import PodDeviceEntry, write_checkpoint
 
+from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.core.contract import PodAllocation, Request
 
 POD = "jupyter-alice"
@@ -50,7 +51,7 @@ def test_a_record_worked_out_for_a_replaced_pod_never_lands_on_the_new_pod_of_it
                  timeout=20, what=f"{name} in the daemon's cache")
     core_ids, core = peer.admit(CORE, 30, all_ids("core"))
     memory_ids, memory = peer.admit(MEMORY, 12, all_ids("memory"))
-    assert core.envs["VGPU_DEVICE_INDICES"] == "0"
+    assert core.envs[c.ENV_DEVICE_INDICES] == "0" and c.ENV_POD_UID not in core.envs  # a guess: it names no pod
     assert annotations(core_v1, POD)[NAMES.gpu_assigned] == "false"  # as the extender wrote it
 
     # the daemon's view stops here: it holds the old pod from now on. alice stops her server and

@@ -391,9 +391,9 @@ class NodeDaemon:
                 continue
             # Under JupyterHub a restarted server is a new pod with the same name, often on this node
             # seconds later, while our view may still hold the old one. The UID in the patch is a
-            # precondition, as in kubelet's status patches: a real API server refuses it when the
-            # pod of that name has another UID (422 Invalid, "metadata.uid: Invalid value: ...:
-            # field is immutable"), so one pod's record never lands on another.
+            # precondition, as in kubelet's status patches (kubernetes#86320): the API server refuses
+            # it when the pod of that name has another UID (422 Invalid, "metadata.uid: Invalid value:
+            # ...: field is immutable"), so one pod's record never lands on another.
             patch = {"metadata": {"uid": desired.uid, "annotations": desired.annotations}}
             try:
                 # the reply is read but not turned into client models (several ms per pod)
