@@ -17,6 +17,7 @@ import collections
 import copy
 import datetime
 import itertools
+import json
 import re
 import secrets
 import uuid
@@ -123,6 +124,14 @@ def _conflict(rt: ResourceType, name: str, why: str, plural: str | None = None) 
 def _invalid(rt: ResourceType, name: str, why: str) -> ApiError:
     return ApiError(422, "Invalid", f'{rt.kind} "{name}" is invalid: {why}',
                     {"name": name, "group": rt.group, "kind": rt.kind})
+
+
+def _immutable(rt: ResourceType, name: str, path: str, value: Any) -> ApiError:
+    """422 as ``ValidateImmutableField`` words it, the field named in ``details.causes`` too."""
+    body = f"Invalid value: {json.dumps(value)}: field is immutable"
+    error = _invalid(rt, name, f"{path}: {body}")
+    error.details["causes"] = [{"reason": "FieldValueInvalid", "message": body, "field": path}]
+    return error
 
 
 _STALE = "the object has been modified; please apply your changes to the latest version and try again"
@@ -242,6 +251,11 @@ class Store:
         new_meta = new.setdefault("metadata", {})
         if new_meta.get("name", name) != name:
             raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+        uid = old["metadata"]["uid"]
+        if new_meta.get("uid") not in (None, "", uid):
+            # a PUT body's UID is a storage precondition (rest.DefaultUpdatedObjectInfo), checked before anything else
+            raise _conflict(rt, name, f"Precondition failed: UID in precondition: {new_meta['uid']}, "
+                                      f"UID in object meta: {uid}")
         expected = new_meta.get("resourceVersion")
         if expected not in (None, "") and expected != old["metadata"]["resourceVersion"]:
             raise _conflict(rt, name, _STALE)
@@ -381,6 +395,13 @@ class Store:
                 subresource: str | None) -> dict[str, Any]:
         name = old["metadata"]["name"]
         new["kind"], new["apiVersion"] = rt.kind, rt.api_version
+        given = new.get("metadata")
+        uid = given.get("uid") if isinstance(given, dict) else None
+        if uid not in (None, "", old["metadata"]["uid"]):
+            # a pod deleted and created again under its name is another object: a write that names
+            # the old one's UID (kubelet's status patches do) is refused, also through /status
+            # (rest.BeforeUpdate -> ValidateObjectMetaUpdate); an empty one means the stored one
+            raise _immutable(rt, name, "metadata.uid", uid)
         if subresource == "status":
             # Only the status changes through /status; the rest stays as it was.
             merged = copy.deepcopy(old)

@@ -135,8 +135,9 @@ def scenario(seed: int) -> None:
         for uid, pod in list(pods.pods.items()):
             meta = pod["metadata"]
             desired = allocator.desired_annotations(meta["namespace"], meta["name"])
-            if desired:
-                pods.annotate(uid, desired)
+            if desired is not None:
+                assert desired.uid == uid, "annotations worked out for another pod of that name"
+                pods.annotate(uid, desired.annotations)
         for key, allocation_id in recorded_ids(pods).items():  # safety, at every step
             assert holds.get(key) == allocation_id, f"{key}'s record holds an id its container's token is not for"
         assert len(set(recorded_ids(pods).values())) == len(recorded_ids(pods)), "one id in two records"

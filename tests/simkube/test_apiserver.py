@@ -325,6 +325,42 @@ def test_stale_resource_version_conflicts(core_v1):
     assert ok.metadata.annotations == {"x": "y"}
 
 
+def test_a_write_naming_a_replaced_pods_uid_is_refused_as_the_api_server_does(core_v1):
+    """A pod deleted and created again under its name (a restarted JupyterHub server) is another
+    object: a write carrying the old one's UID changes nothing. PATCH (also of /status): 422 from
+    validation, metadata.uid being immutable; PUT: 409, its body's UID being a precondition."""
+    old = core_v1.create_namespaced_pod("default", pod("jupyter-alice"))
+    core_v1.delete_namespaced_pod("jupyter-alice", "default", grace_period_seconds=0)
+    new = core_v1.create_namespaced_pod("default", pod("jupyter-alice"))
+    stale = old.metadata.uid
+    assert new.metadata.uid != stale
+
+    for write in (core_v1.patch_namespaced_pod, core_v1.patch_namespaced_pod_status):
+        with pytest.raises(ApiException) as refused:
+            write("jupyter-alice", "default", {"metadata": {"uid": stale, "annotations": {"served": "true"}},
+                                               "status": {"phase": "Running"}})
+        status = json.loads(refused.value.body)
+        assert refused.value.status == 422 and status["reason"] == "Invalid"
+        assert status["message"] == (f'Pod "jupyter-alice" is invalid: metadata.uid: Invalid value: "{stale}": '
+                                     f"field is immutable")
+        assert status["details"]["causes"] == [{"reason": "FieldValueInvalid", "field": "metadata.uid",
+                                                "message": f'Invalid value: "{stale}": field is immutable'}]
+    old.metadata.resource_version = None
+    with pytest.raises(ApiException) as refused:
+        core_v1.replace_namespaced_pod("jupyter-alice", "default", old)
+    assert refused.value.status == 409 and f"UID in precondition: {stale}" in json.loads(refused.value.body)["message"]
+    kept = core_v1.read_namespaced_pod("jupyter-alice", "default")
+    assert kept.metadata.uid == new.metadata.uid and not kept.metadata.annotations and kept.status.phase == "Pending"
+    assert kept.metadata.resource_version == new.metadata.resource_version
+
+    # its own UID, or none, is the pod it names
+    patched = core_v1.patch_namespaced_pod("jupyter-alice", "default", {"metadata": {
+        "uid": new.metadata.uid, "annotations": {"served": "true"}}})
+    assert patched.metadata.annotations == {"served": "true"} and patched.metadata.uid == new.metadata.uid
+    patched.metadata.labels = {"v": "2"}
+    assert core_v1.replace_namespaced_pod("jupyter-alice", "default", patched).metadata.labels == {"v": "2"}
+
+
 def test_status_goes_through_the_status_subresource(core_v1):
     core_v1.create_namespaced_pod("default", pod("p"))
     core_v1.patch_namespaced_pod("p", "default", {"status": {"phase": "Running"}})

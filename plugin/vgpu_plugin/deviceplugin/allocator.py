@@ -47,12 +47,12 @@ from .enforcement import EnforcementConfig
 from .listed import ListedPods
 from .pods import PodView, Wanted, parse_pod
 from .reconcile import Plan, World, gone_pods, plan_reconcile, plan_restore
-from .records import desired_annotations
+from .records import Desired, desired_annotations
 from .responses import answer_env, core_answer, memory_answer
 from .served import Key, Ledger, Served
 from .state import CardsState
 
-__all__ = ["AllocationError", "Allocator", "AnswerMemo", "Key", "PodSource", "Served", "TokenSource"]
+__all__ = ["AllocationError", "Allocator", "AnswerMemo", "Desired", "Key", "PodSource", "Served", "TokenSource"]
 
 log = logging.getLogger(__name__)
 
@@ -328,9 +328,11 @@ class Allocator:
                 return all(self._ledger.container_complete(w) for w in view.containers)
         return False
 
-    def desired_annotations(self, namespace: str, name: str) -> dict[str, str | None] | None:
-        """The annotations that make the pod's record true now (None values: keys to remove); None when
-        there is nothing to say."""
+    def desired_annotations(self, namespace: str, name: str) -> Desired | None:
+        """The annotations that make the pod's record true now (None values: keys to remove) and the UID
+        of the pod they are about; None when there is nothing to say. Our view of the node's pods may
+        lag: under JupyterHub a restarted server is a new pod with the same name, so the UID, not the
+        name, says whose record this is."""
         with self._lock:
             for view in self._all_views():
                 if view.namespace != namespace or view.name != name or view.problem or not view.containers:
@@ -343,7 +345,7 @@ class Allocator:
                     log.warning("pod %s/%s: kubelet's checkpoint did not confirm container(s) %s within %.0f s; "
                                 "marking it assigned anyway, but their read tokens read nothing",
                                 namespace, name, desired.unconfirmed, self._confirm_grace)
-                return desired.annotations
+                return desired
         return None
 
     # --- restarts and reconciliation: plan, then apply ---------------------------------------------

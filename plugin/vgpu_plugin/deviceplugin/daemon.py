@@ -9,6 +9,7 @@ annotation, and the metrics server, with a non-blocking ``start()`` / ``stop()``
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -74,6 +75,9 @@ class NodeDaemon:
         self._reconcile_now = threading.Event()
         self._publish_now = threading.Event()
         self._annotate: queue.Queue[tuple[str, str]] = queue.Queue()
+        # UIDs of pods a write found deleted or replaced by a new pod of their name: our view may hold
+        # them a while yet, and reconcile keeps asking; the last few are enough to write each never again
+        self._gone_uids: collections.deque[str] = collections.deque(maxlen=256)
         self.cards = CardsState()
         self.informer: Any = None
         self.allocator: Allocator | None = None
@@ -380,17 +384,32 @@ class NodeDaemon:
             except Exception:  # one pod's bad record must not end the thread that writes every pod's
                 log.exception("cannot work out pod %s/%s's annotations; skipped", namespace, name)
                 continue
-            if not desired:
+            if desired is None:
                 continue
+            if desired.uid in self._gone_uids:
+                log.debug("pod %s/%s (UID %s) is gone or replaced: not written again", namespace, name, desired.uid)
+                continue
+            # Under JupyterHub a restarted server is a new pod with the same name, often on this node
+            # seconds later, while our view may still hold the old one. The UID in the patch is a
+            # precondition, as in kubelet's status patches (kubernetes#86320): the API server refuses
+            # it when the pod of that name has another UID (422 Invalid, "metadata.uid: Invalid value:
+            # ...: field is immutable"), so one pod's record never lands on another.
+            patch = {"metadata": {"uid": desired.uid, "annotations": desired.annotations}}
             try:
                 # the reply is read but not turned into client models (several ms per pod)
-                reply = self._core_api.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": desired}},
-                                                            _request_timeout=30, _preload_content=False)
+                reply = self._core_api.patch_namespaced_pod(name, namespace, patch, _request_timeout=30,
+                                                            _preload_content=False)
                 reply.data  # noqa: B018 - read to the end: the connection goes back to the pool
                 log.info("pod %s/%s: %s=%s, allocation record written", namespace, name,
-                         self.config.names.gpu_assigned, desired.get(self.config.names.gpu_assigned))
+                         self.config.names.gpu_assigned, desired.annotations.get(self.config.names.gpu_assigned))
             except ApiException as error:
-                if error.status == 404:
+                if error.status == 404 or _uid_refused(error):
+                    # not retried: a new pod of that name is annotated once our view has it (reconcile
+                    # queues every served pod not marked assigned; Allocate queues it when served)
+                    log.info("pod %s/%s (UID %s) is gone or replaced by a new pod of that name: its annotations "
+                             "are not written", namespace, name, desired.uid)
+                    if desired.uid:
+                        self._gone_uids.append(desired.uid)
                     continue
                 log.warning("annotating pod %s/%s failed (%s %s); retrying", namespace, name, error.status,
                             error.reason)
@@ -430,6 +449,17 @@ def _identity(path: str) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return stat.st_ino, stat.st_ctime_ns, stat.st_mtime_ns
+
+
+def _uid_refused(error: Any) -> bool:
+    """The API server refused a write because the object of that name has another UID now."""
+    if error.status != 422:
+        return False
+    try:
+        causes = json.loads(error.body)["details"]["causes"]
+        return any(isinstance(cause, dict) and cause.get("field") == "metadata.uid" for cause in causes)
+    except (TypeError, ValueError, LookupError):  # not a Status naming its causes
+        return False
 
 
 def _rpc_text(error: Exception) -> str:

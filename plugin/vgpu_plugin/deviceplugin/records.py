@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Desired:
+    uid: str  # the pod they are about: written under this UID only (the name may be a new pod's by then)
     annotations: dict[str, str | None]  # None: remove the key (a merge patch's null)
     unconfirmed: list[str]  # containers marked assigned before kubelet's checkpoint confirmed their answer
 
@@ -69,4 +70,4 @@ def desired_annotations(view: PodView, ledger: Ledger, cards: Mapping[int, Card]
             desired[slice_key] = device
     if all(view.annotations.get(k) == v for k, v in desired.items()):
         return None
-    return Desired(desired, unconfirmed)
+    return Desired(view.uid, desired, unconfirmed)
