@@ -15,6 +15,9 @@ Its own HTTP API (under ``JUPYTERHUB_SERVICE_PREFIX``), for the notebook server 
 - ``POST api/v1/servers/<user>[/<server>]/keep`` → "keep my GPU" (owner or admin);
 - ``GET api/v1/servers`` → every tracked share (admins);
 - ``GET metrics`` → the Prometheus counters (no names in them).
+
+A token must be for this service (its access scope, as JupyterHub's HubAuthenticated requires)
+or be a server's own token asking about that server; "admin" is decided on such a token only.
 """
 
 from __future__ import annotations
