@@ -112,6 +112,7 @@ def refuse_stray_typed_share(user_options: Mapping[str, Any], default: str | Non
     if user_options.get(UNLISTED_OPTION) and profile not in SHARE_OPTION_PROFILES:
         raise RequestError(
             f"a typed share ({UNLISTED_OPTION!r}) is only read with profile "
-            f"{' or '.join(repr(p) for p in SHARE_OPTION_PROFILES)}; profile {profile!r} would start its own share: "
-            f"drop the typed share or choose that profile"
+            f"{' or '.join(repr(p) for p in SHARE_OPTION_PROFILES)}; "
+            f"{f'profile {profile!r}' if profile else 'a server with no profile'} would not use it: "
+            f"drop the typed share or choose one of those profiles"
         )

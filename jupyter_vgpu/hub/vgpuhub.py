@@ -215,7 +215,7 @@ class VGPUHub(Configurable):
         if containers and self.allow_runtime_requests and is_runtime(spawner.user_options):
             # KubeSpawner's "notebook" container comes first
             vgpu_pod.set_vgpu_limits(containers[0], self.limits_override(runtime_request(spawner.user_options)))
-        requests = vgpu_pod.container_requests(pod, self.names) if containers else {}
+        requests = vgpu_pod.container_requests(pod, self.names)
         options = copy.deepcopy(dict(spawner.user_options or {}))
         if not requests:
             self._pods_checked[spawner] = (options, Usage())
