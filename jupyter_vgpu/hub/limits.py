@@ -2,13 +2,14 @@
 
 A ceiling applies to the sum over the user's servers: with named servers, a second server
 gets only what the first leaves. The server being started (or restarted) counts its new
-request; the others count the share their user_options asked for, while they are running,
-starting or stopping (JupyterHub's ``Spawner.active``).
+request; the others count what they hold while they are running, starting or stopping
+(JupyterHub's ``Spawner.active``): the caller says what that is (VGPUHub: what the server's
+pod was checked with, else what its user_options ask for as KubeSpawner resolves them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,7 @@ class Usage:
     memory_units: int = 0
     holders: tuple[str, ...] = ()
 
-    def plus(self, request: Request, holder: str) -> Usage:
+    def plus(self, request: Request | Usage, holder: str) -> Usage:
         return Usage(self.cores + request.cores, self.memory_units + request.memory_units, (*self.holders, holder))
 
     def describe(self) -> str:
@@ -128,21 +129,15 @@ def limit_for(user: Any, user_limits: Mapping[str, Any], group_limits: Mapping[s
     return Limit.from_spec(default_limit, "the default limit")
 
 
-def held_by_other_servers(user: Any, server_name: str,
-                          requested: Callable[[Mapping[str, Any]], Request | None]) -> Usage:
-    """What the user's other active servers asked for (JupyterHub's ``User.spawners``)."""
+async def held_by_other_servers(user: Any, server_name: str,
+                                holds: Callable[[Any], Awaitable[Request | Usage | None]]) -> Usage:
+    """What the user's other active servers hold (JupyterHub's ``User.spawners``)."""
     usage = Usage()
     spawners: Mapping[str, Any] = getattr(user, "spawners", None) or {}
     for name, spawner in list(spawners.items()):  # a copy: the Hub adds spawners as users start them
         if name == server_name or not spawner.active:
             continue
-        try:
-            request = requested(spawner.user_options or {})
-        except RequestError:
-            # it was checked when it started; a share since removed from the config is not
-            # counted rather than locking the user out of every other server
-            continue
-        if request is not None:
-            usage = usage.plus(request, f"server {name!r}" if name else "the default server")
+        held = await holds(spawner)
+        if held is not None and (held.cores or held.memory_units):
+            usage = usage.plus(held, f"server {name!r}" if name else "the default server")
     return usage
-

@@ -87,7 +87,7 @@ class VGPURestartHandler(APIHandler):
             raise web.HTTPError(404, "no vGPU restart was asked for this server since the Hub started")
         self.write(json.dumps(record))
 
-    def _share(self, user: Any, server_name: str, previous: dict[str, Any]) -> tuple[dict[str, Any], Request | None]:
+    async def _share(self, user: Any, server_name: str, previous: dict[str, Any]) -> tuple[dict[str, Any], Request | None]:
         """The new user_options and the share they ask for; 400 with the reason when they are bad."""
         body = self.get_json_body()
         if not isinstance(body, dict):
@@ -97,7 +97,7 @@ class VGPURestartHandler(APIHandler):
             raise web.HTTPError(400, f"{BODY_HELP} (unknown keys: {shown(sorted(unknown))})")
         options = {**previous, **{key: body.get(key, 0) for key in BODY_KEYS}}
         try:
-            return options, self.vgpu.check_user_options(user, options, server_name)
+            return options, await self.vgpu.check_user_options(user.spawners[server_name], options)
         except RequestError as error:
             raise web.HTTPError(400, "%s", str(error)) from None
 
@@ -105,7 +105,7 @@ class VGPURestartHandler(APIHandler):
         user = self._target(user_name, server_name)
         spawner = user.spawners[server_name]
         previous = dict(spawner.user_options or {})
-        options, share = self._share(user, server_name, previous)
+        options, share = await self._share(user, server_name, previous)
         latest = self._records().get((user_name, server_name))
         if latest is not None and latest["state"] == "pending":
             raise web.HTTPError(409, "a restart of this server is already under way")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -14,7 +16,13 @@ from jupyter_vgpu.core.contract import Names, Request, RequestError
 from jupyter_vgpu.hub import pod as vgpu_pod
 from jupyter_vgpu.hub import profiles as vgpu_profiles
 from jupyter_vgpu.hub.limits import Limit, Usage, held_by_other_servers, limit_for
-from jupyter_vgpu.hub.options import is_runtime, requested, runtime_request
+from jupyter_vgpu.hub.options import (
+    default_profile,
+    is_runtime,
+    refuse_stray_typed_share,
+    requested,
+    runtime_request,
+)
 from jupyter_vgpu.hub.scopes import custom_scopes, roles_with_restart
 from jupyter_vgpu.hub.shares import DEFAULT_SHARE_SPECS, SHARE_OPTION, Share, share_list
 
@@ -85,6 +93,11 @@ class VGPUHub(Configurable):
         "single-user servers the scopes to restart themselves.",
     ).tag(config=True)
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # spawner -> (the user_options its pod was built from, what that pod asks for), set by modify_pod
+        self._pods_checked: weakref.WeakKeyDictionary[Any, tuple[dict[str, Any], Usage]] = weakref.WeakKeyDictionary()
+
     @property
     def names(self) -> Names:
         return Names(domain=self.resource_domain)
@@ -97,13 +110,25 @@ class VGPUHub(Configurable):
     def limit_for(self, user: Any) -> Limit:
         return limit_for(user, self.user_limits, self.group_limits, self.default_limit)
 
-    def held_by_other_servers(self, user: Any, server_name: str) -> Usage:
-        """What the user's other running or starting servers asked for."""
-        def share_of(options: Mapping[str, Any]) -> Request | None:
-            request = self.requested(options)
-            return request if isinstance(request, Request) else None
+    async def held_by_other_servers(self, user: Any, server_name: str) -> Usage:
+        """What the user's other running or starting servers hold."""
+        return await held_by_other_servers(user, server_name, self.holds)
 
-        return held_by_other_servers(user, server_name, share_of)
+    async def holds(self, spawner: Any) -> Request | Usage | None:
+        """What an active server holds: what its pod was checked with while it runs with the
+        user_options that pod was built from; else (still starting, or started before the Hub
+        did) what those user_options ask for, resolved as KubeSpawner resolves them."""
+        options = spawner.user_options or {}
+        checked = self._pods_checked.get(spawner)
+        if checked is not None and checked[0] == options:
+            return checked[1]
+        try:
+            request = self.requested(options, default=await self.default_profile(spawner, options))
+        except RequestError:
+            # it was checked when it started; a share since removed from the config is not
+            # counted rather than locking the user out of every other server
+            return None
+        return request if isinstance(request, Request) else None
 
     # -- profiles -----------------------------------------------------------------------
 
@@ -132,20 +157,37 @@ class VGPUHub(Configurable):
 
     # -- user_options -------------------------------------------------------------------
 
-    def requested(self, user_options: Mapping[str, Any] | None) -> Request | None | bool:
+    def requested(self, user_options: Mapping[str, Any] | None, default: str | None = None) -> Request | None | bool:
         """The share user_options ask for: a Request, None for 'release the GPU', or False
         when they say nothing about vGPU (a CPU profile, or the admin's own profiles).
+        ``default``: the profile KubeSpawner loads when they name none (``default_profile``).
         Raises RequestError with the reason when they are malformed."""
         return requested(user_options, self.share_list(), custom_share=self.custom_share,
-                         allow_runtime_requests=self.allow_runtime_requests)
+                         allow_runtime_requests=self.allow_runtime_requests, default=default)
 
-    def check_user_options(self, user: Any, user_options: Mapping[str, Any], server_name: str = "") -> Request | None:
-        """The share user_options ask for (None: no GPU); RequestError when malformed, or when it
-        and the user's other servers (all but ``server_name``) together are over the limit."""
-        request = self.requested(user_options)
+    async def default_profile(self, spawner: Any, user_options: object) -> str | None:
+        """The profile KubeSpawner loads for ``spawner`` when user_options name none (None when
+        they name one, or carry a runtime request, which replaces any profile's share)."""
+        if (not isinstance(user_options, Mapping) or user_options.get("profile")
+                or (self.allow_runtime_requests and is_runtime(user_options))):
+            return None
+        profiles = getattr(spawner, "profile_list", None)
+        if callable(profiles):
+            profiles = profiles(spawner)
+            if inspect.isawaitable(profiles):
+                profiles = await profiles
+        return default_profile(profiles)
+
+    async def check_user_options(self, spawner: Any, user_options: Mapping[str, Any]) -> Request | None:
+        """The share user_options ask for when ``spawner`` starts with them (None: no GPU);
+        RequestError when malformed, or when it and the user's other servers together are over
+        the limit."""
+        default = await self.default_profile(spawner, user_options)
+        request = self.requested(user_options, default)
+        refuse_stray_typed_share(user_options, default)
         if not isinstance(request, Request):
             return None
-        self.limit_for(user).check(request, self.held_by_other_servers(user, server_name))
+        self.limit_for(spawner.user).check(request, await self.held_by_other_servers(spawner.user, spawner.name))
         return request
 
     def chosen_share(self, user_options: Mapping[str, Any] | None) -> Share | None:
@@ -157,34 +199,39 @@ class VGPUHub(Configurable):
                 return by_slug[picked]
         return None
 
-    def apply_user_options(self, spawner: Any, user_options: Mapping[str, Any]) -> None:
+    async def apply_user_options(self, spawner: Any, user_options: Mapping[str, Any]) -> None:
         """Refuse, before anything starts, a share that is malformed or above the user's limit."""
         try:
-            self.check_user_options(spawner.user, user_options, spawner.name)
+            await self.check_user_options(spawner, user_options)
         except RequestError as error:
             raise http_400(str(error)) from None
 
     # -- the pod ------------------------------------------------------------------------
 
-    def modify_pod(self, spawner: Any, pod: Any) -> Any:
-        """Apply a runtime request, check the final request, route vGPU pods to the vGPU scheduler."""
+    async def modify_pod(self, spawner: Any, pod: Any) -> Any:
+        """Apply a runtime request, check the final request, route vGPU pods to the vGPU scheduler,
+        and remember what the pod asks for: what this server holds for the others' checks."""
         containers = list(pod.spec.containers or [])
-        if not containers:
-            return pod
-        notebook = containers[0]  # KubeSpawner's "notebook" container comes first
-        if self.allow_runtime_requests and is_runtime(spawner.user_options):
-            vgpu_pod.set_vgpu_limits(notebook, self.limits_override(runtime_request(spawner.user_options)))
+        if containers and self.allow_runtime_requests and is_runtime(spawner.user_options):
+            # KubeSpawner's "notebook" container comes first
+            vgpu_pod.set_vgpu_limits(containers[0], self.limits_override(runtime_request(spawner.user_options)))
         requests = vgpu_pod.container_requests(pod, self.names)
+        options = copy.deepcopy(dict(spawner.user_options or {}))
         if not requests:
+            self._pods_checked[spawner] = (options, Usage())
             return pod
+        notebook = containers[0]
         share = self.chosen_share(spawner.user_options)
         if share is not None and share.isolated and not (self.allow_runtime_requests and is_runtime(spawner.user_options)):
             pod.metadata.annotations = {**(pod.metadata.annotations or {}), self.names.isolation: "mig"}
         limit = self.limit_for(spawner.user)
-        held = self.held_by_other_servers(spawner.user, spawner.name)
+        held = await self.held_by_other_servers(spawner.user, spawner.name)
+        this_pod = Usage()
         for index, request in sorted(requests.items()):
             limit.check(request, held)
-            held = held.plus(request, f"this server's container {containers[index].name!r}")
+            holder = f"this server's container {containers[index].name!r}"
+            held, this_pod = held.plus(request, holder), this_pod.plus(request, holder)
+        self._pods_checked[spawner] = (options, this_pod)
         pod.spec.scheduler_name = self.scheduler_name
         if self.runtime_class_name:
             pod.spec.runtime_class_name = self.runtime_class_name
@@ -203,7 +250,7 @@ class VGPUHub(Configurable):
             if admin_hook is not None:
                 result = admin_hook(spawner, pod)
                 pod = (await result) if inspect.isawaitable(result) else result
-            return self.modify_pod(spawner, pod)
+            return await self.modify_pod(spawner, pod)
 
         return modify_pod_hook
 
@@ -211,7 +258,7 @@ class VGPUHub(Configurable):
         """An apply_user_options hook running ours first, then the admin's (callable or dict form)."""
 
         async def apply_user_options(spawner: Any, user_options: dict[str, Any]) -> None:
-            self.apply_user_options(spawner, user_options)
+            await self.apply_user_options(spawner, user_options)
             if callable(admin_hook):
                 result = admin_hook(spawner, user_options)
                 if inspect.isawaitable(result):

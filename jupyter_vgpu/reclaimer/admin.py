@@ -15,6 +15,8 @@ from typing import Any
 import tornado.web
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 
+from .hubconfig import acts_as_admin
+
 
 def _when(t: float | None) -> str:
     if t is None:
@@ -85,8 +87,8 @@ class AdminPage(HubOAuthenticated, tornado.web.RequestHandler):
 
     @tornado.web.authenticated
     def get(self) -> None:
-        user = self.current_user or {}
-        if not (user.get("admin") or "admin:servers" in (user.get("scopes") or ())):
+        # HubOAuthenticated has let through only tokens with this service's access scope
+        if not acts_as_admin(self.current_user or {}):
             raise tornado.web.HTTPError(403, "the GPU reclaimer's page is for admins")
         self.set_header("Cache-Control", "no-store")
         self.finish(render(self.reclaimer))

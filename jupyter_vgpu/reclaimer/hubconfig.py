@@ -23,6 +23,17 @@ ROLE_SCOPES = ("list:users", "read:users", "read:users:groups", "read:servers", 
                "admin:servers", "read:users:name")
 """Users, their groups and servers (with KubeSpawner's pod name), stopping and starting servers."""
 
+ACCESS_SCOPE = f"access:services!service={SERVICE_NAME}"
+"""What a token needs to be for this service (JupyterHub's HubAuthenticated contract): tokens
+issued to anything else, e.g. an admin's OAuth token issued to a user's server, are refused."""
+
+
+def acts_as_admin(model: dict[str, Any]) -> bool:
+    """Whether a token for this service (it carries ACCESS_SCOPE) may see and keep every share:
+    the unfiltered ``admin:servers`` scope, or a Hub admin's token issued to this service (the
+    admin page's OAuth token, which carries only the access and identify scopes)."""
+    return "admin:servers" in (model.get("scopes") or ()) or bool(model.get("admin"))
+
 
 def service_api_url(public_url: str) -> str:
     """The reclaimer's API base, as a notebook server reaches it."""

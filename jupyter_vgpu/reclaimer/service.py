@@ -15,6 +15,9 @@ Its own HTTP API (under ``JUPYTERHUB_SERVICE_PREFIX``), for the notebook server 
 - ``POST api/v1/servers/<user>[/<server>]/keep`` → "keep my GPU" (owner or admin);
 - ``GET api/v1/servers`` → every tracked share (admins);
 - ``GET metrics`` → the Prometheus counters (no names in them).
+
+A token must be for this service (its access scope, as JupyterHub's HubAuthenticated requires)
+or be a server's own token asking about that server; "admin" is decided on such a token only.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from traitlets import Bool, Dict, Float, Int, List, Unicode, default
 from traitlets.config import Application
 
 from .hubapi import HubClient, HubError, Server
+from .hubconfig import ACCESS_SCOPE, acts_as_admin
 from .nodes import NodeReader, PodUsage, ScrapeToken
 from .policy import (
     ACT,
@@ -449,7 +453,8 @@ class VGPUReclaimer(Application):
         if self._hub_auth is None:
             from jupyterhub.services.auth import HubAuth
 
-            self._hub_auth = HubAuth(api_url=self.hub_api_url, api_token=self.api_token, cache_max_age=30)
+            self._hub_auth = _with_access_scope(HubAuth(api_url=self.hub_api_url, api_token=self.api_token,
+                                                        cache_max_age=30))
         return self._hub_auth
 
     @property
@@ -459,9 +464,9 @@ class VGPUReclaimer(Application):
 
             from jupyterhub.services.auth import HubOAuth
 
-            self._hub_oauth = HubOAuth(api_url=self.hub_api_url, api_token=self.api_token, cache_max_age=30,
-                                       oauth_client_id=os.environ.get("JUPYTERHUB_CLIENT_ID",
-                                                                      "service-vgpu-reclaimer"))
+            self._hub_oauth = _with_access_scope(HubOAuth(
+                api_url=self.hub_api_url, api_token=self.api_token, cache_max_age=30,
+                oauth_client_id=os.environ.get("JUPYTERHUB_CLIENT_ID", "service-vgpu-reclaimer")))
         return self._hub_oauth
 
     def make_app(self) -> tornado.web.Application:
@@ -500,10 +505,19 @@ class VGPUReclaimer(Application):
         loop.start()
 
 
+def _with_access_scope(auth: Any) -> Any:
+    """``auth`` requiring this service's access scope: the Hub hands a managed service its own in
+    the environment (HubAuth's default); an external one (``api_token``) gets none from there."""
+    if not auth.access_scopes:
+        auth.access_scopes = {ACCESS_SCOPE}
+    return auth
+
+
 class _Handler(tornado.web.RequestHandler):
     def initialize(self, reclaimer: VGPUReclaimer) -> None:
         self.reclaimer = reclaimer
         self.identity: dict[str, Any] = {}
+        self.for_this_service = False
 
     def reply(self, status: int, body: Any) -> None:
         self.set_status(status)
@@ -528,11 +542,22 @@ class _Handler(tornado.web.RequestHandler):
             self.reply(403, {"message": "the Hub does not know this token"})
             return
         self.identity = model
+        auth = self.reclaimer.hub_auth
+        self.for_this_service = bool(auth.check_scopes(auth.access_scopes, model))
+        if not (self.for_this_service or self.server_token_of(*self.path_args)):
+            self.reply(403, {"message": "this token is not for the GPU reclaimer: use your own token, or "
+                                        "your server's for that server"})
+
+    def server_token_of(self, user: str | None = None, server: str | None = None) -> bool:
+        """Whether the token is its owner's, with access to this one server of theirs: a notebook
+        server's own token asking about that server (it carries no access to services)."""
+        return (user is not None and self.identity.get("kind") == "user" and self.identity.get("name") == user
+                and bool(self.reclaimer.hub_auth.check_scopes(f"access:servers!server={user}/{server or ''}",
+                                                              self.identity)))
 
     @property
     def admin(self) -> bool:
-        scopes = self.identity.get("scopes") or ()
-        return bool(self.identity.get("admin")) or "admin:servers" in scopes
+        return self.for_this_service and acts_as_admin(self.identity)
 
     def check_owner(self, user: str) -> bool:
         mine = self.identity.get("kind", "user") == "user" and self.identity.get("name") == user

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from jupyterhub import orm
 from kubespawner import KubeSpawner
 from traitlets.config import Config
 
@@ -16,9 +17,10 @@ CORE, MEM = NAMES.core_resource, NAMES.memory_resource
 
 
 def make_user(name: str = "alice", groups: tuple[str, ...] = ()) -> SimpleNamespace:
+    """A Hub user as the hooks see it; ``spawners`` is JupyterHub's ``User.spawners`` (name -> spawner)."""
     return SimpleNamespace(
         name=name, id=7, url=f"/user/{name}/", escaped_name=name,
-        groups=[SimpleNamespace(name=g) for g in groups],
+        groups=[SimpleNamespace(name=g) for g in groups], spawners={},
     )
 
 
@@ -31,8 +33,13 @@ def hub_config(**traits) -> Config:
     return c
 
 
-def make_spawner(c: Config, user: SimpleNamespace | None = None) -> KubeSpawner:
-    return KubeSpawner(_mock=True, config=c, user=user or make_user(), namespace="jhub")
+def make_spawner(c: Config, user: SimpleNamespace | None = None, name: str = "") -> KubeSpawner:
+    """A KubeSpawner for the user's server ``name``, listed in ``user.spawners`` as the Hub lists it."""
+    user = user or make_user()
+    # the server's name lives on its database row (Spawner.name), one not in any database here
+    spawner = KubeSpawner(_mock=True, config=c, user=user, orm_spawner=orm.Spawner(name=name), namespace="jhub")
+    user.spawners[name] = spawner
+    return spawner
 
 
 async def spawn_pod(spawner: KubeSpawner, formdata: dict | None = None, user_options: dict | None = None):

@@ -114,7 +114,7 @@ c.JupyterHub.db_url = "sqlite:///{root}/hub.sqlite"
 c.JupyterHub.cookie_secret_file = "{root}/cookie_secret"
 c.JupyterHub.services = [{{"name": "test-admin", "api_token": {admin!r}}}]
 c.JupyterHub.load_roles = [{{"name": "test-admin", "services": ["test-admin"],
-                             "scopes": ["admin:users", "admin:servers", "read:users", "access:servers",
+                             "scopes": ["admin:users", "admin:servers", "read:users", "access:servers", "access:services",
                                         "custom:jupyter-vgpu:restart"]}}]
 """
 
