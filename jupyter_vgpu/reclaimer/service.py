@@ -66,6 +66,9 @@ from .record import (
     EventRecorder,
 )
 
+MAX_BODY_BYTES = 4096
+"""Request body limit of the service's port: POST .../keep reads none."""
+
 OVERRIDABLE = {
     "idle_utilization": "idle_utilization", "idle_memory_mib": "idle_memory_mib",
     "idle_minutes": "idle_seconds", "hoard_minutes": "hoard_seconds", "grace_minutes": "grace_seconds",
@@ -483,11 +486,17 @@ class VGPUReclaimer(Application):
             (prefix + r"metrics", MetricsHandler, context),
         ], cookie_secret=os.urandom(32))
 
+    def listen(self) -> Any:
+        """Serve the API at ``bind_url`` on the current event loop; the HTTPServer."""
+        url = urlparse(self.bind_url)
+        # only POST .../keep takes a request, and reads no body: refuse one before it is buffered
+        # (tornado's defaults would hold 100 MB per request in the Hub's pod)
+        return self.make_app().listen(url.port or 80, url.hostname or "127.0.0.1", max_body_size=MAX_BODY_BYTES,
+                                      max_buffer_size=1 << 20)
+
     def start(self) -> None:
         """Serve the API and run a pass every period, until interrupted."""
-        url = urlparse(self.bind_url)
-        app = self.make_app()
-        app.listen(url.port or 80, url.hostname or "127.0.0.1")
+        self.listen()
         self.log.info("vGPU reclaimer on %s%s: every %.0f s, action %s%s", self.bind_url, self.service_prefix,
                       self.period_seconds, self.action, " (DRY RUN)" if self.dry_run else "")
         loop = IOLoop.current()

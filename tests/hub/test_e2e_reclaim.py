@@ -139,10 +139,7 @@ class Running:
         self.server = self.call(self._listen())
 
     async def _listen(self) -> Any:
-        from urllib.parse import urlparse
-
-        url = urlparse(self.reclaimer.bind_url)
-        return self.reclaimer.make_app().listen(url.port, url.hostname)
+        return self.reclaimer.listen()
 
     def call(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(300)

@@ -40,3 +40,35 @@ def test_server_models_are_read_defensively() -> None:
     assert (servers[""].pod, servers[""].namespace, servers[""].groups) == ("jupyter-alice", "hub", ("g",))
     assert servers[""].path == "/users/alice/server" and servers["odd"].path == "/users/alice/servers/odd"
     assert servers["odd"].pod is None and servers["odd"].user_options == {}
+
+
+def test_the_service_refuses_a_request_body_before_reading_it() -> None:
+    """Every Hub user reaches the service through the proxy: a POST announcing 90 MB (nothing it
+    serves reads a body) is refused at its headers, not buffered into the Hub's pod."""
+    import asyncio
+    import socket
+    import threading
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    reclaimer = VGPUReclaimer(bind_url=f"http://127.0.0.1:{port}")
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def listen():
+        return reclaimer.listen()
+
+    server = asyncio.run_coroutine_threadsafe(listen(), loop).result(30)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(f"POST {reclaimer.service_prefix}api/v1/servers/alice/keep HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         "Content-Length: 94371840\r\n\r\n".encode())
+            answer = sock.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    finally:
+        asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(30)
+        loop.call_soon_threadsafe(server.stop)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
