@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -41,10 +42,11 @@ class CheckpointWatch:
 
     def run(self) -> None:
         try:
+            if not sys.platform.startswith("linux"):
+                raise OSError(f"no inotify on {sys.platform}")
             import inotify_simple
-        except Exception as error:  # not installed, or not Linux (no inotify in libc, no termios)
-            log.warning("not watching kubelet's checkpoint (%s: %s); it is polled instead",
-                        type(error).__name__, error)
+        except (ImportError, OSError) as error:
+            log.warning("not watching kubelet's checkpoint (%s); it is polled instead", error)
             return
         flags = inotify_simple.flags
         self._changed = flags.MOVED_TO | flags.CLOSE_WRITE | flags.CREATE | flags.DELETE | flags.MOVED_FROM
@@ -57,9 +59,17 @@ class CheckpointWatch:
                 continue
             try:
                 self._follow(inotify)
+            except OSError as error:  # reading the events failed: watch anew
+                self._say(f"reading {self.directory}'s inotify events failed ({error})")
+                self.stopping.wait(self.retry_period)
             finally:
                 self.watching.clear()
                 inotify.close()
+
+    def _say(self, problem: str) -> None:
+        if problem != self._said:
+            log.warning("%s; kubelet's checkpoint is polled until it is watched again", problem)
+            self._said = problem
 
     def _open(self, inotify_simple: Any) -> Any:
         """An inotify instance watching the directory; None (the problem logged once) when that fails."""
@@ -70,10 +80,7 @@ class CheckpointWatch:
         except OSError as error:  # ENOENT: no directory yet; ENOSPC / EMFILE: the watch or instance limit
             if inotify is not None:
                 inotify.close()
-            problem = f"cannot watch {self.directory} ({error.strerror or error})"
-            if problem != self._said:
-                log.warning("%s; kubelet's checkpoint is polled until the watch succeeds", problem)
-                self._said = problem
+            self._say(f"cannot watch {self.directory} ({error.strerror or error})")
             return None
         if self._said is not None:
             log.info("watching %s for kubelet's checkpoint now", self.directory)
