@@ -25,6 +25,7 @@ from jupyter_vgpu.core.contract import DEFAULT_NAMES, Names
 from ..tokens import TokenMinter, load_or_create_secret
 from .allocator import Allocator
 from .checkpoint import CheckpointError, CheckpointReader, PodDeviceEntry, read_checkpoint
+from .checkpoint_watch import CheckpointWatch
 from .devices import (
     CHECKPOINT_FILE,
     CORE,
@@ -84,6 +85,7 @@ class NodeDaemon:
         self.publisher: NodePublisher | None = None
         self.metrics_server: Any = None
         self.servers: dict[str, ResourceServer] = {}
+        self.checkpoint_watch: CheckpointWatch | None = None
         self.registrations = 0
         self._node_address = "127.0.0.1"
         self._minter: TokenMinter | None = None
@@ -139,8 +141,11 @@ class NodeDaemon:
         self.informer.start()
         if cfg.metrics is not None:
             self._start_metrics()
+        # kubelet's checkpoint write wakes reconciliation at once: that confirms guessed answers
+        self.checkpoint_watch = CheckpointWatch(self.checkpoint_path, self._reconcile_now.set, self._stopping)
         for target, name in ((self._supervise, "supervisor"), (self._watch_health, "health"),
-                             (self._run_annotator, "annotator"), (self._run_publisher, "publisher")):
+                             (self._run_annotator, "annotator"), (self._run_publisher, "publisher"),
+                             (self.checkpoint_watch.run, "checkpoint-watch")):
             thread = threading.Thread(target=target, name=f"vgpu-{name}-{cfg.node}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -274,7 +279,8 @@ class NodeDaemon:
                 self._ready.clear()
                 registered_for = None
             # kubelet rewrites its checkpoint right after Allocate: reading it at once confirms who
-            # holds each answer, which is when a container's token starts to work
+            # holds each answer, which is when a container's token starts to work. The checkpoint
+            # watch wakes this loop then; the poll (watch_period) is its safety net and fallback
             checkpoint = _identity(self.checkpoint_path)
             if (checkpoint != checkpoint_seen or self._reconcile_now.is_set()
                     or now - last_reconcile >= cfg.reconcile_period):
