@@ -279,6 +279,8 @@ def test_tokens_off_for_debugging(fake_node: FakeNode, minter: TokenMinter, clus
         assert get(server, "/api/v1/allocation?pod=hub/nobody")[0] == 404
         # a superscript two is a digit to str.isdigit, not to int(): a name no container has, not a 500
         assert get(server, "/api/v1/allocation?pod=hub/jupyter-alice&container=%C2%B2")[0] == 404
+        # nor is an index longer than int() reads from text (4,300 digits)
+        assert get(server, "/api/v1/allocation?pod=hub/jupyter-alice&container=" + "9" * 5000)[0] == 404
         assert get(server, "/api/v1/allocation")[0] == 401  # says who you are one way or the other
         assert get(server, "/api/v1/allocation", "forged")[0] == 403  # a token, when sent, is checked
     finally:

@@ -96,7 +96,7 @@ def _identify_by_name(context: ApiContext, query: dict[str, str]) -> Caller:
     container = query.get("container", "0")
     for pod in context.sampler.snapshot().pods.pods():
         if pod.namespace == namespace and pod.name == name:
-            index = int(container) if container.isdecimal() else (
+            index = int(container) if container.isdecimal() and len(container) <= 9 else (
                 pod.container_names.index(container) if container in pod.container_names else -1)
             return _with_allocation(pod, index)
     raise ApiError(404, f"no pod {query['pod']} on this node")
