@@ -6,8 +6,8 @@ listener, called under the ledger's lock on whichever thread changed a node, onl
 wake that node's waiters (it never blocks); each then asks again, under the ledger's lock, whether
 its rival has settled. A waiter is filed before it first asks, so no change is missed in between.
 
-The waits cost a future and a coroutine each, so they are bounded only as memory: ``limit`` (1,000)
-at once; one more is refused at once, as ``WAITING_BINDS`` were before (docs/design.md).
+A wait costs a future, a coroutine and its request's connection, so only memory bounds them:
+``WAITING_BINDS`` at once; one more is refused at once (docs/design.md).
 """
 
 from __future__ import annotations
