@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from extender_support import GIB_UNITS, NAMES, binding_args, get, node, pod, post
+from simkube.waiting import wait_for
 
 from jupyter_vgpu.core import contract
 
@@ -186,7 +187,7 @@ def test_many_binds_wait_at_once_holding_no_bind_worker(cluster):
                     for k in range(3)] for name in nodes}
     time.sleep(1.5)
     assert [answer for waits in binds.values() for _, answer in waits if answer] == []  # all twelve wait
-    assert cluster.extender.rival_waits.waiting == 12
+    wait_for(lambda: cluster.extender.rival_waits.waiting == 12, timeout=20, what="twelve binds waiting")
 
     unrelated = cluster.add_pod(pod("unrelated", cores=30, memory_units=4 * GIB_UNITS))
     started = time.monotonic()
@@ -219,6 +220,7 @@ def test_stop_ends_waiting_binds_at_once_with_a_refusal(one_node):
     binds = [bind_in_background(cluster, large) for large in larges]
     time.sleep(1.0)
     assert [answer for _, answer in binds if answer] == []
+    wait_for(lambda: cluster.extender.rival_waits.waiting == 3, timeout=20, what="three binds waiting")
 
     started = time.monotonic()
     cluster.stop_extender()
@@ -241,8 +243,7 @@ def test_beyond_the_waiting_bound_a_bind_is_refused_at_once(one_node):
     assert post(f"{cluster.url}/bind", binding_args(small, "gpu-a")) == (200, {"Error": ""})
     binds = [bind_in_background(cluster, cluster.add_pod(pod(f"large-{k}", cores=10, memory_units=10 * GIB_UNITS)))
              for k in range(2)]
-    time.sleep(1.0)
-    assert [answer for _, answer in binds if answer] == []
+    wait_for(lambda: cluster.extender.rival_waits.waiting == 2, timeout=20, what="two binds waiting")
 
     third = cluster.add_pod(pod("large-2", cores=10, memory_units=10 * GIB_UNITS))
     started = time.monotonic()
