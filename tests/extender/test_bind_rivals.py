@@ -12,7 +12,10 @@ import time
 from typing import Any
 
 import pytest
-from extender_support import GIB_UNITS, NAMES, binding_args, node, pod, post
+from extender_support import GIB_UNITS, NAMES, binding_args, get, node, pod, post
+from simkube.waiting import wait_for
+
+from jupyter_vgpu.core import contract
 
 
 @pytest.fixture
@@ -27,12 +30,19 @@ def start(cluster, rival_wait: float):
     return extender
 
 
-def bind_in_background(cluster, created: dict[str, Any]) -> tuple[threading.Thread, dict[str, Any]]:
-    """POST the bind on a thread; ``answer`` gets (status, body) and the second it came."""
+def bind_in_background(cluster, created: dict[str, Any], node_name: str = "gpu-a") -> tuple[threading.Thread,
+                                                                                           dict[str, Any]]:
+    """POST the bind on a thread; ``answer`` gets (status, body) and the second it came, or the
+    connection's ``error``."""
     answer: dict[str, Any] = {}
+    url = cluster.url
 
     def run() -> None:
-        status, body = post(f"{cluster.url}/bind", binding_args(created, "gpu-a"), timeout=60)
+        try:
+            status, body = post(f"{url}/bind", binding_args(created, node_name), timeout=60)
+        except OSError as error:  # urllib's URLError too
+            answer.update(error=repr(error), at=time.monotonic())
+            return
         answer.update(status=status, body=body, at=time.monotonic())
 
     thread = threading.Thread(target=run, daemon=True)
@@ -159,3 +169,91 @@ def test_two_binds_racing_to_one_node_bind_one_and_the_other_waits(one_node):
     assert len(bound) == 1
     (other,) = {"small", "large"} - bound
     assert f"pod default/{other} not bound" in errors[1] and f"pod default/{bound.pop()} there" in errors[1]
+
+
+def test_many_binds_wait_at_once_holding_no_bind_worker(cluster):
+    """Twelve binds wait at once on four nodes, more than the server's 8 bind workers: a waiting
+    bind holds none (it waits on the server's loop), so a bind to another node is served
+    meanwhile, and each binds once the pod it waits for on its node is admitted."""
+    nodes = [f"gpu-{i}" for i in range(4)]
+    for name in [*nodes, "gpu-other"]:
+        cluster.add_node(node(name, count=4, memory_gib=16))
+    start(cluster, rival_wait=25)
+    for name in nodes:
+        small = cluster.add_pod(pod(f"small-{name}", cores=10, memory_units=1 * GIB_UNITS))
+        assert post(f"{cluster.url}/bind", binding_args(small, name)) == (200, {"Error": ""})
+    binds = {name: [bind_in_background(cluster, cluster.add_pod(pod(f"large-{name}-{k}", cores=10,
+                                                                     memory_units=10 * GIB_UNITS)), name)
+                    for k in range(3)] for name in nodes}
+    time.sleep(1.5)
+    assert [answer for waits in binds.values() for _, answer in waits if answer] == []  # all twelve wait
+    wait_for(lambda: cluster.extender.rival_waits.waiting == 12, timeout=20, what="twelve binds waiting")
+
+    unrelated = cluster.add_pod(pod("unrelated", cores=30, memory_units=4 * GIB_UNITS))
+    started = time.monotonic()
+    assert post(f"{cluster.url}/bind", binding_args(unrelated, "gpu-other"), timeout=10) == (200, {"Error": ""})
+    assert time.monotonic() - started < 5 and node_name(cluster, "unrelated") == "gpu-other"
+
+    for i, name in enumerate(nodes):
+        confirmed_at = confirm(cluster, f"small-{name}")
+        for k, (thread, answer) in enumerate(binds[name]):
+            thread.join(20)
+            assert answer.get("body") == {"Error": ""} and answer["at"] >= confirmed_at, answer
+            assert node_name(cluster, f"large-{name}-{k}") == name
+        # the other nodes' binds still wait: their pods are not admitted yet
+        assert [answer for later in nodes[i + 1:] for _, answer in binds[later] if answer] == []
+    assert cluster.extender.rival_waits.waiting == 0
+
+    _, text = get(f"{cluster.extender.base_url}/metrics")
+    counted = {outcome: f'{contract.METRIC_EXTENDER_DECISIONS}{{outcome="{outcome}",verb="bind"}}'
+               for outcome in ("bound", "refused")}
+    assert f'{counted["bound"]} 17.0' in text.decode()  # one decision per request: 4 + 12 + 1
+    assert counted["refused"] not in text.decode()
+
+
+def test_stop_ends_waiting_binds_at_once_with_a_refusal(one_node):
+    cluster = one_node
+    start(cluster, rival_wait=20)
+    small = cluster.add_pod(pod("small", cores=10, memory_units=1 * GIB_UNITS))
+    assert post(f"{cluster.url}/bind", binding_args(small, "gpu-a")) == (200, {"Error": ""})
+    larges = [cluster.add_pod(pod(f"large-{k}", cores=10, memory_units=10 * GIB_UNITS)) for k in range(3)]
+    binds = [bind_in_background(cluster, large) for large in larges]
+    time.sleep(1.0)
+    assert [answer for _, answer in binds if answer] == []
+    wait_for(lambda: cluster.extender.rival_waits.waiting == 3, timeout=20, what="three binds waiting")
+
+    started = time.monotonic()
+    cluster.stop_extender()
+    assert time.monotonic() - started < 5  # not the 20 s the binds would have waited
+    for thread, answer in binds:
+        thread.join(5)
+        assert answer.get("status") == 200, answer
+        assert answer["body"] == {"Error": "the extender is stopping; try again"}
+    for k in range(3):
+        after = cluster.read_pod(f"large-{k}")
+        assert not after["spec"].get("nodeName")
+        assert NAMES.predicate_node not in (after["metadata"].get("annotations") or {})
+
+
+def test_beyond_the_waiting_bound_a_bind_is_refused_at_once(one_node):
+    cluster = one_node
+    start(cluster, rival_wait=20)
+    cluster.extender.rival_waits.limit = 2  # 1,000 by default: a bound on memory, not on threads
+    small = cluster.add_pod(pod("small", cores=10, memory_units=1 * GIB_UNITS))
+    assert post(f"{cluster.url}/bind", binding_args(small, "gpu-a")) == (200, {"Error": ""})
+    binds = [bind_in_background(cluster, cluster.add_pod(pod(f"large-{k}", cores=10, memory_units=10 * GIB_UNITS)))
+             for k in range(2)]
+    wait_for(lambda: cluster.extender.rival_waits.waiting == 2, timeout=20, what="two binds waiting")
+
+    third = cluster.add_pod(pod("large-2", cores=10, memory_units=10 * GIB_UNITS))
+    started = time.monotonic()
+    status, body = post(f"{cluster.url}/bind", binding_args(third, "gpu-a"))
+    assert status == 200 and time.monotonic() - started < 5
+    assert "pod default/large-2 not bound to node gpu-a: pod default/small there asks for 10 vcuda-core" in body["Error"]
+    assert "kubelet has not admitted it yet, and 2 binds are waiting already" in body["Error"]
+    assert node_name(cluster, "large-2") == ""
+
+    confirm(cluster, "small")
+    for thread, answer in binds:
+        thread.join(20)
+        assert answer.get("body") == {"Error": ""}, answer

@@ -23,7 +23,8 @@ Cards a pod already names (``predicate-gpu-idx-<i>``, written by anyone) are ado
 only when they still have room for it; otherwise the pod is placed afresh.
 A bind waits (bounded) while another pod on the node that kubelet has not admitted yet asks
 for as many vcuda-core with another answer: kubelet's Allocate could not tell the two apart
-(``_await_admission``, docs/design.md).
+(``RivalWait``, docs/design.md). ``bind_step`` stops where it would wait, so the server waits
+on its loop (rival_waits.py) holding no bind worker; ``bind`` waits on the calling thread.
 
 The pod is read from the watch's copy, without a GET, only when nothing of this extender's
 can be newer than that copy (see ``Decisions._watched_copy``); the API server, not the copy,
@@ -33,6 +34,7 @@ what the API read after the refusal says.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import operator
@@ -125,12 +127,25 @@ class _RivalUnserved(Exception):
         self.other, self.how = other, how
 
 
+@dataclass(frozen=True)
+class RivalWait:
+    """``Decisions.bind_step``'s answer when the bind must wait for ``other``, a pod on ``node`` that
+    kubelet has not admitted yet and could not tell from this one (``how``); nothing was claimed.
+    The bind is tried again once ``settled``, or refused (``Decisions.rival_refusal``)."""
+
+    other: Holding
+    how: str
+    node: str
+
+    def settled(self, ledger: Ledger) -> bool:
+        """Whether kubelet has admitted the other pod, or it left the node (deleted, moved)."""
+        now = ledger.holding(self.other.uid)
+        return now is None or now.node != self.node or not now.unserved
+
+
 RIVAL_WAIT = 20.0
 """Default seconds a bind waits for such a pod to be admitted: under kube-scheduler's extender
 httpTimeout (30 s in deploy/scheduler/config.yaml), with room for the bind's own API calls."""
-
-WAITING_BINDS = 4
-"""Most binds waiting at once: half the server's bind workers, so binds to other nodes go on."""
 
 
 class PodProblem(ValueError):
@@ -434,7 +449,7 @@ class Decisions:
                  hosts: HostHeadroom | None = None, watched: WatchedPods | None = None,
                  rival_wait: float = RIVAL_WAIT) -> None:
         """``watched``: the pods' watch cache; bind reads a pod from it instead of a GET when that is safe.
-        ``rival_wait``: seconds a bind waits for a rival pod on its node (``_await_admission``)."""
+        ``rival_wait``: seconds a bind waits for a rival pod on its node (``RivalWait``)."""
         if policy not in placement.POLICIES:
             raise ValueError(f"policy {policy!r} is not one of {', '.join(placement.POLICIES)}")
         self.ledger = ledger
@@ -470,8 +485,6 @@ class Decisions:
         self._pod_locks = _StripedLocks()
         self._node_locks = _StripedLocks()
         self.rival_wait = rival_wait
-        self._waiting_binds = 0
-        self._waiting_lock = threading.Lock()
 
     # --- filter and prioritize (read-only) ------------------------------------------
 
@@ -912,7 +925,21 @@ class Decisions:
         return self.api
 
     def bind(self, args: ExtenderBindingArgs) -> str:
-        """Bind the pod; '' on success, else the reason (nothing is left changed then)."""
+        """Bind the pod; '' on success, else the reason (nothing is left changed then). Blocks while
+        the bind waits for a rival pod on the node (at most ``rival_wait``); the server does not call
+        this but ``bind_step``, and waits on its loop (rival_waits.py), holding no thread."""
+        deadline = time.monotonic() + self.rival_wait
+        while True:
+            answer = self.bind_step(args)
+            if not isinstance(answer, RivalWait):
+                return answer
+            if not self.ledger.wait_for(functools.partial(answer.settled, self.ledger),
+                                        deadline - time.monotonic()):
+                return self.rival_refusal(args, answer)
+
+    def bind_step(self, args: ExtenderBindingArgs) -> str | RivalWait:
+        """``bind`` up to where it would wait: '' when bound, the reason when refused, or the
+        ``RivalWait`` to wait out (nothing claimed) before calling this again."""
         if self.api is None:
             return "this extender has no Kubernetes API access and cannot bind"
         where = f"pod {args.pod_namespace}/{args.pod_name}"
@@ -922,12 +949,11 @@ class Decisions:
         # for a moment (benchmarks/storm/README.md), so the lock stays until that is explained.
         # It guards the claim and the Binding; reading the pod and checking it are about this pod
         # alone (the pod lock keeps other binds of it out), so they happen before it is taken.
-        deadline = time.monotonic() + self.rival_wait
         with self._pod_locks(f"{args.pod_namespace}/{args.pod_name}"):
             copy = self._watched_copy(args)
             if copy is not None:
                 try:
-                    return self._bind_pod(copy, args, deadline, watched=True)
+                    return self._bind_pod(copy, args, watched=True)
                 except _CopyOutdated:
                     pass  # the watch moved on meanwhile: read the API, as for any other pod
             try:
@@ -936,11 +962,11 @@ class Decisions:
                 return f"cannot read {where}: {error}"
             if pod is None:
                 return f"{where} not found"
-            return self._bind_pod(pod, args, deadline, watched=False)
+            return self._bind_pod(pod, args, watched=False)
 
-    def _bind_pod(self, pod: Mapping[str, Any], args: ExtenderBindingArgs, deadline: float, *, watched: bool) -> str:
-        """Under the pod's lock: check the pod, then claim and bind under the node's lock, after
-        waiting (by ``deadline``) for any rival on the node to be admitted (``_await_admission``).
+    def _bind_pod(self, pod: Mapping[str, Any], args: ExtenderBindingArgs, *, watched: bool) -> str | RivalWait:
+        """Under the pod's lock: check the pod, then claim and bind under the node's lock, unless a
+        rival on the node must be admitted first (``RivalWait``).
         ``watched``: ``pod`` is the watch's copy (``_watched_copy``), not a GET's answer."""
         where = f"pod {args.pod_namespace}/{args.pod_name}"
         metadata = pod.get("metadata") or {}
@@ -956,48 +982,27 @@ class Decisions:
             return str(problem)
         if ask.invalid:
             return f"{where}: {ask.invalid}"
-        while True:
-            # the rivals are checked under the node's lock, with the claim: a bind to the node that
-            # got in first is in the ledger already; the wait is outside it, so other binds go on
-            with self._node_locks(args.node):
-                try:
-                    if watched:
-                        return self._allocate_and_bind(pod, args, uid, ask, watched=pod)
-                    return self._claim_and_bind(pod, args, uid, ask)
-                except _RivalUnserved as found:
-                    waiting = found
-            refusal = self._await_admission(waiting, args, deadline)
-            if refusal is not None:
-                return refusal
-
-    def _await_admission(self, found: _RivalUnserved, args: ExtenderBindingArgs, deadline: float) -> str | None:
-        """Wait until kubelet has admitted ``found``'s pod (gpu-assigned=true), or it left the node,
-        or ``deadline``; None when it did, else why the bind fails (it claimed nothing).
-
-        kubelet's Allocate names only devices and their count, never the pod, and kubelet may ask
-        for vcuda-core first: with both pods waiting, the device plugin could give either one the
-        other's answer (memory limit, MIG slice), and no later answer corrects it (docs/design.md)."""
-        other, node = found.other, args.node
-
-        def admitted() -> bool:
-            now = self.ledger.holding(other.uid)
-            return now is None or now.node != node or not now.unserved
-
-        with self._waiting_lock:
-            room = self._waiting_binds < WAITING_BINDS
-            if room:
-                self._waiting_binds += 1
-        if room:
+        # the rivals are checked under the node's lock, with the claim: a bind to the node that
+        # got in first is in the ledger already; the wait is outside both locks, so other binds go on
+        with self._node_locks(args.node):
             try:
-                if self.ledger.wait_for(admitted, deadline - time.monotonic()):
-                    return None
-            finally:
-                with self._waiting_lock:
-                    self._waiting_binds -= 1
+                if watched:
+                    return self._allocate_and_bind(pod, args, uid, ask, watched=pod)
+                return self._claim_and_bind(pod, args, uid, ask)
+            except _RivalUnserved as found:
+                return RivalWait(found.other, found.how, args.node)
+
+    def rival_refusal(self, args: ExtenderBindingArgs, wait: RivalWait, waiting: int | None = None) -> str:
+        """Why the bind fails after ``wait`` ran out (or, with ``waiting``, found that many binds
+        waiting already). kubelet's Allocate names only devices and their count, never the pod, and
+        kubelet may ask for vcuda-core first: with both pods waiting, the device plugin could give
+        either one the other's answer (memory limit, MIG slice), and no later answer corrects it
+        (docs/design.md)."""
+        other = wait.other
         why = (f"kubelet has not admitted it within {self.rival_wait:g} s ({self.names.gpu_assigned} is not true)"
-               if room else f"kubelet has not admitted it yet, and {WAITING_BINDS} binds are waiting already")
-        return (f"pod {args.pod_namespace}/{args.pod_name} not bound to node {node}: pod {other.namespace}/"
-                f"{other.name} there asks for {found.how}, and {why}; kubelet's Allocate tells containers "
+               if waiting is None else f"kubelet has not admitted it yet, and {waiting} binds are waiting already")
+        return (f"pod {args.pod_namespace}/{args.pod_name} not bound to node {wait.node}: pod {other.namespace}/"
+                f"{other.name} there asks for {wait.how}, and {why}; kubelet's Allocate tells containers "
                 f"apart only by their vcuda-core count, so with both waiting either could be given the "
                 f"other's limits. kube-scheduler will try again")
 

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 from jupyter_vgpu.core import contract, placement
 
-from .decisions import RIVAL_WAIT, WAITING_BINDS
+from .decisions import RIVAL_WAIT
+from .rival_waits import WAITING_BINDS
 from .server import DEFAULT_PORT, DEFAULT_PREFIX
 
 ENV_PREFIX = "VGPU_EXTENDER_"
@@ -82,8 +83,9 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds a bind waits while another pod on its node, not yet admitted by kubelet, asks for "
                         "as many vcuda-core but a different amount of memory (kubelet could give each the other's "
                         "limits), before it fails and kube-scheduler retries; keep it under kube-scheduler's "
-                        f"extender httpTimeout (default {RIVAL_WAIT:g}; env {ENV_PREFIX}RIVAL_WAIT). At most {WAITING_BINDS} "
-                        "binds wait at once, so binds to other nodes go on; one more such bind fails at once")
+                        f"extender httpTimeout (default {RIVAL_WAIT:g}; env {ENV_PREFIX}RIVAL_WAIT). A waiting bind holds "
+                        f"no bind worker, so binds to other nodes go on; at most {WAITING_BINDS:,} wait at once, "
+                        "one more such bind fails at once")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"),
                    help=f"logging level (env {ENV_PREFIX}LOG_LEVEL)")
     return p

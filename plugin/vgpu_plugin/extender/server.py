@@ -13,17 +13,20 @@ tornado Application below.
 
 ``Extender(...).start()`` returns once the port is bound; the server runs on its own
 thread with its own event loop, binds run on a fixed set of worker threads (they call the API;
-bind_workers.py).
+bind_workers.py), and a bind that must wait for a rival pod on its node waits on the loop,
+holding no worker (rival_waits.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Collection
 from typing import Any
 
@@ -37,12 +40,13 @@ from jupyter_vgpu.core import contract
 from jupyter_vgpu.core.contract import CORES_PER_CARD, MEMORY_UNIT_MIB, Names
 
 from .bind_workers import BindWorkers, WorkersStopped
-from .decisions import RIVAL_WAIT, Decisions, PodAPI, PodProblem
+from .decisions import RIVAL_WAIT, Decisions, PodAPI, PodProblem, RivalWait
 from .front import INTERNAL_ERROR, Answer, Post, PostFront, Reply
 from .headroom import HostHeadroom
 from .ledger import Ledger
 from .notices import QueueNotifier
 from .queue_access import QueueAuth, QueueCache, one_pod, valid_name
+from .rival_waits import RivalWaits, RivalWaitsClosed, Waited
 from .waiting import NodeRooms, queue_report
 from .wire import (
     ExtenderBindingArgs,
@@ -162,7 +166,7 @@ def answer_prioritize(extender: Extender, body: bytes) -> Reply:
 
 
 async def answer_bind(extender: Extender, body: bytes) -> Reply:
-    """``POST {prefix}/bind``: ExtenderBindingResult, once a bind worker has bound (or refused)."""
+    """``POST {prefix}/bind``: ExtenderBindingResult, once bound (or refused); one decision counted."""
     metrics = extender.metrics
     try:
         args = decode_binding_args(body)
@@ -174,15 +178,30 @@ async def answer_bind(extender: Extender, body: bytes) -> Reply:
         metrics.decided("bind", "not-ready").inc()
         return 200, dumps(binding_result(not_ready))
     try:
-        answer = extender.binds.submit(args)
-    except WorkersStopped as stopping:
+        refusal = await _bind(extender, args)
+    except (WorkersStopped, RivalWaitsClosed) as stopping:
         metrics.decided("bind", "not-ready").inc()
         return 200, dumps(binding_result(f"{stopping}; try again"))
-    refusal = await answer
     metrics.decided("bind", "refused" if refusal else "bound").inc()
     if refusal:
         log.info("bind %s/%s -> %s refused: %s", args.pod_namespace, args.pod_name, args.node, refusal)
     return 200, dumps(binding_result(refusal))
+
+
+async def _bind(extender: Extender, args: ExtenderBindingArgs) -> str:
+    """Bind steps on the bind workers; a wait for a rival pod on the node between two of them here
+    on the loop, holding no worker (decisions.RivalWait, rival_waits.py)."""
+    decisions, waits = extender.decisions, extender.rival_waits
+    deadline = time.monotonic() + decisions.rival_wait
+    while True:
+        answer = await extender.binds.submit(args)
+        if not isinstance(answer, RivalWait):
+            return answer
+        waited = await waits.wait(answer.node, functools.partial(answer.settled, decisions.ledger), deadline)
+        if waited is Waited.LATE:
+            return decisions.rival_refusal(args, answer)
+        if waited is Waited.FULL:
+            return decisions.rival_refusal(args, answer, waiting=waits.limit)
 
 
 class HealthHandler(_Handler):
@@ -351,7 +370,9 @@ class Extender:
         if api_client is not None and queue_notice_interval:
             self.notifier = QueueNotifier(self.queue.report, api_client, queue_notice_interval)
         self.metrics = ExtenderMetrics(self.ledger)
-        self.binds: BindWorkers[ExtenderBindingArgs, str] = BindWorkers(self.decisions.bind, bind_workers)
+        self.binds: BindWorkers[ExtenderBindingArgs, str | RivalWait] = BindWorkers(self.decisions.bind_step,
+                                                                                     bind_workers)
+        self.rival_waits = RivalWaits(self.ledger)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._servers: list[tornado.httpserver.HTTPServer] = []
@@ -440,6 +461,7 @@ class Extender:
         asyncio.set_event_loop(loop)
         self._loop = loop
         self.binds.start(loop)
+        self.rival_waits.start(loop)
         # 64 MiB: a thousand full Node objects when the scheduler does not cache nodes
         server = tornado.httpserver.HTTPServer(self.application(), max_body_size=64 << 20,
                                                ssl_options=self.ssl_context)
@@ -464,6 +486,8 @@ class Extender:
         async def shutdown() -> None:
             for server in servers:
                 server.stop()
+            await self.rival_waits.close()  # binds waiting for a rival are refused, their replies written
+            for server in servers:
                 try:
                     await asyncio.wait_for(server.close_all_connections(), timeout)
                 except asyncio.TimeoutError:
@@ -474,7 +498,7 @@ class Extender:
         thread.join(timeout)
         self._thread = self._loop = None
         self._servers = []
-        self.binds.stop()  # binds not started yet are dropped, running ones finish
+        self.binds.stop()  # binds not started yet are dropped, running ones finish (none waits for a rival)
         if self.notifier is not None:
             self.notifier.stop()
         if self.view is not None:
