@@ -1057,10 +1057,7 @@ class Decisions:
                     self._check_rivals(current)
                     self._adopt(replace(current, unserved=True))  # kubelet may admit it once bound
             if refusal is None:
-                failure = self._post_binding(pod, args, uid, patched=None)
-                if failure:
-                    self._adopt(current)  # not bound: nothing for kubelet to admit
-                return failure
+                return self._post_binding(pod, args, uid, patched=None)
             log.warning("%s: not adopting the cards it names on %s (%s); placing it afresh",
                         where, args.node, refusal)
         return self._allocate_and_bind(pod, args, uid, ask)

@@ -17,6 +17,7 @@ from .rival_waits import WAITING_BINDS
 from .server import DEFAULT_PORT, DEFAULT_PREFIX
 
 ENV_PREFIX = "VGPU_EXTENDER_"
+MAX_RIVAL_WAIT = 3600.0  # kube-scheduler gives up on a bind at its extender httpTimeout long before
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -103,8 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         print(f"jupyter-vgpu extender: --domain: {error}", file=sys.stderr)
         return 2
-    if not args.rival_wait >= 0:  # NaN too
-        print("jupyter-vgpu extender: --rival-wait must be a number of seconds, 0 or more", file=sys.stderr)
+    if not 0 <= args.rival_wait <= MAX_RIVAL_WAIT:  # NaN and inf too (a wait's timeout must be finite)
+        print(f"jupyter-vgpu extender: --rival-wait must be a number of seconds from 0 to {MAX_RIVAL_WAIT:g}",
+              file=sys.stderr)
         return 2
     if args.queue_notices < 0:
         print("jupyter-vgpu extender: --queue-notices must be 0 (off) or a number of seconds", file=sys.stderr)
