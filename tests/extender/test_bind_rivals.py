@@ -61,12 +61,18 @@ def node_name(cluster, name: str) -> str:
     return cluster.read_pod(name)["spec"].get("nodeName") or ""
 
 
-def test_same_cores_other_memory_waits_until_the_first_is_admitted(one_node):
-    cluster = one_node
-    start(cluster, rival_wait=20)
+def small_bound_large_made(cluster) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Pod "small" (10 cores, 1 GiB) bound to gpu-a, not admitted yet; pod "large" (10 cores, 10 GiB), its rival, made."""
     small = cluster.add_pod(pod("small", cores=10, memory_units=1 * GIB_UNITS))
     large = cluster.add_pod(pod("large", cores=10, memory_units=10 * GIB_UNITS))
     assert post(f"{cluster.url}/bind", binding_args(small, "gpu-a")) == (200, {"Error": ""})
+    return small, large
+
+
+def test_same_cores_other_memory_waits_until_the_first_is_admitted(one_node):
+    cluster = one_node
+    start(cluster, rival_wait=20)
+    small, large = small_bound_large_made(cluster)
 
     thread, answer = bind_in_background(cluster, large)
     thread.join(1.0)
@@ -96,9 +102,7 @@ def test_identical_requests_do_not_wait(one_node):
 def test_timeout_names_the_other_pod_and_claims_nothing(one_node):
     cluster = one_node
     start(cluster, rival_wait=0.5)
-    small = cluster.add_pod(pod("small", cores=10, memory_units=1 * GIB_UNITS))
-    large = cluster.add_pod(pod("large", cores=10, memory_units=10 * GIB_UNITS))
-    assert post(f"{cluster.url}/bind", binding_args(small, "gpu-a")) == (200, {"Error": ""})
+    small, large = small_bound_large_made(cluster)
 
     status, body = post(f"{cluster.url}/bind", binding_args(large, "gpu-a"))
     assert status == 200
@@ -117,9 +121,7 @@ def test_timeout_names_the_other_pod_and_claims_nothing(one_node):
 def test_deleting_the_waited_on_pod_releases_the_wait(one_node):
     cluster = one_node
     start(cluster, rival_wait=20)
-    small = cluster.add_pod(pod("small", cores=10, memory_units=1 * GIB_UNITS))
-    large = cluster.add_pod(pod("large", cores=10, memory_units=10 * GIB_UNITS))
-    assert post(f"{cluster.url}/bind", binding_args(small, "gpu-a")) == (200, {"Error": ""})
+    small, large = small_bound_large_made(cluster)
 
     thread, answer = bind_in_background(cluster, large)
     thread.join(1.0)
