@@ -121,6 +121,10 @@ def _conflict(rt: ResourceType, name: str, why: str, plural: str | None = None) 
                     {"name": name, "group": rt.group, "kind": rt.plural})
 
 
+def _uid_precondition_failed(rt: ResourceType, name: str, given: str, stored: str) -> ApiError:
+    return _conflict(rt, name, f"Precondition failed: UID in precondition: {given}, UID in object meta: {stored}")
+
+
 def _invalid(rt: ResourceType, name: str, why: str) -> ApiError:
     return ApiError(422, "Invalid", f'{rt.kind} "{name}" is invalid: {why}',
                     {"name": name, "group": rt.group, "kind": rt.kind})
@@ -254,8 +258,7 @@ class Store:
         uid = old["metadata"]["uid"]
         if new_meta.get("uid") not in (None, "", uid):
             # a PUT body's UID is a storage precondition (rest.DefaultUpdatedObjectInfo), checked before anything else
-            raise _conflict(rt, name, f"Precondition failed: UID in precondition: {new_meta['uid']}, "
-                                      f"UID in object meta: {uid}")
+            raise _uid_precondition_failed(rt, name, new_meta["uid"], uid)
         expected = new_meta.get("resourceVersion")
         if expected not in (None, "") and expected != old["metadata"]["resourceVersion"]:
             raise _conflict(rt, name, _STALE)
@@ -282,8 +285,7 @@ class Store:
         old = self.get(rt, namespace, name)
         preconditions = (options or {}).get("preconditions") or {}
         if preconditions.get("uid") and preconditions["uid"] != old["metadata"]["uid"]:
-            raise _conflict(rt, name, f"Precondition failed: UID in precondition: {preconditions['uid']}, "
-                                      f"UID in object meta: {old['metadata']['uid']}")
+            raise _uid_precondition_failed(rt, name, preconditions["uid"], old["metadata"]["uid"])
         if preconditions.get("resourceVersion") and preconditions["resourceVersion"] != old["metadata"]["resourceVersion"]:
             raise _conflict(rt, name, _STALE)
         if old["metadata"].get("finalizers"):

@@ -119,14 +119,6 @@ class _CopyOutdated(Exception):
     """The watch's copy a bind started from is no longer the newest the extender has seen."""
 
 
-class _RivalUnserved(Exception):
-    """Another pod on the node, not admitted by kubelet yet, that kubelet could not tell from this one."""
-
-    def __init__(self, other: Holding, how: str) -> None:
-        super().__init__(how)
-        self.other, self.how = other, how
-
-
 @dataclass(frozen=True)
 class RivalWait:
     """``Decisions.bind_step``'s answer when the bind must wait for ``other``, a pod on ``node`` that
@@ -141,6 +133,14 @@ class RivalWait:
         """Whether kubelet has admitted the other pod, or it left the node (deleted, moved)."""
         now = ledger.holding(self.other.uid)
         return now is None or now.node != self.node or not now.unserved
+
+
+class _RivalUnserved(Exception):
+    """Raised from under the node's lock, out to ``_bind_pod``: the bind must wait (``wait``)."""
+
+    def __init__(self, wait: RivalWait) -> None:
+        super().__init__(wait.how)
+        self.wait = wait
 
 
 RIVAL_WAIT = 20.0
@@ -990,7 +990,7 @@ class Decisions:
                     return self._allocate_and_bind(pod, args, uid, ask, watched=pod)
                 return self._claim_and_bind(pod, args, uid, ask)
             except _RivalUnserved as found:
-                return RivalWait(found.other, found.how, args.node)
+                return found.wait
 
     def rival_refusal(self, args: ExtenderBindingArgs, wait: RivalWait, waiting: int | None = None) -> str:
         """Why the bind fails after ``wait`` ran out (or, with ``waiting``, found that many binds
@@ -1100,7 +1100,7 @@ class Decisions:
         entry = self.ledger.node(holding.node)
         found = rival(holding, entry.unserved.values()) if entry is not None and entry.unserved else None
         if found is not None:
-            raise _RivalUnserved(*found)
+            raise _RivalUnserved(RivalWait(*found, holding.node))
 
     def _allocate_and_bind(self, pod: Mapping[str, Any], args: ExtenderBindingArgs, uid: str,
                            ask: PodAsk, watched: Mapping[str, Any] | None = None) -> str:
