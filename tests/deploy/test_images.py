@@ -65,9 +65,37 @@ def check_workflow(path: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120, env={**os.environ, **OFFLINE})
 
 
-def test_workflow_validates_against_the_github_workflow_schema():
-    result = check_workflow(WORKFLOW)
+@pytest.mark.parametrize("path", sorted((REPO / ".github" / "workflows").glob("*.yml")), ids=lambda p: p.name)
+def test_workflow_validates_against_the_github_workflow_schema(path):
+    result = check_workflow(path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_nightly_job_tests_the_newest_releases_and_names_what_moved():
+    """The lock keeps CI still; one scheduled job runs the same tests on the newest releases."""
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "newest.yml").read_text())
+    triggers = workflow[True] if True in workflow else workflow["on"]
+    assert triggers["schedule"][0]["cron"] and "workflow_dispatch" in triggers
+    runs = [step.get("run", "") for step in workflow["jobs"]["test"]["steps"]]
+    assert any("VGPU_UNLOCKED=1" in run and "make test" in run for run in runs)
+    assert any("scripts/lock_drift.py requirements/test.txt" in run for run in runs)
+    setup = (REPO / "scripts" / "setup.sh").read_text()
+    assert "VGPU_UNLOCKED" in setup and "--require-hashes" in setup
+
+
+def test_lock_drift_names_a_package_off_its_pin(tmp_path):
+    """scripts/lock_drift.py, as the nightly job runs it: a pin the environment does not hold
+    is listed with both versions; the pins it holds are not."""
+    import importlib.metadata
+
+    have = importlib.metadata.version("pyyaml")
+    lock = tmp_path / "lock.txt"
+    lock.write_text(f"pyyaml=={have} \\\n    --hash=sha256:00\nnot-installed-anywhere==1.0 ; python_version >= '3'\n"
+                    "windows-only==2.0 ; sys_platform == 'win32'\n")
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "lock_drift.py"), str(lock)],
+                            capture_output=True, text=True, timeout=60, check=True)
+    assert "| not-installed-anywhere | 1.0 | — |" in result.stdout
+    assert "| pyyaml |" not in result.stdout and "windows-only" not in result.stdout
 
 
 def test_schema_check_rejects_a_broken_workflow(tmp_path):

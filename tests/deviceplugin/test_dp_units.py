@@ -235,7 +235,25 @@ def test_nvml_node_without_driver_registers_nothing_and_says_why(daemons, peer, 
     assert NAMES.node_label_gpu not in labels
 
 
+# The generators stamp their own versions into the stubs (grpcio-tools' GRPC_GENERATED_VERSION,
+# protoc's "Protobuf Python Version" and its runtime check); a patch release of either changes
+# only these, so the comparison reads past them and the floor test below pins them instead.
+_GENERATOR_VERSIONS = [
+    re.compile(r"^(GRPC_GENERATED_VERSION = ')[0-9.]+(?='$)", re.M),
+    re.compile(r"^(# Protobuf Python Version: )[0-9.]+$", re.M),
+    re.compile(r"(_runtime_version\.Domain\.PUBLIC,)\s+\d+,\s+\d+,\s+\d+,", re.M),
+]
+
+
+def _without_generator_versions(text: str) -> str:
+    for pattern in _GENERATOR_VERSIONS:
+        text, found = pattern.subn(lambda m: m.group(1) + "<version>", text)
+        assert found <= 1
+    return text
+
+
 def test_committed_stubs_match_the_proto(tmp_path):
+    """Whatever grpcio-tools the lock holds generates the committed stubs, versions aside."""
     from pathlib import Path
 
     plugin_root = Path(__file__).resolve().parents[2] / "plugin"
@@ -243,8 +261,37 @@ def test_committed_stubs_match_the_proto(tmp_path):
                     f"--grpc_python_out={tmp_path}", str(plugin_root / "vgpu_plugin/deviceplugin/api.proto")],
                    check=True)
     for name in ("api_pb2.py", "api_pb2_grpc.py"):
-        fresh = (tmp_path / "vgpu_plugin/deviceplugin" / name).read_text()
-        assert fresh == (plugin_root / "vgpu_plugin/deviceplugin" / name).read_text(), f"run gen_stubs.sh ({name})"
+        fresh = _without_generator_versions((tmp_path / "vgpu_plugin/deviceplugin" / name).read_text())
+        committed = _without_generator_versions((plugin_root / "vgpu_plugin/deviceplugin" / name).read_text())
+        assert fresh == committed, f"run gen_stubs.sh ({name})"
+
+
+def test_version_masking_still_sees_a_changed_stub():
+    """The comparison above can fail: a changed message differs once the versions are read past."""
+    from pathlib import Path
+
+    committed = (Path(__file__).resolve().parents[2] / "plugin/vgpu_plugin/deviceplugin/api_pb2_grpc.py").read_text()
+    assert "GRPC_GENERATED_VERSION = '<version>'" in _without_generator_versions(committed)
+    changed = committed.replace("GRPC_GENERATED_VERSION = '", "GRPC_GENERATED_VERSION = '9").replace(
+        "Registration", "Registrar", 1)
+    assert _without_generator_versions(changed) != _without_generator_versions(committed)
+
+
+def test_committed_stubs_need_no_newer_runtime_than_pyproject_allows():
+    """The stubs refuse at import a grpcio or protobuf older than the one that generated them, so
+    the generator's versions must be the floors pyproject.toml gives users."""
+    from pathlib import Path
+
+    import tomllib
+
+    repo = Path(__file__).resolve().parents[2]
+    stubs = repo / "plugin/vgpu_plugin/deviceplugin"
+    node = tomllib.loads((repo / "pyproject.toml").read_text())["project"]["optional-dependencies"]["node"]
+    floors = dict(re.match(r"([a-z-]+)>=([0-9.]+)", spec).groups() for spec in node if spec.startswith(("grpcio", "protobuf")))
+    grpc_generated = re.search(r"^GRPC_GENERATED_VERSION = '([0-9.]+)'$", (stubs / "api_pb2_grpc.py").read_text(), re.M)
+    protobuf_generated = re.search(r"^# Protobuf Python Version: ([0-9.]+)$", (stubs / "api_pb2.py").read_text(), re.M)
+    assert grpc_generated and grpc_generated.group(1) == floors["grpcio"]
+    assert protobuf_generated and protobuf_generated.group(1) == floors["protobuf"]
 
 
 def test_wire_names_are_kubelets():
