@@ -51,10 +51,12 @@ def bind_in_background(cluster, created: dict[str, Any], node_name: str = "gpu-a
 
 
 def confirm(cluster, name: str) -> float:
-    """What the device plugin writes once kubelet has admitted every container of the pod."""
+    """What the device plugin writes once kubelet has admitted every container of the pod;
+    returns when it was sent (a waiting bind may answer before the PATCH's reply arrives)."""
+    sent = time.monotonic()
     cluster.core.patch_namespaced_pod(name, "default", {"metadata": {"annotations": {NAMES.gpu_assigned: "true"}}},
                                       _preload_content=False)
-    return time.monotonic()
+    return sent
 
 
 def node_name(cluster, name: str) -> str:
