@@ -35,11 +35,10 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simkube import waiting
 from simkube.apiserver import SimKubeAPI
 from simkube.process import SimKubeAPIProcess
 
@@ -47,7 +46,17 @@ from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.data import TOPOLOGY_DIR
 
 from .errors import ClusterError
-from .node import NodeSettings, NodeSpec, SimNode, new_daemon, new_node, start_node, stop_node
+from .node import (
+    NodeSettings,
+    NodeSpec,
+    SimNode,
+    expected_allocatable,
+    new_daemon,
+    new_node,
+    start_node,
+    stop_node,
+)
+from .workloads import ClusterWorkloads
 
 __all__ = ["ClusterError", "NodeSpec", "SimCluster", "SimNode", "scheduler_config_path"]
 
@@ -61,7 +70,7 @@ def scheduler_config_path() -> Path:
     return checkout if checkout.exists() else here.with_name("scheduler-config.yaml")
 
 
-class SimCluster:
+class SimCluster(ClusterWorkloads):
     def __init__(self, nodes: Sequence[NodeSpec], *, workdir: str | None = None,
                  fixtures_dir: str | os.PathLike[str] | None = None, policy: str = "binpack",
                  enforcement: str = "hami-core", run_processes: bool = False, metrics_period: float = 1.0,
@@ -164,12 +173,6 @@ class SimCluster:
     def api_client(self) -> Any:
         return self.kube.api_client()
 
-    @property
-    def core_v1(self) -> Any:
-        import kubernetes.client
-
-        return kubernetes.client.CoreV1Api(self.api_client())
-
     def node(self, name: str) -> SimNode:
         try:
             return self.nodes[name]
@@ -258,16 +261,7 @@ class SimCluster:
         """Registered with kubelet, capacity published, inventory annotated: schedulable."""
         if not node.daemon.wait_ready(self.ready_timeout):
             raise ClusterError(f"node {node.name}: the device plugin did not register with the kubelet")
-        from ..deviceplugin.devices import CORE, MEMORY, devices_per_card, serves
-
-        inventory = node.gpus.inventory()
-        # every card's devices; a MIG card's are what its slices hold together
-        mig = [card for card in inventory if card.mig and serves(card)]
-        plain = [card for card in inventory if not card.mig]
-        expected = str(len(plain) * 100 + sum(devices_per_card(CORE, card) for card in mig))
-        # both resources: kubelet publishes each from its own ListAndWatch stream
-        expected_memory = str(sum(card.memory_mib // c.MEMORY_UNIT_MIB for card in plain)
-                              + sum(devices_per_card(MEMORY, card) for card in mig))
+        expected, expected_memory = expected_allocatable(node.gpus.inventory())
         seen: dict[str, Any] = {}
 
         def published() -> bool:
@@ -356,55 +350,3 @@ class SimCluster:
     def restart_api(self) -> None:
         """The API server restarting: same objects, same port; watches must resume."""
         self.kube.restart()
-
-    # --- workloads ---------------------------------------------------------------------------------
-
-    def notebook_pod(self, name: str, *, cores: int, memory: str | int | None = None,
-                     namespace: str = "default",
-                     command: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
-                     labels: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None,
-                     scheduler_name: str = c.SCHEDULER_NAME) -> dict[str, Any]:
-        """A pod asking for a vGPU share the way the Hub's profiles do (limits + vgpu-scheduler)."""
-        request = c.Request(cores, 0 if memory is None else c.parse_memory_size(memory))  # RequestError if invalid
-        container: dict[str, Any] = {"name": "notebook", "image": "jupyter/base-notebook",
-                                     "resources": {"limits": c.request_limits(request, self.names)}}
-        if command:
-            container["command"] = list(command)
-        if env:
-            container["env"] = [{"name": k, "value": v} for k, v in env.items()]
-        return {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {}),
-                             "annotations": dict(annotations or {})},
-                "spec": {"schedulerName": scheduler_name, "containers": [container]}}
-
-    def create_notebook_pod(self, name: str, **kwargs: Any) -> dict[str, Any]:
-        body = self.notebook_pod(name, **kwargs)
-        response = self.core_v1.create_namespaced_pod(body["metadata"]["namespace"], body, _preload_content=False)
-        return json.loads(response.data)
-
-    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return json.loads(self.core_v1.read_namespaced_pod(name, namespace, _preload_content=False).data)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-
-    def wait_for_pod(self, namespace: str, name: str, *, phase: str = "Running",
-                     timeout: float | None = None) -> dict[str, Any]:
-        """The pod once it reaches ``phase``; a pod that Failed instead raises with its message."""
-        def reached() -> dict[str, Any] | None:
-            pod = self.read_pod(namespace, name)
-            current = ((pod or {}).get("status") or {}).get("phase")
-            if current == "Failed" and phase != "Failed":
-                raise ClusterError(f"pod {namespace}/{name} failed: {pod['status'].get('message', '')}")
-            return pod if current == phase else None
-
-        return self.wait_for(reached, timeout=timeout, what=f"pod {namespace}/{name} to be {phase}")
-
-    def wait_for(self, condition: Callable[[], Any], *, timeout: float | None = None, interval: float = 0.05,
-                 what: str = "a condition") -> Any:
-        return waiting.wait_for(condition, timeout=timeout if timeout is not None else self.ready_timeout,
-                                interval=interval, what=what, error=ClusterError)

@@ -12,7 +12,8 @@ from typing import Any
 
 from jupyter_vgpu.core import contract as c
 
-__all__ = ["NodeSettings", "NodeSpec", "SimNode", "new_daemon", "new_kubelet", "new_node", "start_node", "stop_node"]
+__all__ = ["NodeSettings", "NodeSpec", "SimNode", "expected_allocatable", "new_daemon", "new_kubelet", "new_node",
+           "start_node", "stop_node"]
 
 DEFAULT_MODEL = "NVIDIA A100-SXM4-40GB"
 DEFAULT_MEMORY_MIB = 40960
@@ -127,3 +128,15 @@ def new_daemon(node: SimNode, settings: NodeSettings, client: Any) -> Any:
         metrics={"address": "127.0.0.1", "port": 0, "proc_root": node.proc_root,
                  "period": settings.metrics_period, "scrape_port": 0, "scrape_token": settings.scrape_token})
     return NodeDaemon(config, node.gpus, client)
+
+
+def expected_allocatable(inventory: Sequence[Any]) -> tuple[str, str]:
+    """The node's vcuda-core and vcuda-memory allocatable once its device plugin has published
+    every card of ``inventory`` (a MIG card's devices are what its slices hold together)."""
+    from ..deviceplugin.devices import CORE, MEMORY, devices_per_card, serves
+
+    mig = [card for card in inventory if card.mig and serves(card)]
+    plain = [card for card in inventory if not card.mig]
+    cores = len(plain) * 100 + sum(devices_per_card(CORE, card) for card in mig)
+    memory = sum(card.memory_mib // c.MEMORY_UNIT_MIB for card in plain) + sum(devices_per_card(MEMORY, card) for card in mig)
+    return str(cores), str(memory)

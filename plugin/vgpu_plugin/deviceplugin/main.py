@@ -41,6 +41,20 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def mig_layouts(text: str) -> dict[int, list[str]]:
+    """``"0=2g.10gb,1g.5gb;2=3g.20gb"`` -> {0: ["2g.10gb", "1g.5gb"], 2: ["3g.20gb"]}; the
+    profiles are checked against the card's model when the layout is set."""
+    layouts: dict[int, list[str]] = {}
+    for part in filter(None, (chunk.strip() for chunk in str(text).split(";"))):
+        card, _, profiles = part.partition("=")
+        if not card.strip().isdecimal() or not profiles.strip():
+            raise argparse.ArgumentTypeError(f"{part!r} is not CARD=PROFILE[,PROFILE...] (e.g. 0=2g.10gb,1g.5gb)")
+        if int(card) in layouts:
+            raise argparse.ArgumentTypeError(f"card {int(card)} is given twice")
+        layouts[int(card)] = [profile.strip() for profile in profiles.split(",")]
+    return layouts
+
+
 def build_parser() -> argparse.ArgumentParser:
     env = os.environ.get
     parser = argparse.ArgumentParser(
@@ -84,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="memory of each simulated card in MiB [$VGPU_SIM_MEMORY_MIB, default 40960]")
     sim.add_argument("--sim-seed", type=int, default=env("VGPU_SIM_SEED", "0"),
                      help="seed of the simulated usage patterns [$VGPU_SIM_SEED, default 0]")
+    sim.add_argument("--sim-mig", type=mig_layouts, default=env("VGPU_SIM_MIG", ""), metavar="CARD=PROFILE,...;...",
+                     help="MIG slices an admin made on simulated cards, e.g. '0=2g.10gb,2g.10gb,1g.5gb' "
+                          "[$VGPU_SIM_MIG, default none]")
     enforce = parser.add_argument_group("enforcement details")
     enforce.add_argument("--hami-root", default=env("VGPU_HAMI_ROOT", "/usr/local/vgpu"),
                          help="host directory with HAMi-core's libvgpu.so and ld.so.preload; per-container "
@@ -146,6 +163,13 @@ def build_daemon(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     names = Names(domain=args.domain, project_domain=PROJECT_DOMAIN)
     backend = open_backend(args.gpus, model=args.sim_model, memory_mib=args.sim_memory, seed=args.sim_seed,
                            host=args.node)
+    if args.sim_mig:
+        from jupyter_vgpu.gpu.simulated import SimulatedGPUs
+
+        if not isinstance(backend, SimulatedGPUs):
+            raise ValueError("--sim-mig shapes simulated cards only (--gpus sim:FIXTURE)")
+        for card, layout in args.sim_mig.items():
+            backend.set_mig_layout(card, layout)
     metrics = None
     if not args.no_metrics:
         try:
