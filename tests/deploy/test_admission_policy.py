@@ -55,13 +55,19 @@ def evaluator() -> PolicyEvaluator:
 
 
 def request(user: str, operation: str, resource: str, *, sub: str = "", node_claim: str | None = None) -> dict:
-    extra = {NODE_CLAIM: [node_claim]} if node_claim else {}
-    return {
-        "uid": "0b7e-test", "operation": operation, "subResource": sub,
+    """An AdmissionRequest as kube-apiserver hands it to CEL: empty fields left out (a pod's
+    own update has no subResource; a user without claims no extra), as tests/realkube showed."""
+    made = {
+        "uid": "0b7e-test", "operation": operation,
         "resource": {"group": "", "version": "v1", "resource": resource},
         "kind": {"group": "", "version": "v1", "kind": "Pod" if resource == "pods" else "Node"},
-        "userInfo": {"username": user, "groups": ["system:authenticated"], "extra": extra},
+        "userInfo": {"username": user, "groups": ["system:authenticated"]},
     }
+    if sub:
+        made["subResource"] = sub
+    if node_claim:
+        made["userInfo"]["extra"] = {NODE_CLAIM: [node_claim]}
+    return made
 
 
 def pod(annotations: dict | None = None, node: str | None = "gpu-a", labels: dict | None = None) -> dict:
