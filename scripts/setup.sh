@@ -23,6 +23,13 @@ command -v npm >/dev/null || apt_install nodejs npm
 if [ "$what" = test ]; then
   command -v kubectl >/dev/null || apt_install kubectl || echo "setup: kubectl unavailable; kubectl tests will fail" >&2
   [ -x /usr/bin/chromium ] || apt_install chromium
+  # tests/realkube builds Kubernetes from its Go modules (hack/kube): Go from go.mod's line on
+  need_go=$(awk '$1 == "go" { print $2 }' hack/kube/go.mod)
+  have_go=$(command -v go >/dev/null && go env GOVERSION | sed 's/^go//' || echo 0)
+  if [ "$(printf '%s\n' "$need_go" "$have_go" | sort -V | head -n 1)" != "$need_go" ]; then
+    echo "setup: the real-cluster tests need Go $need_go or newer on PATH (Debian's golang-go is older)" >&2
+    exit 1
+  fi
 fi
 
 python=${PYTHON:-python3}

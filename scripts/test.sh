@@ -12,6 +12,9 @@ step .venv/bin/mypy
 if [ -f labextension/package.json ]; then
   (cd labextension && { [ node_modules/.package-lock.json -nt package.json ] && [ node_modules/.package-lock.json -nt package-lock.json ] || npm install --no-audit --no-fund; } && npm test --silent) || { echo "frontend unit tests failed"; status=1; }
 fi
+# the real-Kubernetes tier (tests/realkube) runs Kubernetes built from its Go modules
+echo "== hack/kube/build.sh"
+if VGPU_KUBE_BIN_DIR=$(hack/kube/build.sh); then export VGPU_KUBE_BIN_DIR; else status=1; fi
 echo "== pytest"
 mkdir -p tests/artifacts
 .venv/bin/python -m pytest -p no:cacheprovider -ra --durations=30 "$@"

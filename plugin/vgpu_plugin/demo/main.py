@@ -75,6 +75,11 @@ def sim_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-processes", action="store_true",
                    help="run pods' commands as local processes (as you, with the env Allocate returned); "
                         "anyone who can reach the API on 127.0.0.1 could then run commands as you")
+    p.add_argument("--control-plane", choices=("sim", "real"), default="sim",
+                   help="sim (default): the simulated API and kube-scheduler stand-in, in seconds, as any user; "
+                        "real: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and one kubelet per "
+                        "node built from Kubernetes' Go modules (hack/kube/build.sh; needs root and a checkout, "
+                        "or $VGPU_KUBE_BIN_DIR), with the same extender and node daemons")
     p.add_argument("--log-level", default="WARNING", help="logging level of the components (default WARNING)")
     return p
 
@@ -87,31 +92,23 @@ def sim_main(argv: Sequence[str] | None = None) -> int:
     from .lab import DGX_NODE, PCIE_NODE, start_cluster
     from .neighbours import default_neighbours, start_neighbours
 
-    cluster = None
+    cluster: Any = None
     try:
-        cluster = start_cluster(run_processes=args.run_processes, policy=args.policy)
+        if args.control_plane == "real":
+            if args.run_processes or args.neighbours:
+                raise ClusterError("--run-processes and --neighbours need the simulated kubelets (--control-plane "
+                                   "sim): the real kubelets run Kubernetes' fake container runtime")
+            cluster = start_real_cluster(policy=args.policy)
+        else:
+            cluster = start_cluster(run_processes=args.run_processes, policy=args.policy)
         if args.neighbours:
             start_neighbours(cluster, default_neighbours(DGX_NODE, PCIE_NODE))
-        lines = [
-            "jupyter-vgpu sim: the simulated cluster is up",
-            f"  kubeconfig: {cluster.kubeconfig}",
-            f"  API:        {cluster.kube.url}   (TLS; token and CA certificate in the kubeconfig)",
-            f"  extender:   {cluster.extender.url}   (ledger: {cluster.extender.base_url}/inspect)",
-        ]
-        lines += [f"  node {n.name}: {len(n.gpus.inventory())} x {n.spec.model}, node API {n.metrics_url}, "
-                  f"metrics {n.scrape_url}/metrics" for n in cluster.nodes.values()]
-        lines.append(f"  scrape token (Authorization: Bearer ...): {cluster.scrape_token}")
-        lines += ["",
-                  f"  kubectl --kubeconfig {cluster.kubeconfig} get nodes,pods -A",
-                  "  pods asking for vGPU use schedulerName: " + c.SCHEDULER_NAME
-                  + f" and limits {c.DEFAULT_NAMES.core_resource} / {c.DEFAULT_NAMES.memory_resource}",
-                  "", "Press Ctrl-C to stop."]
-        for line in lines:
+        for line in sim_guide(cluster, real=args.control_plane == "real"):
             _say(line)
         _wait_forever()
     except KeyboardInterrupt:
         _say("jupyter-vgpu sim: stopping")
-    except (ClusterError, OSError, ValueError) as error:
+    except (ClusterError, OSError, ValueError, RuntimeError) as error:
         print(f"jupyter-vgpu sim: {error}", file=sys.stderr)
         return 1
     finally:
@@ -119,6 +116,40 @@ def sim_main(argv: Sequence[str] | None = None) -> int:
             with _uninterrupted():
                 cluster.stop()
     return 0
+
+
+def start_real_cluster(*, policy: str) -> Any:
+    """The demo's nodes on a real control plane and real kubelets (``realkube``)."""
+    from ..realkube.cluster import RealCluster
+    from .lab import bundled_topology_dir, demo_nodes
+
+    return RealCluster(demo_nodes(), fixtures_dir=bundled_topology_dir(), policy=policy).start()
+
+
+def sim_guide(cluster: Any, *, real: bool) -> list[str]:
+    """What `jupyter-vgpu sim` prints once the cluster is up."""
+    if real:
+        plane = cluster.control_plane
+        lines = [f"jupyter-vgpu sim: the real cluster is up (Kubernetes {cluster.version})",
+                 f"  kubeconfig: {cluster.kubeconfig}",
+                 f"  API:        {plane.server}   (TLS; an admin's client certificate in the kubeconfig)",
+                 f"  extender:   {plane.extender_url}   (ledger: {plane.extender_url}/inspect)",
+                 f"  logs:       {cluster.workdir}/*.log, {cluster.workdir}/n*/*.log"]
+        kubectl = f"{plane.kube} kubectl"  # the same release as the server
+    else:
+        lines = ["jupyter-vgpu sim: the simulated cluster is up",
+                 f"  kubeconfig: {cluster.kubeconfig}",
+                 f"  API:        {cluster.kube.url}   (TLS; token and CA certificate in the kubeconfig)",
+                 f"  extender:   {cluster.extender.url}   (ledger: {cluster.extender.base_url}/inspect)"]
+        kubectl = "kubectl"
+    lines += [f"  node {n.name}: {n.spec.model}, node API {n.metrics_url}, metrics {n.scrape_url}/metrics"
+              for n in cluster.nodes.values()]
+    lines += [f"  scrape token (Authorization: Bearer ...): {cluster.scrape_token}", "",
+              f"  {kubectl} --kubeconfig {cluster.kubeconfig} get nodes,pods -A -o wide",
+              "  pods asking for vGPU use schedulerName: " + c.SCHEDULER_NAME
+              + f" and limits {c.DEFAULT_NAMES.core_resource} / {c.DEFAULT_NAMES.memory_resource}",
+              "", "Press Ctrl-C to stop."]
+    return lines
 
 
 # --- jupyter-vgpu demo ---------------------------------------------------------------------------

@@ -129,6 +129,11 @@ class RealCluster(ClusterWorkloads):
 
         return kubernetes.config.new_client_from_config(config_file=self.kubeconfig)
 
+    @property
+    def version(self) -> str:
+        """The Kubernetes release the API server reports."""
+        return str(json.loads(self.kubectl("version", "-o", "json"))["serverVersion"]["gitVersion"])
+
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
         """This cluster's own kubectl (the same Kubernetes release), as an admin."""
         return self.control_plane.kubectl(*args, input=input, check=check)
