@@ -1,4 +1,4 @@
-"""The 9 a.m. classroom storm on the simulated cluster.
+"""The 9 a.m. classroom storm, on the simulated cluster or (``--real``) on real Kubernetes.
 
 A SimCluster (the simulated Kubernetes API, the real extender behind the kube-scheduler
 stand-in, per node a kubelet stand-in and the real node daemon with its device plugins on
@@ -19,8 +19,14 @@ over-committed in the annotations, the extender's ledger or any device plugin); 
 GPU storm every component must agree (test_churn's ``_settled``: annotations, ledger,
 /inspect, device plugins, kubelet stand-ins and their checkpoints).
 
+With ``--real`` the cluster is ``realkube.RealCluster``: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler calling the extender, and per node a real kubelet on
+Kubernetes' fake CRI runtime with the real node daemon, each a process. Both storms then pay
+the real kubelet's admission, sandbox and container calls; the over-commit watcher reads the
+allocation records, and the agreement check compares each kubelet's checkpoint with them.
+
 Usage: python benchmarks/storm/bench_storm.py [--nodes 40] [--pods 200] [--rounds 2] [--json FILE]
-       [--api-process] [--control-plane-process] [--node-processes N] [--policy P]
+       [--api-process] [--control-plane-process] [--node-processes N] [--policy P] [--real]
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # test_churn's invariant watcher and agreement check
+sys.path.insert(0, str(ROOT / "tests" / "realkube"))  # the real cluster's over-commit watcher
 
 from simkube.waiting import wait_for  # noqa: E402
 from test_churn import CHURN, Watcher, _agreement, _settled  # noqa: E402
@@ -132,8 +139,30 @@ def pod_body(cluster: Any, kind: str, name: str, cores: int, memory: int | None)
     return body
 
 
+def _cpu_of(pid: int) -> float | None:
+    with contextlib.suppress(OSError):
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            fields = handle.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    return None
+
+
+def real_cpu_seconds(cluster: Any) -> dict[str, float]:
+    """CPU time so far of the real cluster's programs, summed per program (every kubelet together)."""
+    programs = list(cluster.control_plane.programs.values()) + [p for n in cluster.nodes.values() for p in n.programs()]
+    result: dict[str, float] = {"benchmark": _cpu_of(os.getpid()) or 0.0}
+    for program in programs:
+        spent = _cpu_of(program.pid) if program.pid is not None else None
+        if spent is not None:
+            kind = program.name.rpartition("/")[2]
+            result[kind] = result.get(kind, 0.0) + spent
+    return result
+
+
 def cpu_seconds(cluster: Any) -> dict[str, float]:
     """CPU time (user + system) so far of this process and of the API's, control plane's and node processes."""
+    if not hasattr(cluster, "node_hosts"):
+        return real_cpu_seconds(cluster)
     processes = {"benchmark" if cluster.node_hosts else "benchmark and nodes": os.getpid()}
     for label, owner in (("API", cluster.kube), ("control plane", cluster.control_plane)):
         process = getattr(owner, "_process", None)
@@ -142,14 +171,7 @@ def cpu_seconds(cluster: Any) -> dict[str, float]:
     for number, host in enumerate(cluster.node_hosts):  # --node-processes
         if host.pid is not None:
             processes[f"nodes {number}"] = host.pid
-    ticks = os.sysconf("SC_CLK_TCK")
-    result = {}
-    for label, pid in processes.items():
-        with contextlib.suppress(OSError):
-            with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-                fields = handle.read().rpartition(")")[2].split()
-            result[label] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
-    return result
+    return {label: spent for label, pid in processes.items() if (spent := _cpu_of(pid)) is not None}
 
 
 def thread_cpu_seconds() -> dict[str, float]:
@@ -231,10 +253,11 @@ def clean_up(cluster: Any, kind: str, round_no: int, count: int) -> None:
     cluster.wait_for(lambda: not json.loads(core.list_namespaced_pod(
         "default", label_selector=STORM, _preload_content=False).data)["items"], timeout=120,
         what="the storm's pods to be gone")
-    # the next storm starts on a cluster at rest: the nodes and the extender have let every pod
-    # go (kubelet stand-ins' checkpoints, device plugins, ledger), not only the API
-    cluster.wait_for(lambda: _settled(cluster), timeout=120, interval=0.5,
-                     what="every component to have let the storm's pods go")
+    if hasattr(cluster, "node_hosts"):  # the simulated cluster: its components can be read directly
+        # the next storm starts on a cluster at rest: the nodes and the extender have let every pod
+        # go (kubelet stand-ins' checkpoints, device plugins, ledger), not only the API
+        cluster.wait_for(lambda: _settled(cluster), timeout=120, interval=0.5,
+                         what="every component to have let the storm's pods go")
 
 
 def check_agreement(cluster: Any, watcher: Watcher) -> dict[str, Any]:
@@ -254,6 +277,44 @@ def check_agreement(cluster: Any, watcher: Watcher) -> dict[str, Any]:
         raise AssertionError(f"over-commit seen during the storm: {watcher.violations[:10]}")
     return {"agree": True, "cards_with_shares": len(views["annotations"]),
             "watcher_events": watcher.events, "watcher_checks": watcher.checks}
+
+
+def storm_pods(cluster: Any) -> list[dict[str, Any]]:
+    return json.loads(cluster.core_v1.list_namespaced_pod("default", label_selector=STORM,
+                                                          _preload_content=False).data)["items"]
+
+
+def real_watcher(cluster: Any) -> Any:
+    from realkube_support import OvercommitWatcher
+
+    units = 40960 // c.MEMORY_UNIT_MIB  # every node's cards are the DGX's A100 40GB
+    return OvercommitWatcher(lambda: storm_pods(cluster), NAMES, lambda node: units)
+
+
+def real_agreement(cluster: Any, watcher: Any) -> dict[str, Any]:
+    """Once the storm is Running: every GPU pod's record confirmed, and each kubelet's checkpoint
+    holding, per pod, as many vcuda-core devices as its record's shares."""
+    from vgpu_plugin.deviceplugin.checkpoint import read_checkpoint
+
+    pods = [p for p in storm_pods(cluster) if p["metadata"]["labels"].get(STORM) == "gpu"
+            and p["status"].get("phase") == "Running"]
+    devices: dict[str, int] = {}
+    for node in cluster.nodes.values():
+        for entry in read_checkpoint(str(node.plugin_dir / "kubelet_internal_checkpoint")):
+            if entry.resource == NAMES.core_resource:
+                devices[entry.pod_uid] = devices.get(entry.pod_uid, 0) + len(entry.device_ids)
+    differ = []
+    for pod in pods:
+        notes = pod["metadata"].get("annotations") or {}
+        record = c.PodAllocation.from_json(notes[NAMES.allocation])
+        cores = sum(share.cores for container in record.containers for share in container.cards)
+        if notes.get(NAMES.gpu_assigned) != "true" or devices.get(pod["metadata"]["uid"]) != cores:
+            differ.append((pod["metadata"]["name"], cores, devices.get(pod["metadata"]["uid"])))
+    if differ:
+        raise AssertionError(f"kubelet's checkpoints disagree with the records (pod, record, checkpoint): {differ[:10]}")
+    if watcher.violations:
+        raise AssertionError(f"over-commit seen during the storm: {watcher.violations[:10]}")
+    return {"agree": True, "running_gpu_pods_checked": len(pods), "watcher_checks": watcher.checks}
 
 
 def node_specs(count: int) -> list[Any]:
@@ -295,6 +356,9 @@ def main(argv: Sequence[str] | None = None, *, started: Callable[[Any], None] | 
     parser.add_argument("--node-processes", type=int, default=0, metavar="N",
                         help="host the nodes (kubelet stand-in and node daemon each) in N processes, dealt "
                              "round-robin (default 0: in this process)")
+    parser.add_argument("--real", action="store_true",
+                        help="run on real Kubernetes (realkube: kube-apiserver, kube-scheduler, real kubelets on the "
+                             "fake CRI runtime, the real node daemons; needs root and hack/kube/build.sh)")
     parser.add_argument("--thread-cpu", action="store_true",
                         help="print this process's CPU time per kind of thread for each storm")
     parser.add_argument("--json", help="write the results here")
@@ -305,14 +369,22 @@ def main(argv: Sequence[str] | None = None, *, started: Callable[[Any], None] | 
     logging.basicConfig(level=logging.ERROR)
     from vgpu_plugin.demo.cluster import SimCluster
 
+    if args.real:
+        from vgpu_plugin.realkube.cluster import RealCluster
+
+        cluster_made: Any = RealCluster(node_specs(args.nodes), metrics_period=30.0, ready_timeout=600,
+                                        policy=args.policy)
+    else:
+        cluster_made = SimCluster(node_specs(args.nodes), metrics_period=30.0, ready_timeout=600, policy=args.policy,
+                                  api_process=args.api_process, control_plane_process=args.control_plane_process,
+                                  node_processes=args.node_processes)
     results: dict[str, Any] = {"nodes": args.nodes, "gpus": args.nodes * 8, "pods": args.pods, "policy": args.policy,
+                               "real": args.real,
                                "api_process": args.api_process, "control_plane_process": args.control_plane_process,
                                "node_processes": args.node_processes,
                                "load_start": load_average(), "storms": []}
     began = time.monotonic()
-    with SimCluster(node_specs(args.nodes), metrics_period=30.0, ready_timeout=600, policy=args.policy,
-                    api_process=args.api_process, control_plane_process=args.control_plane_process,
-                    node_processes=args.node_processes) as cluster:
+    with cluster_made as cluster:
         results["cluster_start_s"] = round(time.monotonic() - began, 1)
         print(f"cluster up in {results['cluster_start_s']} s (load {load_average()})", flush=True)
         if started is not None:
@@ -323,11 +395,14 @@ def main(argv: Sequence[str] | None = None, *, started: Callable[[Any], None] | 
                 order = ("cpu", "gpu") if round_no % 2 == 0 else ("gpu", "cpu")
                 order = tuple(kind for kind in order if args.only in (None, kind))
                 for kind in order:
-                    watcher = Watcher(cluster).start() if kind == "gpu" else None
+                    watcher = None
+                    if kind == "gpu":
+                        watcher = (real_watcher(cluster) if args.real else Watcher(cluster)).start()
                     try:
                         result = run_storm(cluster, timeline, kind, round_no, args)
                         if watcher is not None:
-                            result.update(check_agreement(cluster, watcher))
+                            result.update(real_agreement(cluster, watcher) if args.real
+                                          else check_agreement(cluster, watcher))
                     finally:
                         if watcher is not None:
                             watcher.stop()

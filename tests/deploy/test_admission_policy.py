@@ -280,6 +280,53 @@ def test_gpu_admission_is_trusted_only_when_configured(evaluator, tmp_path: Path
                                 changed(claimed, spec=set_image), pending).allowed
 
 
+@pytest.mark.parametrize("lost", ["resourceDomain", "projectDomain", "schedulerAccount", "nodeAccount",
+                                  "admissionAccount", "data"])
+def test_params_missing_a_key_keep_the_cluster_working_and_the_keys_protected(lost):
+    """An admin who deletes a key breaks no pod write that touches no vGPU key, and opens none:
+    a lost domain is the default one, a lost account is trusted by nobody."""
+    policy, _, params = policy_objects()
+    broken = copy.deepcopy(params)
+    if lost == "data":
+        del broken["data"]
+    else:
+        del broken["data"][lost]
+    evaluator = PolicyEvaluator(policy, broken)
+    placed = pod(PROTECTED)
+    relabelled = changed(placed, labels={"team": "b"}, annotations={"hub.jupyter.org/note": "x"})
+    assert evaluator.admit(request(HUB, "UPDATE", "pods"), relabelled, placed).allowed
+    assert evaluator.admit(request(HUB, "CREATE", "pods"), pod(node=None), None).allowed
+    assert refused(evaluator.admit(request(TENANT, "UPDATE", "pods"),
+                                   changed(placed, annotations={NAMES.gpu_assigned: "true"}), placed))
+    served = changed(placed, annotations={NAMES.gpu_assigned: "true"})
+    node_verdict = evaluator.admit(request(NODE_DAEMON, "UPDATE", "pods", node_claim="gpu-a"), served, placed)
+    assert node_verdict.allowed == (lost not in ("nodeAccount", "data")), node_verdict.denied
+
+
+def test_an_update_that_changes_no_metadata_or_spec_skips_the_policy(evaluator):
+    """kubelet's status updates (most pod writes in a cluster) never evaluate a rule, so a
+    broken rule or params cannot fail them; any change of annotations, labels or spec does."""
+    placed = pod(PROTECTED)
+    status = copy.deepcopy(placed)
+    status["status"] = {"phase": "Running"}
+    broken = PolicyEvaluator({**policy_objects()[0], "spec": {
+        **policy_objects()[0]["spec"], "validations": [{"expression": "1 / 0 == 1", "message": "broken"}]}}, None)
+    assert broken.admit(request("system:node:gpu-a", "UPDATE", "pods", sub="status"), status, placed).allowed
+    for edit in ({"labels": {"team": "b"}}, {"annotations": {"x": "y"}}, {"spec": set_image}):
+        assert not broken.admit(request(HUB, "UPDATE", "pods"), changed(placed, **edit), placed).allowed, edit
+    assert not broken.admit(request(HUB, "CREATE", "pods"), pod(node=None), None).allowed
+
+
+def test_the_legacy_bindings_resource_cannot_smuggle_vgpu_keys(evaluator):
+    """POST /api/v1/namespaces/<ns>/bindings makes the same Binding as pods/binding."""
+    binding = {"apiVersion": "v1", "kind": "Binding",
+               "metadata": {"name": "jupyter-alice", "namespace": "jhub", "annotations": {NAMES.gpu_assigned: "true"}},
+               "target": {"kind": "Node", "name": "gpu-a"}}
+    assert refused(evaluator.admit(request(TENANT, "CREATE", "bindings"), binding, None))
+    plain = {**binding, "metadata": {"name": "jupyter-alice", "namespace": "jhub"}}
+    assert evaluator.admit(request(TENANT, "CREATE", "bindings"), plain, None).allowed
+
+
 def test_the_params_name_the_accounts_and_domains_the_manifests_use():
     objects = render("base")
     policy, binding, params = policy_objects(objects)

@@ -3,7 +3,10 @@ reads through kubectl and the official client."""
 
 from __future__ import annotations
 
+import collections
 import json
+import threading
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -44,3 +47,48 @@ def http(url: str, token: str | None = None, timeout: float = 15.0) -> tuple[int
         return status, json.loads(raw)
     except ValueError:
         return status, raw.decode("utf-8", "replace")
+
+
+def held(pods: list[dict[str, Any]], names: Any) -> dict[tuple[str, str], list[tuple[int, int]]]:
+    """(node, card uuid) -> the (cores, memory units) each bound pod's record holds there; a pod
+    that ended (Failed, Succeeded) holds nothing, as the extender counts it."""
+    from jupyter_vgpu.core import contract as c
+
+    cards: dict[tuple[str, str], list[tuple[int, int]]] = collections.defaultdict(list)
+    for pod in pods:
+        if pod["status"].get("phase") in ("Failed", "Succeeded"):
+            continue
+        text = annotations(pod).get(names.allocation)
+        if text and pod["spec"].get("nodeName"):
+            for container in c.PodAllocation.from_json(text).containers:
+                for share in container.cards:
+                    cards[(pod["spec"]["nodeName"], share.uuid)].append((share.cores, share.memory_units))
+    return cards
+
+
+class OvercommitWatcher:
+    """Reads every pod's allocation record every ``period`` seconds while it runs and keeps each
+    card found holding more than 100 % of its compute or more than ``card_units(node)`` of memory."""
+
+    def __init__(self, list_pods: Any, names: Any, card_units: Any, period: float = 0.3) -> None:
+        self.list_pods, self.names, self.card_units, self.period = list_pods, names, card_units, period
+        self.violations: list[str] = []
+        self.checks = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="overcommit-watcher", daemon=True)
+
+    def start(self) -> OvercommitWatcher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for (node, uuid), shares in held(self.list_pods(), self.names).items():
+                if sum(s[0] for s in shares) > 100 or sum(s[1] for s in shares) > self.card_units(node):
+                    self.violations.append(f"{node} {uuid}: {shares}")
+            self.checks += 1
+            time.sleep(self.period)

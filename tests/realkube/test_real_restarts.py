@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import collections
 import random
-import threading
 import time
 from typing import Any
 
 import pytest
-from realkube_support import GPU_A, GPU_B, annotations
+from realkube_support import GPU_A, GPU_B, OvercommitWatcher, annotations, held
 from simkube.waiting import wait_for
+from vgpu_plugin.deviceplugin.checkpoint import read_checkpoint
 
 from jupyter_vgpu.core import contract as c
-from vgpu_plugin.deviceplugin.checkpoint import read_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -35,37 +34,11 @@ def live_pods(real: Any) -> list[dict[str, Any]]:
             if not p["metadata"].get("deletionTimestamp")]
 
 
-def held(pods: list[dict[str, Any]], names: c.Names) -> dict[tuple[str, str], list[tuple[int, int]]]:
-    """(node, card uuid) -> the (cores, memory units) each bound pod's record holds there; a pod
-    that ended (Failed, Succeeded) holds nothing, so a pending pod counts on its cards."""
-    cards: dict[tuple[str, str], list[tuple[int, int]]] = collections.defaultdict(list)
-    for pod in pods:
-        if pod["status"].get("phase") in ("Failed", "Succeeded"):
-            continue
-        text = annotations(pod).get(names.allocation)
-        if text and pod["spec"].get("nodeName"):
-            for container in c.PodAllocation.from_json(text).containers:
-                for share in container.cards:
-                    cards[(pod["spec"]["nodeName"], share.uuid)].append((share.cores, share.memory_units))
-    return cards
-
-
 def test_kills_during_a_storm_overcommit_nothing_and_lose_nothing(real: Any, names: c.Names) -> None:
     real.kubectl("create", "namespace", NAMESPACE)
     rng = random.Random(7)
     made: list[str] = []
-    over: list[str] = []
-    stop = threading.Event()
-
-    def watch_capacity() -> None:  # every moment, not only the end
-        while not stop.is_set():
-            for (node, uuid), shares in held(live_pods(real), names).items():
-                if sum(s[0] for s in shares) > 100 or sum(s[1] for s in shares) > CARD_UNITS[node]:
-                    over.append(f"{node} {uuid}: {shares}")
-            time.sleep(0.3)
-
-    watcher = threading.Thread(target=watch_capacity, daemon=True)
-    watcher.start()
+    watcher = OvercommitWatcher(lambda: live_pods(real), names, CARD_UNITS.get).start()  # every moment
     crashes = [lambda: real.node(GPU_A).kubelet.restart(kill=True),
                lambda: real.restart_daemon(GPU_B, kill=True),
                lambda: real.restart_extender(kill=True),
@@ -101,9 +74,8 @@ def test_kills_during_a_storm_overcommit_nothing_and_lose_nothing(real: Any, nam
         except TimeoutError as error:
             raise AssertionError(f"{error}; unsettled:\n" + "\n".join(unsettled)) from None
     finally:
-        stop.set()
-        watcher.join(5)
-    assert over == []
+        watcher.stop()
+    assert watcher.violations == [] and watcher.checks > 10
     pods = live_pods(real)
     running = [p for p in pods if p["status"].get("phase") == "Running"]
     assert len(running) >= 20

@@ -34,6 +34,9 @@ func main() {
 		os.Exit(2)
 	}
 	runtime := fakeremote.NewFakeRemoteRuntime()
+	// An image of size 0 is one kubelet refuses to inspect ("Id or size of image ... is not
+	// set"): every pulled image gets a size, so tagged images and IfNotPresent work.
+	runtime.ImageService.SetFakeImageSize(100 << 20)
 	runtime.RuntimeService.FakeStatus = &kubeapi.RuntimeStatus{Conditions: []*kubeapi.RuntimeCondition{
 		{Type: kubeapi.RuntimeReady, Status: true},
 		{Type: kubeapi.NetworkReady, Status: true},
