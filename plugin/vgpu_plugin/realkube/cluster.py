@@ -41,6 +41,22 @@ __all__ = ["NodeSpec", "RealCluster"]
 log = logging.getLogger(__name__)
 
 
+INOTIFY_PER_NODE = 7  # measured: a kubelet holds 6 (cAdvisor, config and certificate watches), a node daemon 1
+
+
+def _check_inotify(nodes: int) -> None:
+    """Every kubelet's cAdvisor needs inotify instances, and a host's default allows 128 per user:
+    say so before forty kubelets start and fail one by one."""
+    try:
+        limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
+    except (OSError, ValueError):
+        return
+    needed = nodes * INOTIFY_PER_NODE + 32
+    if limit < needed:
+        raise ClusterError(f"{nodes} nodes need about {needed} inotify instances and this host allows {limit} "
+                           f"per user: sysctl -w fs.inotify.max_user_instances={max(needed, 1024)}")
+
+
 class RealCluster(ClusterWorkloads):
     def __init__(self, nodes: Sequence[NodeSpec], *, workdir: str | None = None,
                  bin_dir: str | os.PathLike[str] | None = None, fixtures_dir: str | os.PathLike[str] | None = None,
@@ -52,6 +68,7 @@ class RealCluster(ClusterWorkloads):
             raise ValueError("node names must be unique")
         if os.geteuid() != 0:
             raise ClusterError("the real cluster needs root: kubelet, and a mount namespace per node")
+        _check_inotify(len(nodes))
         self.specs = tuple(nodes)
         self.fixtures_dir = Path(fixtures_dir) if fixtures_dir else TOPOLOGY_DIR
         self.policy, self.enforcement, self.names = policy, enforcement, names

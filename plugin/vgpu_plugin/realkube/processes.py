@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -16,11 +17,35 @@ from pathlib import Path
 _PR_SET_PDEATHSIG = 1
 
 
+_handed_out: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (the programs take ports as flags)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a program that takes its port as
+    a flag and binds it a moment later. It is chosen below the kernel's ephemeral range: a port
+    from that range (what binding port 0 gives) can be taken meanwhile by any outgoing
+    connection, and with forty nodes' programs connecting, one was."""
+    low, _ = _ephemeral_range()
+    for _ in range(1000):
+        port = random.randrange(10000, max(low, 10001))
+        if port in _handed_out:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise OSError(f"no free port on 127.0.0.1 between 10000 and {low}")
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
