@@ -76,6 +76,11 @@ class NodeDaemon:
         self._reconcile_now = threading.Event()
         self._publish_now = threading.Event()
         self._annotate: queue.Queue[tuple[str, str]] = queue.Queue()
+        # pods queued or waiting to be retried: each at most once, however often it changes or
+        # a reconcile pass finds it unmarked (a PATCH the API server keeps refusing was retried
+        # by every pass, so the retries grew without bound)
+        self._annotate_pending: set[tuple[str, str]] = set()
+        self._annotate_lock = threading.Lock()
         # UIDs of pods a write found deleted or replaced by a new pod of their name: our view may hold
         # them a while yet, and reconcile keeps asking; the last few are enough to write each never again
         self._gone_uids: collections.deque[str] = collections.deque(maxlen=256)
@@ -131,7 +136,7 @@ class NodeDaemon:
                                  on_event=self._on_pod_event)
         self.allocator = Allocator(cfg.node, self.informer, self.cards, self._minter, names=cfg.names,
                                    enforcement=cfg.enforcement, metrics_url=self._metrics_url,
-                                   on_pod_changed=lambda ns, name: self._annotate.put((ns, name)),
+                                   on_pod_changed=self._queue_annotation,
                                    fresh_pods=self._list_pods, confirm_grace=cfg.confirm_grace)
         self.publisher = NodePublisher(core_api, cfg.node, self.backend, self.cards, cfg.names)
         for kind in (CORE, MEMORY):
@@ -377,6 +382,13 @@ class NodeDaemon:
 
     # --- annotations -------------------------------------------------------------------------------------
 
+    def _queue_annotation(self, namespace: str, name: str) -> None:
+        with self._annotate_lock:
+            if (namespace, name) in self._annotate_pending:
+                return
+            self._annotate_pending.add((namespace, name))
+        self._annotate.put((namespace, name))
+
     def _run_annotator(self) -> None:
         from kubernetes.client.exceptions import ApiException
 
@@ -385,6 +397,8 @@ class NodeDaemon:
                 namespace, name = self._annotate.get(timeout=0.5)
             except queue.Empty:
                 continue
+            with self._annotate_lock:  # a change from now on queues the pod again
+                self._annotate_pending.discard((namespace, name))
             try:
                 desired = self.allocator.desired_annotations(namespace, name)
             except Exception:  # one pod's bad record must not end the thread that writes every pod's
@@ -425,6 +439,10 @@ class NodeDaemon:
                 self._retry_later(namespace, name)
 
     def _retry_later(self, namespace: str, name: str) -> None:
+        with self._annotate_lock:
+            if (namespace, name) in self._annotate_pending:  # changed meanwhile: queued already
+                return
+            self._annotate_pending.add((namespace, name))
         timer = threading.Timer(1.0, self._annotate.put, ((namespace, name),))
         timer.daemon = True
         timer.start()
