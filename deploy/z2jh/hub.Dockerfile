@@ -7,7 +7,9 @@ ARG HUB_IMAGE=quay.io/jupyterhub/k8s-hub:4.2.0
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 ARG NODE_IMAGE=node:20-bookworm-slim
 
-FROM ${NODE_IMAGE} AS node
+# Multi-arch builds: every stage but the last runs on the builder's platform (its node
+# binary must run in the wheel stage); only the last, the image itself, is per platform.
+FROM --platform=$BUILDPLATFORM ${NODE_IMAGE} AS node
 
 # pure-Python wheel with the prebuilt lab extension: built once, on the builder's platform
 FROM --platform=$BUILDPLATFORM ${PYTHON_IMAGE} AS wheel

@@ -52,12 +52,108 @@ def test_hadolint_reports_a_bad_dockerfile(tmp_path):
     assert result.returncode != 0 and "DL3007" in result.stdout and "DL3004" in result.stdout
 
 
+BUILD_PLATFORM = ("--platform=$BUILDPLATFORM", "--platform=${BUILDPLATFORM}")
+
+
+def dockerfile_stages(text: str) -> list[dict]:
+    """Each stage of a Dockerfile: its FROM flags, name, and the COPY and RUN instructions in it."""
+    logical = re.sub(r"\\\n", " ", text)  # line continuations
+    stages: list[dict] = []
+    for line in logical.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        instruction, _, rest = line.partition(" ")
+        words = rest.split()
+        if instruction.upper() == "FROM":
+            flags = [w for w in words if w.startswith("--")]
+            image, *alias = [w for w in words if not w.startswith("--")]
+            name = alias[1] if len(alias) == 2 and alias[0].upper() == "AS" else str(len(stages))
+            stages.append({"from": rest, "flags": flags, "image": image, "name": name, "copies": [], "runs": []})
+        elif instruction.upper() == "COPY" and stages:
+            flags = dict(w[2:].split("=", 1) for w in words if w.startswith("--") and "=" in w)
+            *sources, destination = [w for w in words if not w.startswith("--")]
+            stages[-1]["copies"].append({"from": flags.get("from"), "sources": sources, "destination": destination})
+        elif instruction.upper() == "RUN" and stages:
+            stages[-1]["runs"].append(rest)
+    return stages
+
+
+def platform_independent_outputs(stage: dict) -> set[str]:
+    """What a build-platform stage makes that runs on any platform: the wheel directories of
+    `pip wheel --no-deps --wheel-dir DIR`. --no-deps keeps every dependency (some have
+    per-platform wheels) out of DIR, so only the project's own wheel is there, and hatchling
+    builds it py3-none-any (pyproject.toml sets no platform tag, and it has no extension module)."""
+    outputs = set()
+    for run in stage["runs"]:
+        for command in re.split(r"&&|;", run):
+            words = command.split()
+            if words[:2] == ["pip", "wheel"] and "--no-deps" in words and "--wheel-dir" in words:
+                outputs.add(words[words.index("--wheel-dir") + 1].rstrip("/"))
+    return outputs
+
+
+def stage_problems(text: str) -> list[str]:
+    """What would break a multi-arch build (buildx, linux/amd64,linux/arm64) of a Dockerfile.
+
+    Every stage that runs build tools (Node.js, npm, pip wheel) must run once, natively, on the
+    builder's platform (FROM --platform=$BUILDPLATFORM), and may copy only from such stages; only
+    the last stage, the image, is built per target platform. A build stage without --platform is
+    the target's: the arm64 build would copy an aarch64 `node` into the wheel stage and the push
+    fails. The last stage may copy from the build stages only their platform-independent outputs
+    (see platform_independent_outputs), and from no external image."""
+    problems = []
+    *build, final = dockerfile_stages(text)
+    if not build:
+        problems.append("no build stage")
+    names = {stage["name"] for stage in build}
+    for stage in build:
+        if not stage["from"].startswith(tuple(p + " " for p in BUILD_PLATFORM)):
+            problems.append(f"stage {stage['name']} must start FROM --platform=$BUILDPLATFORM, not FROM {stage['from']}")
+        problems += [f"stage {stage['name']} copies from {copy['from']}, not a build-platform stage"
+                     for copy in stage["copies"] if copy["from"] is not None and copy["from"] not in names]
+    if any(f.startswith("--platform") for f in final["flags"]):
+        problems.append(f"the last stage must be per platform, not FROM {final['from']}")
+    by_name = {stage["name"]: stage for stage in build}
+    copied = [copy for copy in final["copies"] if copy["from"] is not None]
+    if not copied:
+        problems.append("the last stage copies nothing from the build stages")
+    for copy in copied:
+        if copy["from"] not in by_name:
+            problems.append(f"the last stage copies from {copy['from']}, not a build stage")
+            continue
+        allowed = platform_independent_outputs(by_name[copy["from"]])
+        problems += [f"the last stage copies {source} from {copy['from']}, built on the build platform; "
+                     f"only {sorted(allowed)} is platform-independent"
+                     for source in copy["sources"] if source.rstrip("/") not in allowed]
+    return problems
+
+
 @pytest.mark.parametrize("path", DOCKERFILES)
-def test_wheel_is_built_once_on_the_build_platform(path):
-    """Multi-arch: the pure-Python wheel stage runs natively, only the last stage per platform."""
-    froms = re.findall(r"^FROM (.+)$", (REPO / path).read_text(), re.M)
-    wheel_stage = [line for line in froms if line.endswith(" AS wheel")]
-    assert wheel_stage and wheel_stage[0].startswith("--platform=$BUILDPLATFORM "), froms
+def test_only_the_last_stage_is_built_per_platform(path):
+    assert stage_problems((REPO / path).read_text()) == []
+    # the wheel the last stage installs is py3-none-any: hatchling, told no platform tag
+    wheel_target = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
+    assert not {"pure-python", "infer-tag", "tag"} & set(wheel_target), "the wheel must stay py3-none-any"
+
+
+@pytest.mark.parametrize("break_it, problem", [
+    (lambda t: t.replace("FROM --platform=$BUILDPLATFORM ${NODE_IMAGE}", "FROM ${NODE_IMAGE}"), "stage node must start"),
+    (lambda t: t.replace("--platform=$BUILDPLATFORM ${PYTHON_IMAGE} AS wheel", "${PYTHON_IMAGE} AS wheel"),
+     "stage wheel must start"),
+    (lambda t: t.replace("\nFROM ${PYTHON_IMAGE}\n", "\nFROM --platform=$BUILDPLATFORM ${PYTHON_IMAGE}\n"),
+     "the last stage must be per platform"),
+    (lambda t: t + "COPY --from=node /usr/local/bin/node /usr/local/bin/node\n", "copies /usr/local/bin/node from node"),
+    (lambda t: t.replace("--no-deps ", ""), "copies /wheels from wheel"),
+    (lambda t: t + "COPY --from=busybox:1.36 /bin/busybox /bin/busybox\n", "copies from busybox:1.36"),
+], ids=["node-stage-per-platform", "wheel-stage-per-platform", "image-pinned", "copies-node-binary",
+        "wheel-dir-with-deps", "copies-from-an-image"])
+def test_stage_check_finds_each_multi_arch_mistake(break_it, problem):
+    text = (REPO / "plugin/Dockerfile").read_text()
+    broken = break_it(text)
+    assert broken != text
+    problems = stage_problems(broken)
+    assert any(problem in p for p in problems), problems
 
 
 def check_workflow(path: Path) -> subprocess.CompletedProcess[str]:

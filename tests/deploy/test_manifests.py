@@ -96,9 +96,10 @@ def test_backend_overlays_combine_with_monitoring(tmp_path, backend):
     assert env_of(container(objects, "DaemonSet", "vgpu-node", "node"))["VGPU_ENFORCEMENT"] == name
 
 
-# The one privileged container, as NVIDIA's own: the MPS control daemon sets the cards'
-# compute mode and starts each MPS server under its client's uid.
-PRIVILEGED = {("vgpu-mps-control-daemon", "mps-control-daemon")}
+# The privileged containers, as NVIDIA's own: the MPS control daemon sets the cards' compute
+# mode and starts each MPS server under its client's uid; its init container mounts the shared
+# /dev/shm tmpfs on the host (mount(2) and Bidirectional mount propagation need privileged).
+PRIVILEGED = {("vgpu-mps-control-daemon", "mps-control-daemon"), ("vgpu-mps-control-daemon", "mps-shm")}
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
