@@ -47,6 +47,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # test_churn's invariant watcher and agreement check
 sys.path.insert(0, str(ROOT / "tests" / "realkube"))  # the real cluster's over-commit watcher
+sys.path.insert(0, str(ROOT / "tests"))  # http_support, which the areas' helpers import
 
 from simkube.waiting import wait_for  # noqa: E402
 from test_churn import CHURN, Watcher, _agreement, _settled  # noqa: E402

@@ -7,11 +7,11 @@ import functools
 import itertools
 import json
 import re
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
+
+from http_support import http  # noqa: F401 - re-exported for this area's tests
 
 from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.core.inventory import NodeInventory
@@ -20,21 +20,6 @@ NAMES = c.DEFAULT_NAMES
 DGX = "dgx"  # the e2e cluster's nodes (tests/e2e/conftest.py)
 P40 = "p40"
 _DEVICE = re.compile(r"^gpu([0-9]+)-(core|mem)-[0-9]+$")
-
-
-def http(url: str, token: str | None = None, timeout: float = 15.0) -> tuple[int, Any]:
-    """(status, body) of a GET; the body parsed as JSON when it is JSON."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    request = urllib.request.Request(url, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as error:
-        status, raw = error.code, error.read()
-    try:
-        return status, json.loads(raw)
-    except ValueError:
-        return status, raw.decode("utf-8", "replace")
 
 
 def pod_body(cluster: Any, name: str, cores: int, memory_units: int | None, *, node: str | None = None,

@@ -4,12 +4,11 @@ reads through kubectl and the official client."""
 from __future__ import annotations
 
 import collections
-import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from typing import Any
+
+from http_support import http  # noqa: F401 - re-exported for this area's tests
 
 GPU_A = "gpu-a"  # 4 x A100 40GB, NVLink (a100-sxm-4gpu-nv4)
 GPU_B = "gpu-b"  # 7 x Tesla P40 24GB, PCIe (p40-7gpu-pix-phb)
@@ -28,25 +27,11 @@ def notebook(real: Any, pods: list[tuple[str, str]], name: str, *, cores: int, m
     pods.append((namespace, name))
     if not wait:
         return body
-    return real.wait_for_pod(namespace, name, timeout=60)  # type: ignore[no-any-return]
+    return real.wait_for_pod(namespace, name, timeout=60)
 
 
 def annotations(pod: dict[str, Any]) -> dict[str, str]:
     return pod["metadata"].get("annotations") or {}
-
-
-def http(url: str, token: str | None = None, timeout: float = 15.0) -> tuple[int, Any]:
-    """(status, body) of a GET; the body parsed as JSON when it is JSON."""
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as error:
-        status, raw = error.code, error.read()
-    try:
-        return status, json.loads(raw)
-    except ValueError:
-        return status, raw.decode("utf-8", "replace")
 
 
 def held(pods: list[dict[str, Any]], names: Any) -> dict[tuple[str, str], list[tuple[int, int]]]:

@@ -10,7 +10,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import psutil
@@ -40,15 +40,15 @@ def test_sim_control_plane_real_prints_a_kubeconfig_that_runs_a_vgpu_pod(tmp_pat
     sim = subprocess.Popen([sys.executable, "-m", "jupyter_vgpu.cli", "sim", "--control-plane", "real"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(sim.stdout), daemon=True)  # until it exits
+    reader.start()
     try:
-        deadline = time.monotonic() + 180
-        while not lines or "Press Ctrl-C" not in lines[-1]:
-            line = sim.stdout.readline()  # type: ignore[union-attr]
-            assert line and time.monotonic() < deadline, "".join(lines)
-            lines.append(line)
+        wait_for(lambda: any("Press Ctrl-C" in line for line in lines) or sim.poll() is not None, timeout=180,
+                 interval=0.2, what="jupyter-vgpu sim to say the cluster is up")
+        assert sim.poll() is None, "".join(lines)
         guide = "".join(lines)
-        kubeconfig = re.search(r"kubeconfig: (\S+)", guide).group(1)  # type: ignore[union-attr]
-        kubectl = re.search(r"^\s+(\S+ kubectl) --kubeconfig", guide, re.M).group(1).split()  # type: ignore[union-attr]
+        kubeconfig = re.search(r"kubeconfig: (\S+)", guide).group(1)
+        kubectl = re.search(r"^\s+(\S+ kubectl) --kubeconfig", guide, re.M).group(1).split()
         workdir = Path(kubeconfig).parent
 
         def run(*args: str, input: str | None = None) -> str:
@@ -72,8 +72,11 @@ def test_sim_control_plane_real_prints_a_kubeconfig_that_runs_a_vgpu_pod(tmp_pat
         children = psutil.Process(sim.pid).children(recursive=True)
         assert {"kube", "kubelet", "fake-cri"} <= {Path(p.exe()).name for p in children}
     finally:
-        os.killpg(sim.pid, signal.SIGINT) if sim.poll() is None else None
-        rest, _ = sim.communicate(timeout=90)
+        if sim.poll() is None:
+            os.killpg(sim.pid, signal.SIGINT)
+        sim.wait(90)
+        reader.join(10)
+    rest = "".join(lines)
     assert sim.returncode == 0, rest
     assert "stopping" in rest
     gone = psutil.wait_procs(children, timeout=30)[1]

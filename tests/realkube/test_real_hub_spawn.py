@@ -84,7 +84,7 @@ def container_env(real: Any, node: str) -> dict[str, str]:
     """What the kubelet on ``node`` gave the notebook container (the fake CRI's record of it)."""
     def created() -> dict[str, str] | None:
         try:
-            return real.node(node).container_env(NAMESPACE, POD, "notebook")  # type: ignore[no-any-return]
+            return real.node(node).container_env(NAMESPACE, POD, "notebook")
         except KeyError:
             return None
     return real.wait_for(created, timeout=30, what=f"the kubelet on {node} to create {POD}'s notebook container")

@@ -219,21 +219,12 @@ class SimCluster(ClusterWorkloads):
             os.makedirs(path, exist_ok=True)
         return dirs
 
-    def _topology_path(self, spec: NodeSpec) -> Path:
-        path = Path(spec.topology)
-        if not path.is_absolute() and not path.exists():
-            path = self.fixtures_dir / spec.topology
-        if not path.exists():
-            raise FileNotFoundError(f"node {spec.name}: no topology capture {spec.topology!r} "
-                                    f"(looked in {self.fixtures_dir})")
-        return path
-
     @property
     def _node_settings(self) -> NodeSettings:
         return NodeSettings(self.names, self.enforcement, self.run_processes, self.metrics_period, self.scrape_token)
 
     def _start_node(self, index: int, spec: NodeSpec) -> None:
-        node = new_node(spec, self._topology_path(spec), self._node_dirs(index))
+        node = new_node(spec, spec.topology_path(self.fixtures_dir), self._node_dirs(index))
         self.nodes[spec.name] = node  # stop() closes what started of it, should the rest fail
         start_node(node, self._node_settings, self.api_client)
 
@@ -245,7 +236,7 @@ class SimCluster(ClusterWorkloads):
         count = min(self.node_processes, len(self.specs))
         dealt: list[list[tuple[NodeSpec, str, tuple[str, str, str]]]] = [[] for _ in range(count)]
         for index, spec in enumerate(self.specs):
-            dealt[index % count].append((spec, str(self._topology_path(spec)), self._node_dirs(index)))
+            dealt[index % count].append((spec, str(spec.topology_path(self.fixtures_dir)), self._node_dirs(index)))
         level = logging.getLogger().getEffectiveLevel()
         for number, hosted in enumerate(dealt):
             spec = NodeProcessSpec(self.kube.url, self.kube.token, self.kube.identity.cert_pem, self._node_settings,

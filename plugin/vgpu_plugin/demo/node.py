@@ -34,6 +34,15 @@ class NodeSpec:
     gpu_sharing: str | None = None
     """The node's ``Names.gpu_sharing`` annotation (the admin's time-shared / MIG choice)."""
 
+    def topology_path(self, fixtures_dir: Path) -> Path:
+        """The capture: ``topology`` as a path, else a file of that name in ``fixtures_dir``."""
+        path = Path(self.topology)
+        if not path.is_absolute() and not path.exists():
+            path = fixtures_dir / self.topology
+        if not path.exists():
+            raise FileNotFoundError(f"node {self.name}: no topology capture {self.topology!r} (looked in {fixtures_dir})")
+        return path
+
 
 @dataclass
 class SimNode:

@@ -90,7 +90,7 @@ class RealCluster(ClusterWorkloads):
             token_file = self.workdir / "scrape-token"
             self.scrape_token = scrape_token(token_file)
             for index, spec in enumerate(self.specs):
-                node = RealNode(spec, self._topology_path(spec), self.plane, self.workdir / f"n{index}",
+                node = RealNode(spec, spec.topology_path(self.fixtures_dir), self.plane, self.workdir / f"n{index}",
                                 enforcement=self.enforcement, names=self.names, scrape_token_file=token_file,
                                 metrics_period=self.metrics_period)
                 self.nodes[spec.name] = node
@@ -162,14 +162,6 @@ class RealCluster(ClusterWorkloads):
             raise KeyError(f"no node {name!r}; nodes: {', '.join(self.nodes)}") from None
 
     # --- nodes -----------------------------------------------------------------------------------
-
-    def _topology_path(self, spec: NodeSpec) -> Path:
-        path = Path(spec.topology)
-        if not path.is_absolute() and not path.exists():
-            path = self.fixtures_dir / spec.topology
-        if not path.exists():
-            raise FileNotFoundError(f"node {spec.name}: no topology capture {spec.topology!r}")
-        return path
 
     def _read_node(self, name: str) -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException
