@@ -26,7 +26,7 @@ DAEMONS = [
     ("jupyter-vgpu extender", "vgpu_plugin.extender.main:parser",
      "The kube-scheduler extender (sidecar of the vgpu-scheduler Deployment)."),
     ("jupyter-vgpu doctor", "vgpu_plugin.doctor.main:build_parser",
-     "Node readiness checks (on the host, or `kubectl -n vgpu-system exec ds/vgpu-node -- jupyter-vgpu doctor`)."),
+     "Node readiness checks (on the host, or in every node daemon's pod: docs/admin.md, section 7)."),
     ("jupyter-vgpu sim", "vgpu_plugin.demo.main:sim_parser", "The simulated cluster alone."),
     ("jupyter-vgpu demo", "vgpu_plugin.demo.main:demo_parser", "The simulated cluster with JupyterLab on a vGPU notebook pod."),
 ]

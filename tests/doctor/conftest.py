@@ -29,6 +29,7 @@ def healthy(kube: Any) -> Iterator[Node]:
     uid = 1000 if os.geteuid() != 1000 else 1001
     setup = NodeSetup(gpus=backend, node=NODE, enforcement="hami-core", notebook_uid=uid, notebook_gid=100,
                       namespace=NAMESPACE, api=kube.api_client(), **roots)
+    setup.cdi = True  # the device plugin's --cdi: what the hardened toolkit (build_host) needs
     try:
         yield Node(root, setup, core, sockets, notebook_uid)
     finally:

@@ -33,6 +33,24 @@ version = 2
   BinaryName = "/usr/bin/nvidia-container-runtime"
 """
 
+# the NVIDIA Container Toolkit's config.toml as `nvidia-ctk config` writes it, hardened
+TOOLKIT_HARDENED = """
+accept-nvidia-visible-devices-as-volume-mounts = false
+accept-nvidia-visible-devices-envvar-when-unprivileged = false
+disable-require = false
+supported-driver-capabilities = "compat32,compute,display,graphics,ngx,utility,video"
+
+[nvidia-container-cli]
+environment = []
+ldconfig = "@/sbin/ldconfig.real"
+load-kmods = true
+
+[nvidia-container-runtime]
+log-level = "info"
+mode = "auto"
+runtimes = ["docker-runc", "runc", "crun"]
+"""
+
 
 class SimNode(SimulatedGPUs):
     """Simulated cards with a real-looking driver version and per-card MIG mode."""
@@ -158,6 +176,19 @@ def build_host(root: Path, backend: SimNode, notebook_uid: str) -> dict[str, str
     (root / "sys/fs/cgroup/cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     (root / "etc/containerd").mkdir(parents=True)
     (root / "etc/containerd/config.toml").write_text(CONTAINERD_NVIDIA_DEFAULT)
+    # the hardened toolkit: an image's NVIDIA_VISIBLE_DEVICES=all selects nothing in an unprivileged pod
+    (root / "etc/nvidia-container-runtime").mkdir(parents=True)
+    (root / "etc/nvidia-container-runtime/config.toml").write_text(TOOLKIT_HARDENED)
     return {"plugin_dir": str(plugin_dir), "dev_root": str(dev), "hami_root": str(hami), "hami_lock_dir": str(lock),
             "mps_pipe_dir": str(mps), "mps_shm_dir": str(mps / "shm"), "proc_root": str(proc),
             "sysfs_root": str(root / "sys"), "host_root": str(root)}
+
+
+def argv(node: Node, kube: Any) -> list[str]:
+    """`jupyter-vgpu doctor`'s command line for a simulated node: every root, the simulated API."""
+    s = node.setup
+    return ["--node", NODE, "--gpus", "sim:a100-sxm-4gpu-nv4", "--kubeconfig", kube.kubeconfig,
+            "--plugin-dir", s.plugin_dir, "--dev-root", s.dev_root, "--hami-root", s.hami_root,
+            "--hami-lock-dir", s.hami_lock_dir, "--proc-root", s.proc_root, "--sysfs-root", s.sysfs_root,
+            "--host-root", s.host_root, "--notebook-uid", str(s.notebook_uid), "--notebook-gid", str(s.notebook_gid),
+            "--cdi", "true"]

@@ -12,9 +12,9 @@ from doctor_support import CONTAINERD_NVIDIA_DEFAULT, NAMESPACE, NODE, sim_node
 from vgpu_plugin.doctor.checks import run_checks
 from vgpu_plugin.doctor.report import FAIL, OK, WARN, exit_code
 
-ALL_CHECKS = {"driver", "cards", "mig", "device-nodes", "runtime", "notebook-runtime", "kubelet-socket",
-              "plugin-sockets", "checkpoint", "hami-core", "hami-dirs", "cgroups", "node-annotation",
-              "scheduler-version"}
+ALL_CHECKS = {"driver", "cards", "mig", "device-nodes", "runtime", "toolkit-config", "notebook-runtime",
+              "kubelet-socket", "plugin-sockets", "checkpoint", "hami-core", "hami-dirs", "cgroups", "node-annotation",
+              "nvidia-plugin", "scheduler-version"}
 
 
 def by_check(setup):

@@ -8,18 +8,10 @@ import shutil
 import subprocess
 import sys
 
-from doctor_support import NODE
+from doctor_support import NODE, argv
 from vgpu_plugin.doctor.main import main
 
 EXE = shutil.which("jupyter-vgpu", path=os.path.dirname(sys.executable)) or shutil.which("jupyter-vgpu")
-
-
-def argv(node, kube) -> list[str]:
-    s = node.setup
-    return ["--node", NODE, "--gpus", "sim:a100-sxm-4gpu-nv4", "--kubeconfig", kube.kubeconfig,
-            "--plugin-dir", s.plugin_dir, "--dev-root", s.dev_root, "--hami-root", s.hami_root,
-            "--hami-lock-dir", s.hami_lock_dir, "--proc-root", s.proc_root, "--sysfs-root", s.sysfs_root,
-            "--host-root", s.host_root, "--notebook-uid", str(s.notebook_uid), "--notebook-gid", str(s.notebook_gid)]
 
 
 def test_json_on_a_healthy_node(healthy, kube, capsys):

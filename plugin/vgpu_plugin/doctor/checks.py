@@ -10,6 +10,7 @@ from typing import Any
 from .cgroup_checks import check_cgroups
 from .cluster_checks import (
     check_node_annotation,
+    check_nvidia_plugin,
     check_scheduler_version,
     check_vgpu_contract,
     pod_names_by_uid,
@@ -33,18 +34,26 @@ def _runtime(setup: NodeSetup) -> Finding:
     return check_runtime(setup)
 
 
+def _toolkit(setup: NodeSetup) -> Finding:
+    from .runtime_checks import check_toolkit_config
+
+    return check_toolkit_config(setup)
+
+
 CHECKS: tuple[tuple[str, Callable[[NodeSetup], Any]], ...] = (
     ("driver", check_driver),
     ("cards", check_cards),
     ("mig", check_mig),
     ("device-nodes", check_device_nodes),
     ("runtime", _runtime),
+    ("toolkit-config", _toolkit),
     ("notebook-runtime", check_vgpu_contract),
     ("kubelet", check_plugin_dir),
     ("checkpoint", check_checkpoint),
     ("enforcement", check_enforcement),
     ("cgroups", _cgroups),
     ("node-annotation", check_node_annotation),
+    ("nvidia-plugin", check_nvidia_plugin),
     ("scheduler-version", check_scheduler_version),
 )
 

@@ -94,6 +94,57 @@ def check_node_annotation(setup: NodeSetup) -> Finding:
                                           f"kubelet offers {core} {setup.names.core_resource}")
 
 
+# what NVIDIA's device plugin registers (GKE's uses nvidia.com/gpu too): nvidia.com/gpu, its
+# time-slicing rename (nvidia.com/gpu.shared) and, with the mixed MIG strategy, nvidia.com/mig-<profile>
+NVIDIA_RESOURCE = "nvidia.com/gpu"
+_NVIDIA_RESOURCE_PREFIXES = ("nvidia.com/gpu.", "nvidia.com/mig-")
+RIVAL_PLUGIN_REMEDY = (
+    "turn the other device plugin off on vGPU nodes: with the GPU Operator, set devicePlugin.enabled=false in "
+    "its ClusterPolicy / Helm values (every node), or label this node nvidia.com/gpu.deploy.device-plugin=false "
+    "(this node only: the operator keeps that value, but its validator's plugin check then fails here); on GKE "
+    "Standard, create the node pool with the node label gke-no-default-nvidia-gpu-device-plugin=true; a plugin "
+    "you installed yourself: keep its DaemonSet off nodes labelled vgpu.jupyter.org/node=true (docs/admin.md, "
+    "section 7)")
+
+
+def _nvidia_resources(status: Any) -> dict[str, str]:
+    """NVIDIA's plugin's resources in a NodeStatus with a count other than 0, capacity or allocatable."""
+    found: dict[str, str] = {}
+    for table in (getattr(status, "capacity", None) or {}, getattr(status, "allocatable", None) or {}):
+        for name, value in table.items():
+            if (name == NVIDIA_RESOURCE or name.startswith(_NVIDIA_RESOURCE_PREFIXES)) and str(value) != "0":
+                found.setdefault(name, str(value))
+    return found
+
+
+def check_nvidia_plugin(setup: NodeSetup) -> list[Finding]:
+    """Another device plugin on the same cards (NVIDIA's from the GPU Operator, GKE's managed one):
+    kubelet would hand a card to an nvidia.com/gpu pod and to vGPU shares at once."""
+    if setup.api is None or not setup.node:
+        return []  # node-annotation already says the cluster checks were skipped
+    from kubernetes import client
+
+    try:
+        node = client.CoreV1Api(setup.api).read_node(setup.node)
+    except api_errors() as error:
+        if getattr(error, "status", None) == 404:
+            return []  # node-annotation reports the wrong name
+        return [Finding("nvidia-plugin", WARN, f"cannot read Node {setup.node}: {_reason(error)}",
+                        "check the API server address and the RBAC")]
+    rivals = _nvidia_resources(node.status)
+    if not rivals:
+        return [Finding("nvidia-plugin", OK, f"no {NVIDIA_RESOURCE} on Node {setup.node}: only this device "
+                                             "plugin hands out its cards")]
+    allocatable = (node.status.allocatable if node.status else None) or {}
+    ours = allocatable.get(setup.names.core_resource)
+    beside = f" next to {ours} {setup.names.core_resource}" if ours and ours != "0" else ""
+    listed = ", ".join(f"{name}: {value}" for name, value in sorted(rivals.items()))
+    return [Finding("nvidia-plugin", FAIL,
+                    f"Node {setup.node} advertises {listed}{beside}: another device plugin (NVIDIA's, GKE's) "
+                    "serves the same cards, so a pod asking for a whole GPU can get one that vGPU shares use",
+                    RIVAL_PLUGIN_REMEDY)]
+
+
 def check_scheduler_version(setup: NodeSetup) -> Finding:
     if setup.api is None:
         return Finding("scheduler-version", WARN, "skipped: " + NO_API, "run with --kubeconfig")

@@ -41,12 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="jupyter-vgpu doctor",
         description="Check that this node is ready for vGPU notebooks: driver and NVML, cards, MIG mode, the "
-                    "container runtime, kubelet's device-plugin directory, socket and checkpoint, the enforcement "
-                    "backend (usable by a non-root notebook), cgroups, the node annotation and the scheduler's "
-                    "version. One line per check: ok, warn or fail with what to do. Exit status 1 when any "
-                    "check fails. Run it on the host or in the vgpu-node pod "
-                    "(kubectl -n vgpu-system exec ds/vgpu-node -- jupyter-vgpu doctor); flags fall back to the "
-                    "environment variables in brackets, the node daemon's where they share a meaning.")
+                    "container runtime, whether the NVIDIA Container Toolkit lets unprivileged pods pick cards "
+                    "by NVIDIA_VISIBLE_DEVICES, kubelet's device-plugin directory, socket and checkpoint, the "
+                    "enforcement backend (usable by a non-root notebook), cgroups, the node annotation, another "
+                    "device plugin (NVIDIA's, GKE's) on the same cards and the scheduler's version. One line per check: ok, "
+                    "warn or fail with what to do. Exit status 1 when any check fails. Run it on every GPU node, "
+                    "on the host or in that node's vgpu-node pod (docs/admin.md, section 7, loops over them); "
+                    "flags fall back to the environment variables in brackets, the node daemon's where they "
+                    "share a meaning.")
     p.add_argument("--json", action="store_true", default=_bool(env("VGPU_DOCTOR_JSON", "false")),
                    help="print the findings as JSON [$VGPU_DOCTOR_JSON]")
     p.add_argument("--node", default=env("NODE_NAME"), help="this node's Kubernetes name [$NODE_NAME]")
@@ -66,7 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--proc-root", default=env("VGPU_METRICS_PROC_ROOT", "/proc"),
                    help="the host's /proc [$VGPU_METRICS_PROC_ROOT, default /proc]")
     p.add_argument("--host-root", default=env("VGPU_DOCTOR_HOST_ROOT", "/"),
-                   help="where the host's / is, for containerd's configuration [$VGPU_DOCTOR_HOST_ROOT, default /]")
+                   help="where the host's / is, for containerd's and the NVIDIA Container Toolkit's configuration "
+                        "[$VGPU_DOCTOR_HOST_ROOT, default /]")
+    p.add_argument("--toolkit-config", default=env("VGPU_DOCTOR_TOOLKIT_CONFIG"),
+                   help="the NVIDIA Container Toolkit's config.toml as on the host, read under --host-root; default: "
+                        "/etc/nvidia-container-runtime/config.toml, else the GPU Operator's "
+                        "/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml "
+                        "[$VGPU_DOCTOR_TOOLKIT_CONFIG]")
+    p.add_argument("--cdi", type=_bool, default=_bool(env("VGPU_CDI", "false")), metavar="BOOL",
+                   help="the device plugin names cards as CDI devices (its --cdi), for the toolkit check "
+                        "[$VGPU_CDI, default false]")
     p.add_argument("--sysfs-root", default=env("VGPU_DOCTOR_SYSFS_ROOT", "/sys"),
                    help="[$VGPU_DOCTOR_SYSFS_ROOT, default /sys]")
     p.add_argument("--dev-root", default=env("VGPU_DOCTOR_DEV_ROOT", "/dev"), help="[$VGPU_DOCTOR_DEV_ROOT, default /dev]")
@@ -116,7 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         gpus=gpus, node=args.node, plugin_dir=args.plugin_dir, enforcement=args.enforcement,
         hami_root=args.hami_root, hami_lock_dir=args.hami_lock_dir, mps_pipe_dir=args.mps_pipe_dir,
         mps_shm_dir=args.mps_shm_dir, proc_root=args.proc_root, sysfs_root=args.sysfs_root, dev_root=args.dev_root,
-        host_root=args.host_root, notebook_uid=args.notebook_uid, notebook_gid=args.notebook_gid,
+        host_root=args.host_root, toolkit_config=args.toolkit_config, cdi=args.cdi,
+        notebook_uid=args.notebook_uid, notebook_gid=args.notebook_gid,
         runtime_class=args.runtime_class, namespace=args.namespace, names=names, api=api,
     )
     from .checks import run_checks

@@ -165,3 +165,67 @@ def check_runtime(setup: NodeSetup) -> Finding:
         return Finding("runtime", FAIL, f"{used}: containerd's runtime {wanted!r} is {binary or 'runc'}, "
                                         "not the NVIDIA runtime: pods get no driver and no GPU", CLASS_REMEDY)
     return Finding("runtime", OK, f"{used}: containerd runtime {wanted!r} is {binary}")
+
+
+# The NVIDIA Container Toolkit's config.toml: where the runtime reads it (/etc, its default)
+# and where the GPU Operator's toolkit container writes it (<installDir>/toolkit/.config)
+TOOLKIT_CONFIGS = (
+    "/etc/nvidia-container-runtime/config.toml",
+    "/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml",
+)
+ENVVAR_KEY = "accept-nvidia-visible-devices-envvar-when-unprivileged"  # the toolkit's default: true
+MOUNTS_KEY = "accept-nvidia-visible-devices-as-volume-mounts"  # the toolkit's default: false
+ENVVAR_REMEDY = (f"set {ENVVAR_KEY} = false in the toolkit's config.toml (GPU Operator: toolkit.env "
+                 "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED=false) and run the device plugin "
+                 "with --cdi=true (VGPU_CDI), so that vGPU pods get their cards as CDI devices "
+                 "(docs/security.md, \"Cards outside the scheduler\")")
+
+
+def _read_toolkit_config(setup: NodeSetup) -> tuple[str, str] | None:
+    """(path as on the host, text) of the first toolkit config.toml found, or None."""
+    for path in (setup.toolkit_config,) if setup.toolkit_config else TOOLKIT_CONFIGS:
+        try:
+            with open(setup.host(path), encoding="utf-8") as handle:
+                return path, handle.read()
+        except FileNotFoundError:
+            continue
+    return None
+
+
+def check_toolkit_config(setup: NodeSetup) -> Finding:
+    """Whether a pod that asks for no GPU can still select cards by NVIDIA_VISIBLE_DEVICES (an image's
+    ENV NVIDIA_VISIBLE_DEVICES=all gets every card, outside the scheduler)."""
+    where = setup.toolkit_config or " or ".join(TOOLKIT_CONFIGS)
+    try:
+        found = _read_toolkit_config(setup)
+    except OSError as error:
+        return Finding("toolkit-config", WARN, f"cannot read the NVIDIA Container Toolkit's config: {error}",
+                       "run the doctor on the host as root")
+    if found is None:
+        return Finding("toolkit-config", WARN,
+                       f"not available: no {where} under {setup.host_root}; cannot tell whether unprivileged pods "
+                       "may select GPUs by NVIDIA_VISIBLE_DEVICES (without the file the toolkit accepts it)",
+                       "run the doctor on the host (the vgpu-node pod does not mount the host's /etc), or pass "
+                       "--host-root / --toolkit-config")
+    path, text = found
+    try:
+        data = _toml(text)
+    except ValueError as error:
+        return Finding("toolkit-config", WARN, f"{path}: {error}",
+                       "fix the file: the NVIDIA runtime cannot load it either")
+    accepts = data.get(ENVVAR_KEY, True)
+    if accepts is not False:
+        how = f"= {str(accepts).lower()}" if ENVVAR_KEY in data else "is not set (the toolkit's default is true)"
+        return Finding("toolkit-config", WARN,
+                       f"{path}: {ENVVAR_KEY} {how}: any pod whose image or spec sets NVIDIA_VISIBLE_DEVICES=all "
+                       "gets every card on this node, outside the scheduler and the vGPU limits", ENVVAR_REMEDY)
+    detail = f"{path}: {ENVVAR_KEY} = false: unprivileged pods cannot select GPUs by NVIDIA_VISIBLE_DEVICES"
+    if setup.cdi:
+        return Finding("toolkit-config", OK, detail + "; the device plugin names cards as CDI devices (--cdi)")
+    mounts = data.get(MOUNTS_KEY, False) is True
+    return Finding("toolkit-config", WARN,
+                   detail + ", the way the device plugin hands a vGPU pod its cards unless it runs with --cdi"
+                   + (f" ({MOUNTS_KEY} does not help: it passes no device list as volume mounts)" if mounts else "")
+                   + ": vGPU pods get no GPU",
+                   "run the device plugin with --cdi=true (VGPU_CDI; the doctor reads it too) on a containerd with "
+                   "CDI enabled and a CDI spec naming the cards by UUID (nvidia-ctk cdi generate)")

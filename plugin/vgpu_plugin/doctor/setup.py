@@ -29,6 +29,8 @@ class NodeSetup:
     sysfs_root: str = "/sys"
     dev_root: str = "/dev"
     host_root: str = "/"  # for the container runtime's configuration
+    toolkit_config: str | None = None  # the NVIDIA Container Toolkit's config.toml on the host; None: the usual places
+    cdi: bool = False  # the device plugin names cards as CDI devices (its --cdi)
     notebook_uid: int = 1000  # the docker-stacks user (jovyan:users)
     notebook_gid: int = 100
     runtime_class: str | None = None  # override; else the node daemon pod's own
