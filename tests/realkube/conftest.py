@@ -35,7 +35,9 @@ def real(topology_fixtures: Any) -> Iterator[Any]:
              NodeSpec(GPU_B, "p40-7gpu-pix-phb.txt", model="Tesla P40", memory_mib=24576, seed=2,
                       labels={"pool": "p40"}),
              NodeSpec(MIG, "a100-sxm-4gpu-nv4.txt", seed=3, mig={0: MIG_LAYOUT}, labels={"pool": "mig"})]
-    with RealCluster(nodes, fixtures_dir=topology_fixtures, metrics_period=0.5, ready_timeout=120) as cluster:
+    # gpu-b's daemon names its cards as CDI devices too (--cdi), as on a node whose runtime injects by CDI
+    with RealCluster(nodes, fixtures_dir=topology_fixtures, metrics_period=0.5, ready_timeout=120,
+                     daemon_args={GPU_B: ["--cdi", "true"]}) as cluster:
         yield cluster
 
 

@@ -72,6 +72,7 @@ def test_share_pod_through_the_real_scheduler_kubelet_and_device_plugin(real: An
     assert env[c.ENV_NVIDIA_VISIBLE_DEVICES] == share.uuid
     assert env["VGPU_CORES"] == "25" and env["VGPU_MEMORY_MIB"] == "4096"
     assert env["VGPU_POD_UID"] == uid
+    assert "CDIDevices" not in real.node(node).container_config("default", "share", "notebook")  # gpu-a: no --cdi
     # the node API answers the pod's own token with its own allocation
     status, body = wait_for(lambda: (r := http(env[c.ENV_METRICS_URL] + "/api/v1/allocation", env[c.ENV_TOKEN]))[0]
                             != 403 and r, timeout=30, interval=0.2, what="the node API to know the pod")
@@ -90,6 +91,10 @@ def test_whole_and_multi_card_pods(real: Any, pods: list, names: c.Names) -> Non
         confirmed(real, pod, names)
         env = real.node(GPU_B).container_env("default", pod["metadata"]["name"], "notebook")
         assert sorted(env[c.ENV_NVIDIA_VISIBLE_DEVICES].split(",")) == sorted(s.uuid for s in shares)
+        # gpu-b's daemon runs with --cdi: kubelet hands the runtime each card as a CDI device named
+        # by its UUID, the name a CDI spec generated with NVIDIA's uuid naming strategy carries
+        config = real.node(GPU_B).container_config("default", pod["metadata"]["name"], "notebook")
+        assert sorted(d["name"] for d in config["CDIDevices"]) == sorted(f"nvidia.com/gpu={s.uuid}" for s in shares)
         # a whole card is 100 vcuda-core devices and all its memory
         assert len(checkpoint_devices(real, GPU_B, pod["metadata"]["uid"], names.core_resource)) == 100 * cards
     assert not set(record(whole, names).containers[0].cards[0].uuid.split()) & {

@@ -22,7 +22,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,9 @@ class RealCluster(ClusterWorkloads):
     def __init__(self, nodes: Sequence[NodeSpec], *, workdir: str | None = None,
                  bin_dir: str | os.PathLike[str] | None = None, fixtures_dir: str | os.PathLike[str] | None = None,
                  policy: str = "binpack", enforcement: str = "hami-core", names: c.Names = c.DEFAULT_NAMES,
-                 metrics_period: float = 1.0, ready_timeout: float = 90.0) -> None:
+                 metrics_period: float = 1.0, ready_timeout: float = 90.0,
+                 daemon_args: Mapping[str, Sequence[str]] | None = None) -> None:
+        """``daemon_args``: node name -> more flags for that node's daemon (``--cdi true``)."""
         if not nodes:
             raise ValueError("a cluster needs at least one node")
         if len({spec.name for spec in nodes}) != len(nodes):
@@ -73,6 +75,7 @@ class RealCluster(ClusterWorkloads):
         self.fixtures_dir = Path(fixtures_dir) if fixtures_dir else TOPOLOGY_DIR
         self.policy, self.enforcement, self.names = policy, enforcement, names
         self.metrics_period, self.ready_timeout = metrics_period, ready_timeout
+        self.daemon_args = {name: list(args) for name, args in (daemon_args or {}).items()}
         self._own_workdir = workdir is None
         # unix socket paths must stay under ~100 characters: keep the work dir short
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="vgreal-", dir="/tmp"))
@@ -92,7 +95,7 @@ class RealCluster(ClusterWorkloads):
             for index, spec in enumerate(self.specs):
                 node = RealNode(spec, spec.topology_path(self.fixtures_dir), self.plane, self.workdir / f"n{index}",
                                 enforcement=self.enforcement, names=self.names, scrape_token_file=token_file,
-                                metrics_period=self.metrics_period)
+                                metrics_period=self.metrics_period, daemon_args=self.daemon_args.get(spec.name, ()))
                 self.nodes[spec.name] = node
                 node.start_kubelet()
             for node in self.nodes.values():

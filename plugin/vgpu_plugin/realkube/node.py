@@ -16,6 +16,7 @@ import json
 import secrets
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +34,12 @@ class RealNode:
     exists); each can be stopped, killed or restarted alone."""
 
     def __init__(self, spec: NodeSpec, topology: Path, plane: ControlPlane, workdir: Path, *,
-                 enforcement: str, names: c.Names, scrape_token_file: Path, metrics_period: float) -> None:
+                 enforcement: str, names: c.Names, scrape_token_file: Path, metrics_period: float,
+                 daemon_args: Sequence[str] = ()) -> None:
         self.spec, self.topology, self.plane, self.workdir = spec, topology, plane, workdir
         self.enforcement, self.names, self.metrics_period = enforcement, names, metrics_period
         self.scrape_token_file = scrape_token_file
+        self.daemon_args = list(daemon_args)
         self.plugin_dir = workdir / "device-plugins"
         self.state_dir = workdir / "state"
         self.containers_dir = workdir / "containers"  # fake-cri's record of each container's config
@@ -118,6 +121,7 @@ class RealNode:
                 "--metrics-scrape-address", "127.0.0.1", "--metrics-scrape-port", str(self.scrape_port),
                 "--metrics-scrape-token-file", str(self.scrape_token_file),
                 "--metrics-period", f"{self.metrics_period:g}", "--metrics-url", self.metrics_url]
+        argv += self.daemon_args
         if self.spec.mig:
             argv += ["--sim-mig", ";".join(f"{card}={','.join(layout)}" for card, layout in self.spec.mig.items())]
         return argv
@@ -146,13 +150,18 @@ class RealNode:
                 continue
         return found
 
-    def container_env(self, namespace: str, pod: str, container: str) -> dict[str, str]:
+    def container_config(self, namespace: str, pod: str, container: str) -> dict[str, Any]:
+        """The CRI ContainerConfig the kubelet created that container with (protojson names)."""
         for record in self.containers():
-            config = record["config"]
+            config: dict[str, Any] = record["config"]
             if (record["namespace"], record["pod"], config["metadata"]["name"]) == (namespace, pod, container):
-                # CRI's KeyValue.value is bytes, which protojson writes in base64
-                return {e["key"]: base64.b64decode(e.get("value", "")).decode() for e in config.get("envs", [])}
+                return config
         raise KeyError(f"no container {container} of {namespace}/{pod} on {self.name}")
+
+    def container_env(self, namespace: str, pod: str, container: str) -> dict[str, str]:
+        config = self.container_config(namespace, pod, container)
+        # CRI's KeyValue.value is bytes, which protojson writes in base64
+        return {e["key"]: base64.b64decode(e.get("value", "")).decode() for e in config.get("envs", [])}
 
 
 def scrape_token(path: Path) -> str:
