@@ -360,6 +360,8 @@ def main(argv: Sequence[str] | None = None, *, started: Callable[[Any], None] | 
     parser.add_argument("--real", action="store_true",
                         help="run on real Kubernetes (realkube: kube-apiserver, kube-scheduler, real kubelets on the "
                              "fake CRI runtime, the real node daemons; needs root and hack/kube/build.sh)")
+    parser.add_argument("--extender-flag", action="append", default=[], metavar="FLAG",
+                        help="with --real, one more flag for the extender (repeat; e.g. --extender-flag=--rival-wait=0)")
     parser.add_argument("--thread-cpu", action="store_true",
                         help="print this process's CPU time per kind of thread for each storm")
     parser.add_argument("--json", help="write the results here")
@@ -374,13 +376,13 @@ def main(argv: Sequence[str] | None = None, *, started: Callable[[Any], None] | 
         from vgpu_plugin.realkube.cluster import RealCluster
 
         cluster_made: Any = RealCluster(node_specs(args.nodes), metrics_period=30.0, ready_timeout=600,
-                                        policy=args.policy)
+                                        policy=args.policy, extender_args=args.extender_flag)
     else:
         cluster_made = SimCluster(node_specs(args.nodes), metrics_period=30.0, ready_timeout=600, policy=args.policy,
                                   api_process=args.api_process, control_plane_process=args.control_plane_process,
                                   node_processes=args.node_processes)
     results: dict[str, Any] = {"nodes": args.nodes, "gpus": args.nodes * 8, "pods": args.pods, "policy": args.policy,
-                               "real": args.real,
+                               "real": args.real, "extender_flags": args.extender_flag,
                                "api_process": args.api_process, "control_plane_process": args.control_plane_process,
                                "node_processes": args.node_processes,
                                "load_start": load_average(), "storms": []}

@@ -62,8 +62,9 @@ class RealCluster(ClusterWorkloads):
                  bin_dir: str | os.PathLike[str] | None = None, fixtures_dir: str | os.PathLike[str] | None = None,
                  policy: str = "binpack", enforcement: str = "hami-core", names: c.Names = c.DEFAULT_NAMES,
                  metrics_period: float = 1.0, ready_timeout: float = 90.0,
-                 daemon_args: Mapping[str, Sequence[str]] | None = None) -> None:
-        """``daemon_args``: node name -> more flags for that node's daemon (``--cdi true``)."""
+                 daemon_args: Mapping[str, Sequence[str]] | None = None, extender_args: Sequence[str] = ()) -> None:
+        """``daemon_args``: node name -> more flags for that node's daemon (``--cdi true``);
+        ``extender_args``: more flags for the extender (``--rival-wait 5``)."""
         if not nodes:
             raise ValueError("a cluster needs at least one node")
         if len({spec.name for spec in nodes}) != len(nodes):
@@ -76,6 +77,7 @@ class RealCluster(ClusterWorkloads):
         self.policy, self.enforcement, self.names = policy, enforcement, names
         self.metrics_period, self.ready_timeout = metrics_period, ready_timeout
         self.daemon_args = {name: list(args) for name, args in (daemon_args or {}).items()}
+        self.extender_args = list(extender_args)
         self._own_workdir = workdir is None
         # unix socket paths must stay under ~100 characters: keep the work dir short
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="vgreal-", dir="/tmp"))
@@ -88,8 +90,8 @@ class RealCluster(ClusterWorkloads):
 
     def start(self) -> RealCluster:
         try:
-            self.plane = ControlPlane(self.workdir, self.bin_dir, policy=self.policy,
-                                      ready_timeout=self.ready_timeout).start()
+            self.plane = ControlPlane(self.workdir, self.bin_dir, policy=self.policy, ready_timeout=self.ready_timeout,
+                                      extender_args=self.extender_args).start()
             token_file = self.workdir / "scrape-token"
             self.scrape_token = scrape_token(token_file)
             for index, spec in enumerate(self.specs):

@@ -18,6 +18,7 @@ import ssl
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +66,10 @@ class ControlPlane:
     """Started with ``start()`` (API up, deploy/base applied); ``start_scheduler()`` once the
     nodes are ready, as a cluster brings up its scheduler last."""
 
-    def __init__(self, workdir: Path, bin_dir: Path, *, policy: str, ready_timeout: float = 60.0) -> None:
+    def __init__(self, workdir: Path, bin_dir: Path, *, policy: str, ready_timeout: float = 60.0,
+                 extender_args: Sequence[str] = ()) -> None:
         self.workdir, self.bin_dir, self.policy, self.ready_timeout = workdir, bin_dir, policy, ready_timeout
+        self.extender_args = list(extender_args)
         self.kube = str(bin_dir / "kube")
         self.pki = PKI(workdir / "pki")
         self.api_port = free_port()
@@ -198,7 +201,7 @@ class ControlPlane:
         self._program("extender", [
             sys.executable, "-m", "jupyter_vgpu.cli", "extender", "--address", "127.0.0.1",
             "--port", str(self.extender_port), "--kubeconfig", str(self.scheduler_kubeconfig),
-            "--policy", self.policy, "--log-level", "INFO"])
+            "--policy", self.policy, "--log-level", "INFO", *self.extender_args])
         self._wait_extender()
 
     def _wait_extender(self) -> None:
