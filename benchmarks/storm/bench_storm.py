@@ -362,6 +362,9 @@ def main(argv: Sequence[str] | None = None, *, started: Callable[[Any], None] | 
                              "fake CRI runtime, the real node daemons; needs root and hack/kube/build.sh)")
     parser.add_argument("--extender-flag", action="append", default=[], metavar="FLAG",
                         help="with --real, one more flag for the extender (repeat; e.g. --extender-flag=--rival-wait=0)")
+    parser.add_argument("--settle", type=float, default=None, metavar="SECONDS",
+                        help="wait this long after the cluster is up before the first storm (default 30 with "
+                             "--real: forty kubelets and daemons starting keep two cores busy for a while; else 0)")
     parser.add_argument("--thread-cpu", action="store_true",
                         help="print this process's CPU time per kind of thread for each storm")
     parser.add_argument("--json", help="write the results here")
@@ -390,6 +393,9 @@ def main(argv: Sequence[str] | None = None, *, started: Callable[[Any], None] | 
     with cluster_made as cluster:
         results["cluster_start_s"] = round(time.monotonic() - began, 1)
         print(f"cluster up in {results['cluster_start_s']} s (load {load_average()})", flush=True)
+        settle = args.settle if args.settle is not None else (30.0 if args.real else 0.0)
+        time.sleep(settle)
+        results["settled_s"], results["load_after_settling"] = settle, load_average()
         if started is not None:
             started(cluster)
         timeline = Timeline(cluster).start()
