@@ -17,6 +17,7 @@ import pytest
 import tomllib
 import yaml
 from deploy_support import DEPLOY, KUSTOMIZATIONS, REPO, find, render
+from vgpu_plugin.doctor.cluster_checks import SCHEDULER_MINORS, SCHEDULER_TAG_UNSET
 
 DOCKERFILES = ["plugin/Dockerfile", "deploy/z2jh/hub.Dockerfile", "deploy/z2jh/singleuser.Dockerfile"]
 WORKFLOW = REPO / ".github" / "workflows" / "images.yml"
@@ -227,22 +228,76 @@ def test_workflow_publishes_every_image_multi_arch_with_provenance():
     assert values["hub"]["image"]["tag"] == values["singleuser"]["image"]["tag"] == version()
 
 
-def test_images_are_pinned_in_one_place():
-    """Only deploy/base/kustomization.yaml carries tags; every manifest names images untagged."""
+def scheduler_components() -> dict[str, str]:
+    """deploy/components/scheduler-<minor> -> the kube-scheduler tag it sets (its only entry)."""
+    found = {}
+    for path in sorted((DEPLOY / "components").glob("scheduler-*/kustomization.yaml")):
+        kustomization = yaml.safe_load(path.read_text())
+        assert kustomization["kind"] == "Component" and set(kustomization) == {"apiVersion", "kind", "images"}, path
+        (entry,) = kustomization["images"]
+        assert entry["name"] == SCHEDULER_IMAGE and set(entry) == {"name", "newTag"}, path
+        found[path.parent.name.removeprefix("scheduler-")] = entry["newTag"]
+    return found
+
+
+def test_images_are_pinned_in_kustomizations_only():
+    """Tags live in `images:` lists, never in a manifest: the node image in
+    deploy/base/kustomization.yaml, kube-scheduler in deploy/components/scheduler-<minor>.
+    The base's kube-scheduler tag is one no registry has, so every overlay renders, and runs
+    no scheduler until the admin adds the component of the cluster's minor."""
     base = yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())
-    assert {i["name"]: i["newTag"] for i in base["images"]} == {NODE_IMAGE: version(), SCHEDULER_IMAGE: "v1.32.4"}
+    assert {i["name"]: i["newTag"] for i in base["images"]} == {NODE_IMAGE: version(), SCHEDULER_IMAGE: SCHEDULER_TAG_UNSET}
+    pinned = {path for path in DEPLOY.rglob("kustomization.yaml")}
     for path in DEPLOY.rglob("*.yaml"):
+        if path in pinned:
+            continue
         for image in re.findall(r"^\s*image:\s*(\S+)", path.read_text(), re.M):
             if image.startswith((NODE_IMAGE, SCHEDULER_IMAGE)):
-                assert ":" not in image.split("/")[-1], f"{path.relative_to(REPO)} pins {image}; pin it in base/kustomization.yaml"
+                assert ":" not in image.split("/")[-1], f"{path.relative_to(REPO)} pins {image}; pin it in an images: list"
+    for path in pinned:
+        tags = {i.get("newTag") for i in yaml.safe_load(path.read_text()).get("images") or []
+                if i["name"] in (NODE_IMAGE, SCHEDULER_IMAGE)} - {None}
+        where = path.parent.relative_to(DEPLOY).as_posix()
+        assert not tags or where == "base" or where.startswith("components/scheduler-"), f"{where} pins {tags}"
     for kustomization in KUSTOMIZATIONS:
         for obj in render(kustomization):
             if obj["kind"] not in ("DaemonSet", "Deployment"):
                 continue
             pod = obj["spec"]["template"]["spec"]
             for c in pod["containers"] + pod.get("initContainers", []):
-                expected = f"{SCHEDULER_IMAGE}:v1.32.4" if c["name"] == "kube-scheduler" else f"{NODE_IMAGE}:{version()}"
+                expected = (f"{SCHEDULER_IMAGE}:{SCHEDULER_TAG_UNSET}" if c["name"] == "kube-scheduler"
+                            else f"{NODE_IMAGE}:{version()}")
                 assert c["image"] == expected, (kustomization, obj["metadata"]["name"], c["name"])
+
+
+def test_a_scheduler_component_per_supported_minor():
+    """One component per minor the doctor knows, each at a release of its own minor; the newest
+    is the release the real-Kubernetes tests run (hack/kube/go.mod)."""
+    components = scheduler_components()
+    assert set(components) == {f"{major}.{minor}" for major, minor in SCHEDULER_MINORS}
+    for minor, tag in components.items():
+        assert re.fullmatch(rf"v{re.escape(minor)}\.\d+", tag), (minor, tag)
+    # three consecutive minors, as Kubernetes maintains (its version-skew policy)
+    minors = sorted(SCHEDULER_MINORS)
+    assert minors == [(minors[0][0], minors[0][1] + i) for i in range(3)]
+    tested = re.search(r"^\s*k8s\.io/kubernetes (v\S+)$", (REPO / "hack" / "kube" / "go.mod").read_text(), re.M)
+    assert tested and components[tested.group(1)[1:].rsplit(".", 1)[0]] == tested.group(1)
+    assert max(minors) == tuple(int(x) for x in tested.group(1)[1:].split(".")[:2])
+
+
+@pytest.mark.parametrize("overlay", KUSTOMIZATIONS)
+@pytest.mark.parametrize("component", sorted(p.name for p in (DEPLOY / "components").glob("scheduler-*")))
+def test_each_overlay_takes_each_scheduler_component(tmp_path, overlay, component):
+    """The documented overlay: a backend's overlay plus the component of the cluster's minor
+    moves kube-scheduler and nothing else."""
+    objects = render(own_overlay(tmp_path, overlay, components=[os.path.relpath(DEPLOY / "components" / component,
+                                                                                tmp_path)]))
+    tag = scheduler_components()[component.removeprefix("scheduler-")]
+    images = {c["name"]: c["image"] for o in objects if o["kind"] in ("DaemonSet", "Deployment")
+              for c in o["spec"]["template"]["spec"]["containers"] + o["spec"]["template"]["spec"].get("initContainers", [])}
+    assert images.pop("kube-scheduler") == f"{SCHEDULER_IMAGE}:{tag}"
+    assert set(images.values()) == {f"{NODE_IMAGE}:{version()}"}
+    assert len(objects) == len(render(overlay))
 
 
 def own_overlay(tmp_path: Path, overlay: str, **extra) -> str:
@@ -253,14 +308,16 @@ def own_overlay(tmp_path: Path, overlay: str, **extra) -> str:
 
 
 def test_an_admins_images_entry_moves_every_container(tmp_path):
-    """The documented override: another registry for our image, the cluster's kube-scheduler."""
-    objects = render(own_overlay(tmp_path, "overlays/hami-core", images=[
+    """The documented override: another registry for our image, a kube-scheduler release of
+    the admin's own choosing (an images: entry of the overlay wins over its component)."""
+    objects = render(own_overlay(tmp_path, "overlays/hami-core", components=[
+        os.path.relpath(DEPLOY / "components" / "scheduler-1.37", tmp_path)], images=[
         {"name": NODE_IMAGE, "newName": "registry.example.org/vgpu-node", "newTag": "9.9.9"},
-        {"name": SCHEDULER_IMAGE, "newTag": "v1.30.6"}]))
+        {"name": SCHEDULER_IMAGE, "newTag": "v1.37.9"}]))
     images = {c["name"]: c["image"] for o in objects if o["kind"] in ("DaemonSet", "Deployment")
               for c in o["spec"]["template"]["spec"]["containers"] + o["spec"]["template"]["spec"].get("initContainers", [])}
     assert images == {"node": "registry.example.org/vgpu-node:9.9.9", "hami-lock-dir": "registry.example.org/vgpu-node:9.9.9",
-                      "extender": "registry.example.org/vgpu-node:9.9.9", "kube-scheduler": f"{SCHEDULER_IMAGE}:v1.30.6"}
+                      "extender": "registry.example.org/vgpu-node:9.9.9", "kube-scheduler": f"{SCHEDULER_IMAGE}:v1.37.9"}
 
 
 def test_runtime_class_component_sets_the_daemonsets_class_only(tmp_path):

@@ -14,10 +14,13 @@ import kubernetes_validate
 import pytest
 import yaml
 from deploy_support import DEPLOY, KUSTOMIZATIONS, container, env_of, find, render
+from vgpu_plugin.doctor.cluster_checks import SCHEDULER_MINORS
 
 from jupyter_vgpu.core import contract
 
-K8S_VERSION = "1.32.0"  # the kube-scheduler image pinned in base/kustomization.yaml
+# the oldest Kubernetes minor deploy/components has a kube-scheduler for (scheduler-1.35): the
+# objects must be valid on every API server an overlay can be deployed to
+K8S_VERSION = "{}.{}.0".format(*min(SCHEDULER_MINORS))
 
 # The Prometheus Operator's CRDs are not in kubernetes-validate; ServiceMonitor is checked
 # against this minimal schema of the fields we use instead of being skipped.

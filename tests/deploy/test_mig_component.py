@@ -12,7 +12,7 @@ import pytest
 import yaml
 from deploy_support import DEPLOY, KUSTOMIZATIONS, container, env_of, find, render
 
-K8S_VERSION = "1.32.0"  # as test_manifests.py: the kube-scheduler the base pins
+K8S_VERSION = "1.35.0"  # as test_manifests.py: the oldest minor deploy/components has a kube-scheduler for
 MIG_ENV = {"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"}
 
 

@@ -10,6 +10,7 @@ import kubernetes.client
 import pytest
 from doctor_support import CONTAINERD_NVIDIA_DEFAULT, NAMESPACE, NODE, sim_node
 from vgpu_plugin.doctor.checks import run_checks
+from vgpu_plugin.doctor.cluster_checks import SCHEDULER_TAG_UNSET, judge_scheduler
 from vgpu_plugin.doctor.report import FAIL, OK, WARN, exit_code
 
 ALL_CHECKS = {"driver", "cards", "mig", "device-nodes", "runtime", "toolkit-config", "notebook-runtime",
@@ -167,15 +168,65 @@ def test_corrupt_checkpoint(healthy):
 
 
 @pytest.mark.parametrize(("tag", "status", "words"), [
-    ("v1.29.0", WARN, "3 minor versions older"),
+    ("v1.29.0", FAIL, "3 minor versions older"),  # beyond the one minor the policy allows: a failure
+    ("v1.30.6", FAIL, "2 minor versions older"),
     ("v1.33.0", FAIL, "newer than the API server"),
+    ("v1.31.9", OK, "one minor older"),
 ])
 def test_skewed_scheduler(healthy, tag, status, words):
+    """The simulated API server is v1.32.0: kube-scheduler may be 1.32 or 1.31, nothing else."""
     healthy.core.patch_namespaced_pod("vgpu-scheduler-5c9d", NAMESPACE, {"spec": {"containers": [
         {"name": "kube-scheduler", "image": f"registry.k8s.io/kube-scheduler:{tag}"}]}})
     finding = by_check(healthy.setup)["scheduler-version"]
-    assert finding.status == status and words in finding.detail
-    assert "newTag: v1.32.0" in finding.remedy
+    assert finding.status == status and words in finding.detail, finding
+    if status == FAIL:
+        # 1.32 has no deploy/components/scheduler-1.32: the remedy is an images: entry of that minor
+        assert "newTag: v1.32.<patch>" in finding.remedy and "1.35, 1.36, 1.37" in finding.remedy
+        assert exit_code([finding]) == 1
+
+
+def test_scheduler_without_a_version_component_fails(healthy):
+    """deploy/base alone: the kube-scheduler tag no registry has, and the component to add."""
+    healthy.core.patch_namespaced_pod("vgpu-scheduler-5c9d", NAMESPACE, {"spec": {"containers": [
+        {"name": "kube-scheduler", "image": f"registry.k8s.io/kube-scheduler:{SCHEDULER_TAG_UNSET}"}]}})
+    finding = by_check(healthy.setup)["scheduler-version"]
+    assert finding.status == FAIL and "has no version" in finding.detail
+    assert "deploy/components/scheduler-<minor>" in finding.detail
+
+
+def test_one_failing_scheduler_pod_fails_the_check(healthy):
+    """During a rollout two pods: the worst verdict is the check's."""
+    healthy.core.create_namespaced_pod(NAMESPACE, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "vgpu-scheduler-new", "namespace": NAMESPACE, "labels": {"app.kubernetes.io/name": "vgpu-scheduler"}},
+        "spec": {"containers": [{"name": "kube-scheduler", "image": "registry.k8s.io/kube-scheduler:v1.34.1"}]}})
+    finding = by_check(healthy.setup)["scheduler-version"]
+    assert finding.status == FAIL and "v1.34.1" in finding.detail
+
+
+@pytest.mark.parametrize(("server", "image", "status", "words"), [
+    ("v1.37.2", "registry.k8s.io/kube-scheduler:v1.37.2", OK, "within the version-skew policy"),
+    ("v1.37.0-gke.1200", "registry.k8s.io/kube-scheduler:v1.37.2", OK, "within"),  # patches do not count
+    ("v1.37.2", "registry.k8s.io/kube-scheduler:v1.36.5", OK, "one minor older"),
+    ("v1.37.2", "registry.k8s.io/kube-scheduler:v1.35.6", FAIL, "2 minor versions older"),
+    ("v1.36.5", "registry.k8s.io/kube-scheduler:v1.37.2", FAIL, "newer than the API server"),
+    ("v1.36.5", "registry.k8s.io/kube-scheduler:v2.0.0", FAIL, "newer than the API server"),
+    ("v1.35.6+k3s1", "mirror.example.org:5000/kube-scheduler:v1.35.6@sha256:" + "1" * 64, OK, "within"),
+    ("v1.37.2", "registry.k8s.io/kube-scheduler@sha256:" + "0" * 64, WARN, "cannot tell the version"),
+    ("garbage", "registry.k8s.io/kube-scheduler:v1.37.2", WARN, "cannot read the API server's version"),
+    ("v1.37.2", f"registry.k8s.io/kube-scheduler:{SCHEDULER_TAG_UNSET}", FAIL, "has no version"),
+])
+def test_scheduler_verdicts_follow_the_skew_policy(server, image, status, words):
+    finding = judge_scheduler(server, image)
+    assert finding.status == status and words in finding.detail, finding
+
+
+@pytest.mark.parametrize("server", ["v1.35.6", "v1.36.5", "v1.37.2"])
+def test_remedy_names_the_component_of_the_api_servers_minor(server):
+    """A minor deploy/ ships a scheduler for: the component to add, not a tag to look up."""
+    minor = server[1:].rsplit(".", 1)[0]
+    for image in ("registry.k8s.io/kube-scheduler:v1.38.0", f"registry.k8s.io/kube-scheduler:{SCHEDULER_TAG_UNSET}"):
+        finding = judge_scheduler(server, image)
+        assert finding.status == FAIL and f"deploy/components/scheduler-{minor} " in finding.remedy, finding
 
 
 def test_no_scheduler_deployed(healthy):
