@@ -132,6 +132,13 @@ def build_cluster(kube: Any, backend: SimNode) -> tuple[Any, str]:
     return core, notebook.metadata.uid
 
 
+def cdi_spec(names: list[str]) -> str:
+    """A CDI spec of kind nvidia.com/gpu naming these devices, in the shape nvidia-ctk writes."""
+    devices = "".join(f"  - name: {name}\n    containerEdits:\n      deviceNodes:\n        - path: /dev/nvidia0\n"
+                      for name in names)
+    return f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n{devices}containerEdits: {{}}\n"
+
+
 def build_host(root: Path, backend: SimNode, notebook_uid: str) -> dict[str, str]:
     """The node's files: returns the roots for NodeSetup."""
     plugin_dir = root / "var/lib/kubelet/device-plugins"
@@ -179,6 +186,9 @@ def build_host(root: Path, backend: SimNode, notebook_uid: str) -> dict[str, str
     # the hardened toolkit: an image's NVIDIA_VISIBLE_DEVICES=all selects nothing in an unprivileged pod
     (root / "etc/nvidia-container-runtime").mkdir(parents=True)
     (root / "etc/nvidia-container-runtime/config.toml").write_text(TOOLKIT_HARDENED)
+    # the CDI spec the device plugin's --cdi names resolve in: every card by UUID (nvidia-ctk's uuid strategy)
+    (root / "var/run/cdi").mkdir(parents=True)
+    (root / "var/run/cdi/nvidia.yaml").write_text(cdi_spec([card.uuid for card in backend.inventory()]))
     return {"plugin_dir": str(plugin_dir), "dev_root": str(dev), "hami_root": str(hami), "hami_lock_dir": str(lock),
             "mps_pipe_dir": str(mps), "mps_shm_dir": str(mps / "shm"), "proc_root": str(proc),
             "sysfs_root": str(root / "sys"), "host_root": str(root)}

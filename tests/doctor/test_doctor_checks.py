@@ -13,7 +13,7 @@ from vgpu_plugin.doctor.checks import run_checks
 from vgpu_plugin.doctor.cluster_checks import SCHEDULER_TAG_UNSET, judge_scheduler
 from vgpu_plugin.doctor.report import FAIL, OK, WARN, exit_code
 
-ALL_CHECKS = {"driver", "cards", "mig", "device-nodes", "runtime", "toolkit-config", "notebook-runtime",
+ALL_CHECKS = {"driver", "cards", "mig", "device-nodes", "runtime", "toolkit-config", "injection", "notebook-runtime",
               "kubelet-socket", "plugin-sockets", "checkpoint", "hami-core", "hami-dirs", "cgroups", "node-annotation",
               "nvidia-plugin", "scheduler-version"}
 

@@ -40,6 +40,12 @@ def _toolkit(setup: NodeSetup) -> Finding:
     return check_toolkit_config(setup)
 
 
+def _injection(setup: NodeSetup) -> Finding:
+    from .runtime_checks import check_injection
+
+    return check_injection(setup)
+
+
 CHECKS: tuple[tuple[str, Callable[[NodeSetup], Any]], ...] = (
     ("driver", check_driver),
     ("cards", check_cards),
@@ -47,6 +53,7 @@ CHECKS: tuple[tuple[str, Callable[[NodeSetup], Any]], ...] = (
     ("device-nodes", check_device_nodes),
     ("runtime", _runtime),
     ("toolkit-config", _toolkit),
+    ("injection", _injection),
     ("notebook-runtime", check_vgpu_contract),
     ("kubelet", check_plugin_dir),
     ("checkpoint", check_checkpoint),

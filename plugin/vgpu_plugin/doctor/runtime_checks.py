@@ -229,3 +229,70 @@ def check_toolkit_config(setup: NodeSetup) -> Finding:
                    + ": vGPU pods get no GPU",
                    "run the device plugin with --cdi=true (VGPU_CDI; the doctor reads it too) on a containerd with "
                    "CDI enabled and a CDI spec naming the cards by UUID (nvidia-ctk cdi generate)")
+
+
+# containerd's and CRI-O's default CDI spec directories; NVIDIA's tools write to either
+CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
+CDI_KIND = "nvidia.com/gpu"
+CDI_REMEDY = ("generate the spec with the cards named by UUID: nvidia-ctk cdi generate --device-name-strategy=uuid "
+              "--output=/var/run/cdi/nvidia.yaml (the GPU Operator writes its own: `nvidia-ctk cdi list` must show "
+              "nvidia.com/gpu=GPU-...), or run the device plugin without --cdi")
+
+
+def _cdi_device_names(setup: NodeSetup) -> tuple[dict[str, str], list[str]] | None:
+    """Device name -> the spec file naming it, for every nvidia.com/gpu spec in the CDI dirs, and the
+    files that could not be read; None when neither directory exists where the doctor runs."""
+    import yaml
+
+    dirs = [setup.host(d) for d in CDI_SPEC_DIRS if os.path.isdir(setup.host(d))]
+    if not dirs:
+        return None
+    names: dict[str, str] = {}
+    unreadable: list[str] = []
+    for directory in dirs:
+        for path in sorted(glob.glob(os.path.join(directory, "*"))):
+            if not path.endswith((".yaml", ".yml", ".json")):
+                continue
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    spec = yaml.safe_load(handle)  # JSON is YAML
+            except (OSError, ValueError, yaml.YAMLError):
+                unreadable.append(path)
+                continue
+            if isinstance(spec, dict) and spec.get("kind") == CDI_KIND:
+                for device in spec.get("devices") or []:
+                    if isinstance(device, dict) and isinstance(device.get("name"), str):
+                        names.setdefault(device["name"], path)
+    return names, unreadable
+
+
+def check_injection(setup: NodeSetup) -> Finding:
+    """How a vGPU container gets its cards: NVIDIA_VISIBLE_DEVICES for NVIDIA's runtime hook, or
+    (--cdi) CDI devices nvidia.com/gpu=<UUID>, which resolve only if the node's CDI spec names
+    every card and MIG slice by its UUID."""
+    if not setup.cdi:
+        return Finding("injection", OK, "cards reach a vGPU container through NVIDIA_VISIBLE_DEVICES and NVIDIA's "
+                                        "runtime hook (the device plugin's --cdi is off)")
+    found = _cdi_device_names(setup)
+    where = " or ".join(CDI_SPEC_DIRS)
+    if found is None:
+        return Finding("injection", WARN, f"not available: --cdi is on, and neither {where} exists under "
+                                          f"{setup.host_root} to check that the node's CDI spec names the cards",
+                       "run the doctor on the host (the vgpu-node pod does not mount them), or pass --host-root")
+    names, unreadable = found
+    bad = f" ({len(unreadable)} unreadable: {', '.join(unreadable[:3])})" if unreadable else ""
+    if not names:
+        return Finding("injection", FAIL, f"--cdi is on but no CDI spec of kind {CDI_KIND} is in {where}{bad}: "
+                                          "a vGPU pod's container cannot be created", CDI_REMEDY)
+    wanted = [card.uuid for card in setup.gpus.inventory()]
+    wanted += [s.uuid for card in setup.gpus.inventory() for s in getattr(card, "slices", ()) or ()]
+    missing = [uuid for uuid in wanted if uuid not in names]
+    if missing:
+        shown = ", ".join(sorted(names)[:3])
+        return Finding("injection", FAIL, f"--cdi is on but the CDI spec names no device {', '.join(missing[:3])}"
+                                          f"{' and more' if len(missing) > 3 else ''} (it names {shown}"
+                                          f"{', ...' if len(names) > 3 else ''}){bad}: the device plugin asks for "
+                                          f"{CDI_KIND}=<UUID>, so those cards reach no container", CDI_REMEDY)
+    files = sorted(set(names.values()))
+    return Finding("injection", OK, f"cards reach a vGPU container as CDI devices: all {len(wanted)} named by UUID "
+                                    f"in {', '.join(files)}{bad}")
