@@ -13,7 +13,7 @@ from typing import Any
 from jupyter_vgpu.core import contract as c
 
 __all__ = ["NodeSettings", "NodeSpec", "SimNode", "expected_allocatable", "new_daemon", "new_kubelet", "new_node",
-           "start_node", "stop_node"]
+           "simulated_gpus", "start_node", "stop_node"]
 
 DEFAULT_MODEL = "NVIDIA A100-SXM4-40GB"
 DEFAULT_MEMORY_MIB = 40960
@@ -81,17 +81,22 @@ class NodeSettings:
     scrape_token: str
 
 
-def new_node(spec: NodeSpec, topology: Path, dirs: tuple[str, str, str]) -> SimNode:
-    """The node's simulated GPUs (its MIG layout set, as an admin would before the node starts);
-    kubelet stand-in and daemon not started yet."""
+def simulated_gpus(spec: NodeSpec, topology: Path) -> Any:
+    """The node's simulated GPUs (``jupyter_vgpu.gpu.simulated.SimulatedGPUs``), its MIG layout
+    set as an admin would before the node starts."""
     from jupyter_vgpu.gpu.simulated import SimulatedGPUs
 
-    plugin_dir, state_dir, proc_root = dirs
     gpus = SimulatedGPUs.from_fixture(topology, model=spec.model, memory_mib=spec.memory_mib, seed=spec.seed,
                                       host=spec.name)
     for card, layout in spec.mig.items():
         gpus.set_mig_layout(card, list(layout))
-    return SimNode(spec, gpus, None, None, plugin_dir, state_dir, proc_root)
+    return gpus
+
+
+def new_node(spec: NodeSpec, topology: Path, dirs: tuple[str, str, str]) -> SimNode:
+    """The node's simulated GPUs; kubelet stand-in and daemon not started yet."""
+    plugin_dir, state_dir, proc_root = dirs
+    return SimNode(spec, simulated_gpus(spec, topology), None, None, plugin_dir, state_dir, proc_root)
 
 
 def start_node(node: SimNode, settings: NodeSettings, api_client: Callable[[], Any]) -> None:

@@ -284,8 +284,8 @@ def check_injection(setup: NodeSetup) -> Finding:
     if not names:
         return Finding("injection", FAIL, f"--cdi is on but no CDI spec of kind {CDI_KIND} is in {where}{bad}: "
                                           "a vGPU pod's container cannot be created", CDI_REMEDY)
-    wanted = [card.uuid for card in setup.gpus.inventory()]
-    wanted += [s.uuid for card in setup.gpus.inventory() for s in getattr(card, "slices", ()) or ()]
+    cards = setup.gpus.inventory()
+    wanted = [card.uuid for card in cards] + [s.uuid for card in cards for s in getattr(card, "slices", ()) or ()]
     missing = [uuid for uuid in wanted if uuid not in names]
     if missing:
         shown = ", ".join(sorted(names)[:3])

@@ -30,7 +30,7 @@ from jupyter_vgpu.core import contract as c
 from jupyter_vgpu.data import TOPOLOGY_DIR
 
 from ..demo.errors import ClusterError
-from ..demo.node import NodeSpec, expected_allocatable
+from ..demo.node import NodeSpec, expected_allocatable, simulated_gpus
 from ..demo.workloads import ClusterWorkloads
 from .binaries import kube_bin_dir
 from .control_plane import ControlPlane, ControlPlaneError
@@ -201,13 +201,9 @@ class RealCluster(ClusterWorkloads):
             self.core_v1.patch_node(node.name, {"metadata": metadata})
 
     def expected_allocatable(self, node: RealNode) -> tuple[str, str]:
-        from jupyter_vgpu.gpu.simulated import SimulatedGPUs
-
-        gpus = SimulatedGPUs.from_fixture(node.topology, model=node.spec.model, memory_mib=node.spec.memory_mib,
-                                          seed=node.spec.seed, host=node.name)
+        """What the node's daemon will publish: worked out from the same cards it simulates."""
+        gpus = simulated_gpus(node.spec, node.topology)
         try:
-            for card, layout in node.spec.mig.items():
-                gpus.set_mig_layout(card, list(layout))
             return expected_allocatable(gpus.inventory())
         finally:
             gpus.close()

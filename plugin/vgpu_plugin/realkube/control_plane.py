@@ -169,15 +169,15 @@ class ControlPlane:
     def apply_base(self) -> None:
         objects = self.base_objects()
         text = "\n---\n".join(yaml.safe_dump(doc) for doc in objects)
-        # the API server may still be installing its default RBAC roles a moment after /readyz
-        self.wait_for(lambda: self.kubectl("apply", "--server-side", "-f", "-", input=text, check=False) and
-                      self._applied(objects), what="deploy/base to apply")
 
-    def _applied(self, objects: list[dict[str, Any]]) -> bool:
-        result = subprocess.run([self.kube, "kubectl", "--kubeconfig", str(self.kubeconfig), "get", "-f", "-",
-                                 "-o", "name"], input="\n---\n".join(yaml.safe_dump(d) for d in objects),
-                                capture_output=True, text=True, timeout=60)
-        return result.returncode == 0 and len(result.stdout.split()) == len(objects)
+        def applied() -> bool:
+            try:
+                self.kubectl("apply", "--server-side", "-f", "-", input=text)  # fails unless every object applied
+            except ControlPlaneError:  # default RBAC roles may still be installing a moment after /readyz
+                return False
+            return True
+
+        self.wait_for(applied, what="deploy/base to apply")
 
     def token(self, account: str, *, node: str | None = None) -> str:
         """A real service-account token of ``vgpu-system/account`` from the TokenRequest API;
