@@ -145,6 +145,7 @@ METRIC_EXTENDER_REQUEST_SECONDS = "vgpu_extender_request_duration_seconds"  # la
 METRIC_EXTENDER_DECISIONS = "vgpu_extender_decisions_total"  # labels verb, outcome
 METRIC_EXTENDER_LEDGER_PODS = "vgpu_extender_ledger_pods"  # label state: held|assumed|unattributed
 METRIC_EXTENDER_NODES = "vgpu_extender_nodes"
+METRIC_EXTENDER_RIVAL_WAIT_SECONDS = "vgpu_extender_rival_wait_seconds"  # label outcome: settled|late|full
 # one series per MIG slice; utilisation only where the backend measures it (NVML cannot: DCGM / GPM)
 METRIC_SLICE_MEMORY_TOTAL = "vgpu_mig_slice_memory_total_bytes"
 METRIC_SLICE_MEMORY_USED = "vgpu_mig_slice_memory_used_bytes"

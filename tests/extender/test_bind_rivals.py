@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import pytest
-from extender_support import GIB_UNITS, NAMES, binding_args, get, node, pod, post
+from extender_support import GIB_UNITS, NAMES, binding_args, filter_args, get, node, pod, post
 from simkube.waiting import wait_for
 
 from jupyter_vgpu.core import contract
@@ -213,6 +213,8 @@ def test_many_binds_wait_at_once_holding_no_bind_worker(cluster):
                for outcome in ("bound", "refused")}
     assert f'{counted["bound"]} 17.0' in text.decode()  # one decision per request: 4 + 12 + 1
     assert counted["refused"] not in text.decode()
+    # every bind that waited is counted with its outcome (12 larges waited for a small each)
+    assert f'{contract.METRIC_EXTENDER_RIVAL_WAIT_SECONDS}_count{{outcome="settled"}} 12.0' in text.decode()
 
 
 def test_stop_ends_waiting_binds_at_once_with_a_refusal(one_node):
@@ -261,3 +263,47 @@ def test_beyond_the_waiting_bound_a_bind_is_refused_at_once(one_node):
     for thread, answer in binds:
         thread.join(20)
         assert answer.get("body") == {"Error": ""}, answer
+
+
+def two_nodes_small_bound(cluster) -> tuple[dict[str, Any], dict[str, Any]]:
+    """gpu-a and gpu-b alike; "small" (10 cores, 1 GiB) bound to gpu-a and not admitted yet; its
+    rival "large" (10 cores, 10 GiB) made."""
+    cluster.add_node(node("gpu-a", count=2, memory_gib=16))
+    cluster.add_node(node("gpu-b", count=2, memory_gib=16))
+    start(cluster, rival_wait=20)
+    return small_bound_large_made(cluster)
+
+
+def filtered(cluster, created: dict[str, Any]) -> list[str]:
+    status, body = post(f"{cluster.url}/filter", filter_args(created, ["gpu-a", "gpu-b"]))
+    assert status == 200 and not body.get("Error"), body
+    return body["NodeNames"]
+
+
+@pytest.mark.parametrize("policy", ["binpack", "fgd-filter"])
+def test_filter_steers_a_rival_away_from_a_node_where_its_bind_would_wait(cluster, policy):
+    cluster.policy = policy
+    small, large = two_nodes_small_bound(cluster)
+    # binpack alone would put large beside small on gpu-a, where its bind would wait for small's admission
+    assert filtered(cluster, large) == ["gpu-b"]
+    started = time.monotonic()
+    assert post(f"{cluster.url}/bind", binding_args(large, "gpu-b")) == (200, {"Error": ""})
+    assert time.monotonic() - started < 5 and node_name(cluster, "large") == "gpu-b"
+
+
+def test_filter_keeps_a_node_with_a_rival_when_it_is_the_only_one_that_fits(cluster):
+    small, large = two_nodes_small_bound(cluster)
+    # gpu-b fills up with pods of another size: only gpu-a fits large, and the bind there may wait
+    for i in range(2):
+        filler = cluster.add_pod(pod(f"filler-{i}", cores=100, memory_units=None))
+        assert post(f"{cluster.url}/bind", binding_args(filler, "gpu-b")) == (200, {"Error": ""})
+    assert filtered(cluster, large) == ["gpu-a"]
+
+
+def test_identical_and_admitted_pods_steer_nothing(cluster):
+    small, large = two_nodes_small_bound(cluster)
+    twin = cluster.add_pod(pod("twin", cores=10, memory_units=1 * GIB_UNITS))
+    assert filtered(cluster, twin) == ["gpu-a", "gpu-b"]  # the same answer as small's: no wait
+    confirm(cluster, "small")
+    wait_for(lambda: not cluster.extender.ledger.awaiting_admission, timeout=10, what="small admitted in the ledger")
+    assert filtered(cluster, large) == ["gpu-a", "gpu-b"]

@@ -86,6 +86,7 @@ from .ledger import (
     pod_holding,
     pod_key,
     rival,
+    shape_rival,
 )
 from .wire import MAX_EXTENDER_PRIORITY, ExtenderArgs, ExtenderBindingArgs
 
@@ -252,6 +253,13 @@ def read_ask(pod: Mapping[str, Any], names: Names, default_policy: str) -> PodAs
         return PodAsk({}, default_policy, ("invalid", str(error)), invalid=str(error))
     key = tuple(sorted((i, r.cores, r.memory_units) for i, r in requests.items()))
     return PodAsk(requests, policy, (policy, key, isolated), isolated=isolated)
+
+
+def ask_shapes(ask: PodAsk) -> set[tuple[int, int, bool]]:
+    """``ledger.answer_shape`` of the answers the pod's containers would get, as far as the ask
+    tells (a MIG slice is assumed exactly when the pod asks for isolation)."""
+    return {(r.cores, 0 if claims.is_whole_card(r.cores) else r.memory_units, ask.isolated)
+            for r in ask.requests.values()}
 
 
 def on_slices(entry: NodeEntry, ask: PodAsk) -> bool:
@@ -526,9 +534,33 @@ class Decisions:
             return found
         cpu_memory = pod_cpu_memory(args.pod)
         self._learn_typical(args.pod, ask, cpu_memory[0])
-        if pick and len(found.passed) > 1:
-            return found._replace(passed=[self._fgd_best(args, ask, found.passed, slots, cpu_memory)])
-        return found._replace(passed=list(found.passed)) if pick else found
+        passed, slots = self._away_from_rivals(args, ask, found.passed, slots)
+        if pick and len(passed) > 1:
+            return found._replace(passed=[self._fgd_best(args, ask, passed, slots, cpu_memory)])
+        return found._replace(passed=list(passed)) if pick or passed is not found.passed else found
+
+    def _away_from_rivals(self, args: ExtenderArgs, ask: PodAsk, passed: Sequence[str],
+                          slots: np.ndarray | None) -> tuple[Sequence[str], np.ndarray | None]:
+        """The passed nodes without the ones where a bind would wait for a rival pod's admission
+        (``RivalWait``), unless every passed node has one. A bind that waits costs the pod
+        seconds (kubelet's admission of the rival) and, past ``rival_wait``, a refusal; another node
+        that fits costs nothing. Only the nodes with a pod kubelet has not admitted yet are
+        looked at (the ledger's ``awaiting_admission``: none outside a burst of binds)."""
+        if len(passed) < 2:
+            return passed, slots
+        with self.ledger.lock:
+            awaiting = self.ledger.awaiting_admission
+            if not awaiting:
+                return passed, slots
+            nodes, uid = self.ledger.nodes, pod_key(args.pod)[0] or ""
+            shapes = ask_shapes(ask)
+            blocked = {name for name in awaiting if shape_rival(shapes, uid, nodes[name].unserved.values())}
+        if not blocked:
+            return passed, slots
+        keep = [name not in blocked for name in passed]
+        if all(keep) or not any(keep):
+            return passed, slots
+        return list(itertools.compress(passed, keep)), None if slots is None else slots[np.array(keep)]
 
     def _filter(self, args: ExtenderArgs, ask: PodAsk) -> Filtered:
         """The filter's answer before any policy's pick."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -139,9 +139,14 @@ def answer_shape(container: ContainerAllocation) -> tuple[int, int, bool]:
 def rival(holding: Holding, others: Iterable[Holding]) -> tuple[Holding, str] | None:
     """The first of ``others`` (another pod kubelet may still admit on the node) with a container
     asking for as many vcuda-core as one of ``holding``'s but answered differently, and how."""
-    mine = {answer_shape(container) for container in holding.containers}
+    return shape_rival({answer_shape(container) for container in holding.containers}, holding.uid, others)
+
+
+def shape_rival(mine: Collection[tuple[int, int, bool]], uid: str,
+                others: Iterable[Holding]) -> tuple[Holding, str] | None:
+    """``rival`` for a pod (``uid``) whose containers' answers would have the shapes ``mine``."""
     for other in others:
-        if other.uid == holding.uid:
+        if other.uid == uid:
             continue
         for container in other.containers:
             theirs = answer_shape(container)
@@ -287,6 +292,7 @@ class Ledger:
         self._nodes: dict[str, NodeEntry] = {}
         self._holdings: dict[str, Holding] = {}
         self._unattributed: dict[str, Unattributed] = {}
+        self._awaiting: set[str] = set()  # nodes with an ``unserved`` holding: kubelet may still call Allocate
         self._generation = 0
         self._listeners: list[Listener] = []
         self._changed = threading.Condition(self.lock)
@@ -301,6 +307,12 @@ class Ledger:
     def nodes(self) -> Mapping[str, NodeEntry]:
         """Live entries by name (read under ``lock``)."""
         return self._nodes
+
+    @property
+    def awaiting_admission(self) -> Set[str]:
+        """The nodes holding a pod kubelet has not admitted yet (read under ``lock``); few at a
+        time, so a filter can look at them without walking every node."""
+        return self._awaiting
 
     # nodes
     def set_node(self, name: str, cards: NodeCards) -> None:
@@ -357,6 +369,7 @@ class Ledger:
             entry.pods[holding.uid] = holding
             if holding.unserved:
                 entry.unserved[holding.uid] = holding
+                self._awaiting.add(entry.name)
             entry._apply(holding, +1)
             self._touch(entry)
             return previous
@@ -378,7 +391,8 @@ class Ledger:
         if previous is not None:
             entry = self._nodes[previous.node]
             del entry.pods[uid]
-            entry.unserved.pop(uid, None)
+            if entry.unserved.pop(uid, None) is not None and not entry.unserved:
+                self._awaiting.discard(entry.name)
             entry._apply(previous, -1)
             self._touch(entry)
         stray = self._unattributed.pop(uid, None)

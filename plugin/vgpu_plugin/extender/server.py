@@ -77,6 +77,9 @@ class ExtenderMetrics:
         self.decisions = Counter(contract.METRIC_EXTENDER_DECISIONS,
                                  "Decisions: per node for filter, per request for prioritize and bind",
                                  ["verb", "outcome"], registry=self.registry)
+        self.rival_waits = Histogram(contract.METRIC_EXTENDER_RIVAL_WAIT_SECONDS,
+                                     "Binds that waited for a rival pod's admission on their node, and how long",
+                                     ["outcome"], buckets=_BUCKETS + (10.0, 20.0, 30.0), registry=self.registry)
         pods = Gauge(contract.METRIC_EXTENDER_LEDGER_PODS, "Pods in the ledger", ["state"],
                      registry=self.registry)
         nodes = Gauge(contract.METRIC_EXTENDER_NODES, "Nodes the extender knows", registry=self.registry)
@@ -197,7 +200,9 @@ async def _bind(extender: Extender, args: ExtenderBindingArgs) -> str:
         answer = await extender.binds.submit(args)
         if not isinstance(answer, RivalWait):
             return answer
+        started = time.monotonic()
         waited = await waits.wait(answer.node, functools.partial(answer.settled, decisions.ledger), deadline)
+        extender.metrics.rival_waits.labels(waited.name.lower()).observe(time.monotonic() - started)
         if waited is Waited.LATE:
             return decisions.rival_refusal(args, answer)
         if waited is Waited.FULL:
