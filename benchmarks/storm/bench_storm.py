@@ -39,6 +39,7 @@ import random
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -193,12 +194,29 @@ def thread_cpu_seconds() -> dict[str, float]:
     return result
 
 
+def rival_waits(cluster: Any) -> dict[str, float]:
+    """The real extender's binds that waited for a rival's admission so far: count and seconds
+    per outcome ({} without a real extender)."""
+    plane = getattr(cluster, "control_plane", None)
+    if plane is None or not hasattr(plane, "extender_url"):
+        return {}
+    with urllib.request.urlopen(f"{plane.extender_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(c.METRIC_EXTENDER_RIVAL_WAIT_SECONDS) and "_bucket" not in line:
+            series, _, value = line.rpartition(" ")
+            found[series.removeprefix(c.METRIC_EXTENDER_RIVAL_WAIT_SECONDS)] = float(value)
+    return found
+
+
 def run_storm(cluster: Any, timeline: Timeline, kind: str, round_no: int, args: argparse.Namespace) -> dict[str, Any]:
     plan = storm_plan(kind, round_no, args.pods, args.seed)
     names = [name for name, *_ in plan]
     bodies = [pod_body(cluster, kind, *item) for item in plan]
     core = cluster.core_v1
     cpu_before = cpu_seconds(cluster)
+    waits_before = rival_waits(cluster)
     threads_before = thread_cpu_seconds() if args.thread_cpu else {}
     start = time.monotonic()
     interval = args.spread / len(plan)
@@ -219,6 +237,7 @@ def run_storm(cluster: Any, timeline: Timeline, kind: str, round_no: int, args: 
         wait_for(lambda: timeline.done(names), timeout=args.timeout, what="every pod of the storm")
     finished = time.monotonic()
     cpu_after = cpu_seconds(cluster)
+    waits = {k: round(v - waits_before.get(k, 0.0), 2) for k, v in rival_waits(cluster).items()}
     if args.thread_cpu:
         spent = {k: v - threads_before.get(k, 0.0) for k, v in thread_cpu_seconds().items()}
         print("CPU s per kind of thread in this process (threads that ended are missing):",
@@ -226,7 +245,8 @@ def run_storm(cluster: Any, timeline: Timeline, kind: str, round_no: int, args: 
               flush=True)
     result: dict[str, Any] = {"kind": kind, "round": round_no, "pods": len(plan),
                               "created_within_s": round(created_within, 2),
-                              "cpu_s": {k: round(cpu_after[k] - v, 2) for k, v in cpu_before.items() if k in cpu_after}}
+                              "cpu_s": {k: round(cpu_after[k] - v, 2) for k, v in cpu_before.items() if k in cpu_after},
+                              "rival_waits": {k: v for k, v in waits.items() if v}}
     stages = [("bound", timeline.bound), ("running", timeline.running)]
     if kind == "gpu":
         stages.insert(1, ("admitted", timeline.confirmed))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from vgpu_plugin.demo.requester import KubeRecreateRequester, next_pod_name
+from vgpu_plugin.demo.requester import ENV_SHARE_REQUEST, KubeRecreateRequester, next_pod_name
 
 from jupyter_vgpu.core import contract
 from jupyter_vgpu.core.contract import RequestError
@@ -124,7 +124,9 @@ def test_recreated_pod_spec():
     }
     requester = KubeRecreateRequester("kc", "jupyter", "nb", "notebook")
     new = requester.new_pod(old, 50, 32)
-    asked = json.loads(new["metadata"]["annotations"].pop(NAMES.share_request))
+    recorded = new["spec"]["containers"][1].pop("env")
+    assert [e["name"] for e in recorded] == [ENV_SHARE_REQUEST]  # in the notebook container only
+    asked = json.loads(recorded[0]["value"])
     assert (asked["from"], asked["cores"], asked["memoryUnits"]) == ("nb", 50, 32)
     assert new["metadata"] == {"name": "nb-v2", "namespace": "jupyter", "labels": {"app": "jupyter"},
                                "annotations": {"keep": "me", NAMES.isolation: "mig"}}  # asks for a slice again

@@ -73,6 +73,13 @@ def start_cluster(*, run_processes: bool, policy: str = "binpack", workdir: str 
     return cluster.start()
 
 
+def start_real_cluster(*, policy: str, mig: bool = False) -> Any:
+    """The demo's nodes on a real control plane and real kubelets (``realkube``; root only)."""
+    from ..realkube.cluster import RealCluster
+
+    return RealCluster(demo_nodes(mig), fixtures_dir=bundled_topology_dir(), policy=policy).start()
+
+
 def pick_port(address: str, wanted: int | None, default: int = 8888, tries: int = 50) -> int:
     """``--port`` must be free; without it, 8888 or the next free one (as `jupyter lab` does)."""
     if wanted:
@@ -109,6 +116,7 @@ class DemoOptions:
     lab_timeout: float = 180.0
     token: str | None = None  # None: a fresh random token; "": none (only behind an authenticating proxy)
     isolated: bool = False  # the notebook asks for a MIG slice (a MIG node is added)
+    control_plane: str = "sim"  # "real": realkube's control plane and kubelets; the lab runs beside them
 
 
 class Demo:
@@ -120,7 +128,8 @@ class Demo:
         self.say = say
         self.token = secrets.token_hex(24) if options.token is None else options.token
         self.port = 0
-        self.cluster: SimCluster | None = None
+        self.cluster: Any = None  # SimCluster, or realkube.RealCluster
+        self.runner: Any = None   # realkube.containers.ContainerRunner: the lab beside a real cluster
         self.base_url = normalize_base_url(options.base_url)
         self.notebook_dir = os.path.abspath(os.path.expanduser(options.root_dir or default_notebook_dir()))
 
@@ -134,7 +143,16 @@ class Demo:
         self.port = pick_port(self.options.ip, self.options.port)
         os.makedirs(self.notebook_dir, exist_ok=True)
         try:
-            self.cluster = start_cluster(run_processes=True, policy=self.options.policy, mig=self.options.isolated)
+            if self.real:
+                from ..realkube.containers import ContainerRunner
+
+                self.cluster = start_real_cluster(policy=self.options.policy, mig=self.options.isolated)
+                # the fake runtime runs no container: the lab runs here, as kubelet configured its container
+                self.runner = ContainerRunner(self.cluster, NOTEBOOK_NAMESPACE, NOTEBOOK_SELECTOR, self._workdir("logs"))
+                self.runner.start()
+            else:
+                self.cluster = start_cluster(run_processes=True, policy=self.options.policy,
+                                             mig=self.options.isolated)
             if self.options.neighbours:
                 start_neighbours(self.cluster, self.neighbours())
             self._create_notebook_pod()
@@ -145,7 +163,14 @@ class Demo:
             raise
         return self
 
+    @property
+    def real(self) -> bool:
+        return self.options.control_plane == "real"
+
     def stop(self) -> None:
+        runner, self.runner = self.runner, None
+        if runner is not None:
+            runner.stop()
         cluster, self.cluster = self.cluster, None
         if cluster is not None:
             cluster.stop()  # the kubelet stand-ins stop the pods' processes; the work dir goes
@@ -190,7 +215,7 @@ class Demo:
         assert self.cluster is not None
         return {
             c.ENV_NOTEBOOK_KUBECONFIG: self.cluster.kubeconfig,
-            **self.cluster.queue_environment(),
+            **({} if self.real else self.cluster.queue_environment()),
             "JUPYTER_CONFIG_DIR": config,
             "JUPYTER_DATA_DIR": self._workdir("data"),
             "JUPYTER_RUNTIME_DIR": self._workdir("runtime"),
@@ -278,6 +303,11 @@ class Demo:
         assert self.cluster is not None
         for pod in self.notebook_pods():
             meta = pod["metadata"]
+            if self.runner is not None:
+                process = self.runner.process(meta["namespace"], meta["name"])
+                if process is not None:
+                    return process, self.lab_log(pod)
+                continue
             node_name = (pod.get("spec") or {}).get("nodeName")
             if not node_name or node_name not in self.cluster.nodes:
                 continue
@@ -288,9 +318,11 @@ class Demo:
         return None
 
     def lab_log(self, pod: dict[str, Any]) -> str:
-        """Where the kubelet stand-in writes the output of ``pod``'s lab."""
+        """Where the kubelet stand-in (or, on a real cluster, the runner) writes the output of ``pod``'s lab."""
         assert self.cluster is not None
         meta, node_name = pod["metadata"], (pod.get("spec") or {}).get("nodeName") or ""
+        if self.runner is not None:
+            return str(self.runner.log_path(meta["namespace"], meta["name"], NOTEBOOK_CONTAINER))
         node = self.cluster.nodes.get(node_name) or next(iter(self.cluster.nodes.values()))
         return os.path.join(os.path.dirname(node.plugin_dir), "logs",
                             f"{meta['namespace']}_{meta['name']}_{NOTEBOOK_CONTAINER}.log")
@@ -349,9 +381,12 @@ class Demo:
         cluster = self.cluster
         notebook = next((p for p in self.notebook_pods() if p["metadata"]["name"] == NOTEBOOK_POD), None)
         nodes = ", ".join(f"{n.name} ({len(n.gpus.inventory())} x {n.spec.model})" for n in cluster.nodes.values())
+        what = (f"real Kubernetes {cluster.version} (etcd, kube-apiserver, kube-scheduler with the extender, "
+                f"kubelets on Kubernetes' fake container runtime) with simulated GPU nodes" if self.real
+                else "a simulated cluster with GPU nodes")
         lines = [
             "",
-            f"jupyter-vgpu demo: a simulated cluster with GPU nodes {nodes}",
+            f"jupyter-vgpu demo: {what} {nodes}",
             f"  your notebook: {self.describe_notebook(notebook) if notebook else '?'}",
         ]
         if self.options.neighbours:
@@ -359,8 +394,12 @@ class Demo:
         lines += [
             "",
             "JupyterLab (open the vGPU panel with Alt+Shift+G; in a notebook: %load_ext jupyter_vgpu, then %vgpu):",
-            "  your card's usage follows what your notebook does: a busy cell (e.g. `while True: pass`) raises its",
-            "  utilisation (one busy CPU core = your whole compute share); memory your kernels hold counts as GPU memory",
+            *(["  the fake runtime starts no container: your lab runs beside the cluster with the command and",
+               "  environment kubelet gave its container (the device plugin's answer included); no GPU process is",
+               "  simulated there, so the charts show no usage"] if self.real else
+              ["  your card's usage follows what your notebook does: a busy cell (e.g. `while True: pass`) raises its",
+               "  utilisation (one busy CPU core = your whole compute share); memory your kernels hold counts as GPU "
+               "memory"]),
             *(["  on a MIG slice the hardware isolates your compute and memory: the panel and %vgpu show the whole",
                "  slice (its real size), not the share you asked for; the other slices of the card are other people's"]
               if self.options.isolated else []),
@@ -372,7 +411,8 @@ class Demo:
             "",
             "Look around:",
             f"  kubectl --kubeconfig {cluster.kubeconfig} get pods -A -o wide",
-            f"  curl -s {cluster.extender.base_url}/inspect        # the extender's ledger: who holds which card",
+            f"  curl -s {cluster.extender_url if self.real else cluster.extender.base_url}/inspect"
+            "        # the extender's ledger: who holds which card",
         ]
         lines += [f"  curl -s -H 'Authorization: Bearer {cluster.scrape_token}' {n.scrape_url}/metrics"
                   f"   # node {n.name}: Prometheus metrics (scrape token)"

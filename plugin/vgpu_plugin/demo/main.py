@@ -89,7 +89,7 @@ def sim_main(argv: Sequence[str] | None = None) -> int:
     _logging(args.log_level)
     _interrupt_on_sigterm()
     from .cluster import ClusterError
-    from .lab import DGX_NODE, PCIE_NODE, start_cluster
+    from .lab import DGX_NODE, PCIE_NODE, start_cluster, start_real_cluster
     from .neighbours import default_neighbours, start_neighbours
 
     cluster: Any = None
@@ -116,14 +116,6 @@ def sim_main(argv: Sequence[str] | None = None) -> int:
             with _uninterrupted():
                 cluster.stop()
     return 0
-
-
-def start_real_cluster(*, policy: str) -> Any:
-    """The demo's nodes on a real control plane and real kubelets (``realkube``)."""
-    from ..realkube.cluster import RealCluster
-    from .lab import bundled_topology_dir, demo_nodes
-
-    return RealCluster(demo_nodes(), fixtures_dir=bundled_topology_dir(), policy=policy).start()
 
 
 def sim_guide(cluster: Any, *, real: bool) -> list[str]:
@@ -181,6 +173,10 @@ def demo_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", choices=POLICIES, default="binpack",
                    help="the extender's placement policy (default binpack: on a two-node demo its choice is the "
                         "one a user expects; the deployed default, fgd-filter, pays off on large clusters)")
+    p.add_argument("--control-plane", choices=("sim", "real"), default="sim",
+                   help="sim (default): the embedded simulated cluster; real: etcd, kube-apiserver, kube-scheduler "
+                        "and kubelets built from Kubernetes' Go modules (hack/kube/build.sh; needs root and Go), "
+                        "with the lab run beside them as kubelet configured its container")
     p.add_argument("--log-level", default="WARNING", help="logging level of the components (default WARNING)")
     return p
 
@@ -194,7 +190,7 @@ def demo_main(argv: Sequence[str] | None = None) -> int:
 
     options = DemoOptions(port=args.port, ip=args.ip, base_url=args.base_url, cores=args.cores, memory=args.memory,
                           root_dir=args.notebook_dir, neighbours=not args.no_neighbours, policy=args.policy,
-                          token=args.token, isolated=args.isolated)
+                          token=args.token, isolated=args.isolated, control_plane=args.control_plane)
     if args.token == "":
         print("jupyter-vgpu demo: --token '': the lab asks for no token; anyone who can reach "
               f"{args.ip}:{args.port or 'its port'} can use it", file=sys.stderr)
@@ -206,7 +202,8 @@ def demo_main(argv: Sequence[str] | None = None) -> int:
     watcher = None
     started = time.monotonic()
     try:
-        _say("jupyter-vgpu demo: starting the simulated cluster and JupyterLab (Ctrl-C to stop) ...")
+        _say(f"jupyter-vgpu demo: starting the {'real' if demo.real else 'simulated'} cluster and JupyterLab "
+             "(Ctrl-C to stop) ...")
         demo.start()
         for line in demo.guide():
             _say(line)

@@ -45,6 +45,10 @@ from jupyter_vgpu.requesters.base import (
 
 ENV_QUEUE_URL = "VGPU_DEMO_QUEUE_URL"
 ENV_QUEUE_TOKEN_FILE = "VGPU_DEMO_QUEUE_TOKEN_FILE"
+ENV_SHARE_REQUEST = "VGPU_DEMO_SHARE_REQUEST"
+"""The request that re-created the pod (JSON), in its notebook container's environment: it informs
+only that container, so no annotation the admission policy keeps for the stack's accounts is
+needed (docs/security.md, I2)."""
 WITHDRAWN = "withdrawn: you asked for another share instead"
 
 _GENERATION = re.compile(r"^(.*)-v([0-9]+)\Z")
@@ -64,8 +68,9 @@ class KubeRecreateRequester(Requester):
     def __init__(self, kubeconfig: str, namespace: str, pod: str, container: str | None = None, *,
                  names: contract.Names = contract.DEFAULT_NAMES, timeout: float = 300.0,
                  poll_interval: float = 0.5, retire_delay: float = 3.0, unschedulable_grace: float = 5.0,
-                 queue_url: str = "", queue_token_file: str = "") -> None:
+                 queue_url: str = "", queue_token_file: str = "", recorded_request: str = "") -> None:
         self.kubeconfig = kubeconfig
+        self.recorded_request = recorded_request  # ENV_SHARE_REQUEST of the pod this server runs in
         self.namespace = namespace
         self.pod = pod
         self.container = container
@@ -97,7 +102,7 @@ class KubeRecreateRequester(Requester):
             return None
         return cls(kubeconfig, namespace, pod, environ.get(contract.ENV_CONTAINER) or None,
                    queue_url=environ.get(ENV_QUEUE_URL, ""), queue_token_file=environ.get(ENV_QUEUE_TOKEN_FILE, ""),
-                   **kwargs)
+                   recorded_request=environ.get(ENV_SHARE_REQUEST, ""), **kwargs)
 
     def _api(self) -> Any:
         from kubernetes import client, config
@@ -132,9 +137,10 @@ class KubeRecreateRequester(Requester):
         if cores:
             spec.setdefault("schedulerName", contract.SCHEDULER_NAME)
         # so the server in the new pod can tell its user what happened
-        annotations[names.share_request] = json.dumps(
+        env = [e for e in target.get("env") or [] if e.get("name") != ENV_SHARE_REQUEST]
+        target["env"] = [*env, {"name": ENV_SHARE_REQUEST, "value": json.dumps(
             {"from": self.pod, "cores": cores, "memoryUnits": memory_units, "at": time.time()},
-            separators=(",", ":"))
+            separators=(",", ":"))}]
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -215,17 +221,17 @@ class KubeRecreateRequester(Requester):
     def recover(self) -> ShareRequest | None:
         """In a re-created pod: the request that created it, and where its share landed."""
         try:
+            asked = json.loads(self.recorded_request) if self.recorded_request else None
+        except ValueError:
+            return None
+        if not isinstance(asked, dict):
+            return None
+        try:
             api = self._api()
             pod = api.api_client.sanitize_for_serialization(api.read_namespaced_pod(self.pod, self.namespace))
         except Exception:  # noqa: BLE001 - nothing to recover is the answer when the API cannot tell
             return None
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        try:
-            asked = json.loads(annotations[self.names.share_request])
-        except (KeyError, TypeError, ValueError):
-            return None
-        if not isinstance(asked, dict):
-            return None
         index = self.container_index(pod.get("spec") or {})
         record = annotations.get(self.names.allocation)
         if record:

@@ -11,7 +11,7 @@ DaemonSet's hostPath gives it kubelet's on a real node.
 
 from __future__ import annotations
 
-import base64
+import functools
 import json
 import secrets
 import shlex
@@ -22,7 +22,8 @@ from typing import Any
 
 from jupyter_vgpu.core import contract as c
 
-from ..demo.node import NodeSpec
+from ..demo.node import NodeSpec, simulated_gpus
+from .containers import record_env
 from .control_plane import NODE_ACCOUNT, ControlPlane, write_kubeconfig
 from .processes import Program, free_port
 
@@ -55,6 +56,12 @@ class RealNode:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @functools.cached_property
+    def gpus(self) -> Any:
+        """The simulated cards this node's daemon serves, built here the same way (a pure function
+        of the spec and the capture), for describing them; the daemon's own copy is in its process."""
+        return simulated_gpus(self.spec, self.topology)
 
     @property
     def metrics_url(self) -> str:
@@ -159,9 +166,7 @@ class RealNode:
         raise KeyError(f"no container {container} of {namespace}/{pod} on {self.name}")
 
     def container_env(self, namespace: str, pod: str, container: str) -> dict[str, str]:
-        config = self.container_config(namespace, pod, container)
-        # CRI's KeyValue.value is bytes, which protojson writes in base64
-        return {e["key"]: base64.b64decode(e.get("value", "")).decode() for e in config.get("envs", [])}
+        return record_env(self.container_config(namespace, pod, container))
 
 
 def scrape_token(path: Path) -> str:
