@@ -9,6 +9,14 @@ core is the whole compute share, resident memory counts as GPU memory up to the 
 so work in a simulated notebook moves its charts.
 Faults (an XID, a card falling off the bus) are injected and come out of
 ``next_health_event`` exactly as NVML's would.
+
+PID namespaces are kept as the driver keeps them: it reports a process to an NVML caller only
+if the process's PID exists in the caller's PID namespace (open-gpu-kernel-modules, gpu_rmapi.c,
+``_gpuConvertPid``). Each process runs in one namespace (``start_process(pid_namespace=...)``;
+a container runtime gives each container its own); ``sample()`` reads as a caller in the host
+namespace (every process, host PIDs), and ``seen_from(namespace)`` as a caller elsewhere: only
+that namespace's processes, with their PIDs there. Card and MIG-device memory and utilisation
+are the same from everywhere.
 """
 
 from __future__ import annotations
@@ -20,13 +28,14 @@ import threading
 import time
 import uuid as uuid_module
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jupyter_vgpu.gpu.base import (
     APPLICATION_XIDS,
     CardSample,
+    GPUBackend,
     GPUError,
     HealthEvent,
     ProcessSample,
@@ -52,6 +61,9 @@ _RATE_WINDOW_SECONDS = 0.5
 # how long a freshly started process takes to reach its working-set memory
 _WARMUP_SECONDS = 8.0
 
+HOST_PID_NAMESPACE = "host"
+"""The node's own PID namespace: a caller there (hostPID) sees every process, by its host PID."""
+
 
 @dataclass
 class _Process:
@@ -66,6 +78,8 @@ class _Process:
     slices: tuple[str, ...] = ()  # the MIG device it runs on (then ``cards`` is its parent card)
     probe: UsageProbe | None = None
     measured: tuple[float, float, float, int] | None = None  # (at, cpu seconds, utilisation, memory MiB)
+    pid_namespace: str = HOST_PID_NAMESPACE
+    namespace_pid: int = 0  # its PID inside ``pid_namespace`` (the host PID in the host's)
 
 
 class SimulatedGPUs:
@@ -112,6 +126,7 @@ class SimulatedGPUs:
         self._slices: dict[int, tuple[MigSlice, ...]] = {}  # card -> the MIG devices an admin created
         self._slice_faults: dict[str, str] = {}  # MIG device UUID -> why it is unhealthy
         self._layouts = 0
+        self._namespace_pids: dict[str, int] = {}  # namespace -> the last PID it handed out
         self._events: queue.Queue[HealthEvent] = queue.Queue()
 
     @classmethod
@@ -150,8 +165,6 @@ class SimulatedGPUs:
 
         if not self.available():
             return []
-        from dataclasses import replace
-
         with self._lock:
             unhealthy = self._lost | set(self._failed)
             mig = {index: mig_reason(*mode) for index, mode in self._mig.items()}
@@ -179,6 +192,14 @@ class SimulatedGPUs:
         return self._topology if self.available() else None
 
     def sample(self) -> Sample:
+        return self.sample_from(HOST_PID_NAMESPACE)
+
+    def seen_from(self, pid_namespace: str) -> GPUBackend:
+        """These cards as a caller in ``pid_namespace`` reads them (a node daemon without hostPID)."""
+        return PidNamespaceView(self, pid_namespace)
+
+    def sample_from(self, pid_namespace: str) -> Sample:
+        """A sample as a caller in ``pid_namespace`` gets it: the processes whose PID exists there."""
         if not self.available():
             raise GPUError(self.problem() or "no GPUs")
         now = self._clock()
@@ -207,14 +228,15 @@ class SimulatedGPUs:
                            memory_total_mib=self._memory_mib, utilization_percent=utilization,
                            healthy=gpu.index not in lost and gpu.index not in failed)
             )
-        flat = [p for procs in per_card.values() for p in procs]
-        flat.sort(key=lambda p: (p.card_index, p.pid))
+        every = [p for procs in per_card.values() for p in procs]
         slices = [
             SliceSample(card_index=card.index, uuid=s.uuid,
-                        memory_used_mib=min(s.memory_mib, sum(p.memory_used_mib for p in flat if p.mig_device == s.uuid)),
+                        memory_used_mib=min(s.memory_mib, sum(p.memory_used_mib for p in every if p.mig_device == s.uuid)),
                         memory_total_mib=s.memory_mib, utilization_percent=None, healthy=s.healthy)
             for card in self.inventory() if card.index not in lost for s in card.slices
         ]
+        flat = _visible(every, {proc.pid: proc for proc in processes}, pid_namespace)
+        flat.sort(key=lambda p: (p.card_index, p.pid))
         return Sample(taken_at=now, cards=cards, processes=flat, slices=slices)
 
     def next_health_event(self, timeout: float) -> HealthEvent | None:
@@ -237,12 +259,15 @@ class SimulatedGPUs:
         pattern: str = "notebook",
         mig_device: str | None = None,
         probe: UsageProbe | None = None,
+        pid_namespace: str = HOST_PID_NAMESPACE,
     ) -> None:
         """A process appears on one card (or several) and uses it within the given limits.
 
         ``memory_limit_mib`` is per card, ``cores_limit`` in percent of a card (1-100). With
         ``mig_device`` it runs on that MIG device of ``card_index``, within the slice's size.
         The "measured" pattern needs ``probe``, which reports the real process's usage.
+        ``pid`` is its host PID; in another ``pid_namespace`` it also gets that namespace's next
+        PID (1, 2, ...), and only callers there or in the host's see it.
         """
         cards = (card_index,) if isinstance(card_index, int) else tuple(card_index)
         indices = {gpu.index for gpu in self._topology.gpus}
@@ -268,10 +293,13 @@ class SimulatedGPUs:
                 slices = (mig_device,)
                 memory_limit_mib = min(memory_limit_mib, found[0].memory_mib)
                 cores_limit = min(cores_limit, found[0].cores)
+            namespace_pid = pid
+            if pid_namespace != HOST_PID_NAMESPACE:
+                namespace_pid = self._namespace_pids[pid_namespace] = self._namespace_pids.get(pid_namespace, 0) + 1
             self._processes[pid] = _Process(
                 pid=pid, cards=cards, memory_limit_mib=min(memory_limit_mib, self._memory_mib),
                 cores_limit=cores_limit, pattern=pattern, started_at=self._clock(), slices=slices,
-                probe=probe,
+                probe=probe, pid_namespace=pid_namespace, namespace_pid=namespace_pid,
             )
 
     def stop_process(self, pid: int) -> bool:
@@ -329,8 +357,6 @@ class SimulatedGPUs:
         runs on a card whose layout changes (the driver refuses to destroy an instance in use).
         A health event (card still unhealthy as a whole card) tells the node daemon to re-read.
         """
-        from dataclasses import replace
-
         from jupyter_vgpu.core.mig import geometry_for, slices_of
 
         self._check_card(card_index)
@@ -448,6 +474,52 @@ class SimulatedGPUs:
             util = proc.cores_limit * rate
             proc.measured = (now, cpu, util, memory)
             return util, memory
+
+
+class PidNamespaceView:
+    """A ``SimulatedGPUs`` as read from one PID namespace: the same driver, cards and health events;
+    ``sample()`` lists only the processes whose PID exists there. Anything else is the driver's."""
+
+    def __init__(self, gpus: SimulatedGPUs, pid_namespace: str) -> None:
+        self.gpus = gpus
+        self.pid_namespace = pid_namespace
+        self.name = gpus.name
+
+    def available(self) -> bool:
+        return self.gpus.available()
+
+    def problem(self) -> str | None:
+        return self.gpus.problem()
+
+    def driver_version(self) -> str | None:
+        return self.gpus.driver_version()
+
+    def inventory(self) -> list[Card]:
+        return self.gpus.inventory()
+
+    def topology(self) -> Topology | None:
+        return self.gpus.topology()
+
+    def sample(self) -> Sample:
+        return self.gpus.sample_from(self.pid_namespace)
+
+    def next_health_event(self, timeout: float) -> HealthEvent | None:
+        return self.gpus.next_health_event(timeout)
+
+    def close(self) -> None:
+        self.gpus.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.gpus, name)
+
+
+def _visible(samples: list[ProcessSample], processes: dict[int, _Process], pid_namespace: str) -> list[ProcessSample]:
+    """What the driver tells a caller in ``pid_namespace``: the host's sees every process by its host
+    PID; any other sees its own processes by their PIDs there, and no one else's."""
+    if pid_namespace == HOST_PID_NAMESPACE:
+        return list(samples)
+    return [replace(p, pid=processes[p.pid].namespace_pid) for p in samples
+            if processes[p.pid].pid_namespace == pid_namespace]
 
 
 def _digest(text: str) -> bytes:

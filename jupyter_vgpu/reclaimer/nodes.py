@@ -32,7 +32,8 @@ class PodUsage:
     cores: int
     memory_mib: int
     points: tuple[tuple[float, float, float], ...]
-    """(t, memory MiB, utilisation %) since the previous read, oldest first."""
+    """(t, memory MiB, utilisation %) since the previous read, oldest first; NaN where the node
+    sent null (no GPU process of the pod seen: unknown, never idle)."""
 
 
 def parse_pods(body: Any, url: str) -> tuple[float, list[PodUsage]]:
@@ -46,7 +47,7 @@ def parse_pods(body: Any, url: str) -> tuple[float, list[PodUsage]]:
     pods = []
     for entry in body["pods"]:
         try:
-            points = tuple((float(p[0]), float(p[1]), float(p[2])) for p in entry.get("history") or ())
+            points = tuple((float(p[0]), _number(p[1]), _number(p[2])) for p in entry.get("history") or ())
             pods.append(PodUsage(node, str(entry["namespace"]), str(entry["pod"]), str(entry["uid"]),
                                  int(entry["cores"]), int(entry["memoryMib"]), points))
         except (KeyError, TypeError, ValueError, IndexError) as error:
@@ -54,6 +55,10 @@ def parse_pods(body: Any, url: str) -> tuple[float, list[PodUsage]]:
     if body.get("stale"):  # numbers the node could not refresh: not evidence of idleness
         pods = [PodUsage(p.node, p.namespace, p.pod, p.uid, p.cores, p.memory_mib, ()) for p in pods]
     return float(now), pods
+
+
+def _number(value: Any) -> float:
+    return math.nan if value is None else float(value)
 
 
 class ScrapeToken:

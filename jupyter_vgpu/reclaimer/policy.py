@@ -4,10 +4,17 @@ The reclaimer calls ``classify`` on the usage points a node reported since its l
 then ``step`` with the server's previous ``ShareState`` and its own clock. Nothing here
 reads a clock, a node or the Hub, so every rule is tested as a plain function.
 
-- *active*: some point computed (utilisation at or above ``idle_utilization``);
-- *idle*: no compute and the share holds less memory than ``idle_memory_mib`` now;
-- *hoarding*: no compute but memory held;
-- *unknown*: no points (node unreachable, or a share too new to have been sampled).
+- *active*: the pass's utilisation integrated over time (the time-weighted mean of its
+  points) is at or above ``idle_utilization``: one busy sample among idle ones does not keep a
+  share, only keeping the card busy at that level on average does;
+- *idle*: not active, and the share holds less memory than ``idle_memory_mib`` at its latest
+  known point;
+- *hoarding*: not active, but memory held;
+- *unknown*: no known point (node unreachable, a share too new to have been sampled, or no GPU
+  process of the pod seen: the node sends those points as null, NaN here, since a process the
+  daemon cannot see looks the same). A pass of unknown points alone is never idle; in a pass
+  with a known point the daemon demonstrably sees the pod's processes, so its unknown points
+  are "no process" and count as no compute.
 
 A share quiet (idle or hoarding) for ``idle_seconds`` (idle) or ``hoard_seconds``
 (hoarding) is warned, with a deadline ``grace_seconds`` later; "keep my GPU" moves the
@@ -88,15 +95,23 @@ class Decision:
 
 
 def classify(points: Iterable[Sequence[float]], policy: Policy) -> str:
-    """``points`` are (t, memory MiB, utilisation %) oldest first, as the node reports them."""
-    last_memory = None
-    for point in points:
-        if point[2] >= policy.idle_utilization:
-            return ACTIVE
-        last_memory = point[1]
-    if last_memory is None:
+    """``points`` are (t, memory MiB, utilisation %) oldest first, as the node reports them; NaN
+    memory or utilisation marks an unknown point (no GPU process of the pod seen)."""
+    ordered = list(points)
+    known = [p for p in ordered if not (math.isnan(p[1]) or math.isnan(p[2]))]
+    if not known:
         return UNKNOWN
-    return HOARDING if last_memory >= policy.idle_memory_mib else IDLE
+    # One known point shows the daemon sees this pod's processes, so the pass's other points are
+    # "no process": no compute. Else stopping the process between bursts would leave only the bursts.
+    used = [0.0 if math.isnan(p[2]) else p[2] for p in ordered]
+    # each point stands for the interval it closes (the first one: the interval after it)
+    spans = [max(0.0, ordered[i][0] - ordered[i - 1][0]) for i in range(1, len(ordered))]
+    spans.insert(0, spans[0] if spans else 1.0)
+    time = sum(spans)
+    mean = sum(span * u for span, u in zip(spans, used, strict=True)) / time if time > 0 else sum(used) / len(used)
+    if mean >= policy.idle_utilization:
+        return ACTIVE
+    return HOARDING if known[-1][1] >= policy.idle_memory_mib else IDLE
 
 
 def step(state: ShareState, kind: str, now: float, policy: Policy) -> tuple[ShareState, Decision]:

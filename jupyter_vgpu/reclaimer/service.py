@@ -124,7 +124,8 @@ class VGPUReclaimer(Application):
     # -- policy ------------------------------------------------------------------------
     period_seconds = Float(60.0, help="Seconds between passes (keep it below the nodes' history, 900 s).").tag(
         config=True)
-    idle_utilization = Float(1.0, help="A share computes when its utilisation (percent of one card) reaches this."
+    idle_utilization = Float(1.0, help="A share computes when its utilisation (percent of one card) averaged "
+                                       "over the time of a pass reaches this: one busy sample does not keep it."
                              ).tag(config=True)
     idle_memory_mib = Float(512.0, help="A quiet share holding less GPU memory (MiB) is idle; more, hoarding."
                             ).tag(config=True)

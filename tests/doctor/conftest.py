@@ -11,7 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from doctor_support import NAMESPACE, NODE, Node, build_cluster, build_host, listen, sim_node
+from doctor_support import (
+    NAMESPACE,
+    NODE,
+    NOTEBOOK_PID_NAMESPACE,
+    Node,
+    build_cluster,
+    build_host,
+    listen,
+    sim_node,
+)
 from vgpu_plugin.doctor.setup import NodeSetup
 
 
@@ -23,6 +32,9 @@ def healthy(kube: Any) -> Iterator[Node]:
     # a short root: unix socket paths are limited to 107 bytes
     root = Path(tempfile.mkdtemp(prefix="vd-", dir="/tmp"))
     roots = build_host(root, backend, notebook_uid)
+    # the notebook's GPU process (pid 4242 of build_host's /proc), in its container's PID namespace
+    backend.start_process(4242, 0, memory_limit_mib=10240, cores_limit=25, pid_namespace=NOTEBOOK_PID_NAMESPACE)
+    backend.set_usage(4242, 4000, 20)
     plugin_dir = Path(roots["plugin_dir"])
     sockets = {name: listen(plugin_dir / name) for name in ("kubelet.sock", "vgpu-core.sock", "vgpu-memory.sock")}
     # the notebook uid differs from the test runner's, so its access is judged as another user's

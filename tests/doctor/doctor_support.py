@@ -21,6 +21,7 @@ from jupyter_vgpu.gpu.simulated import SimulatedGPUs
 NODE = "gpu-node-1"
 NAMESPACE = "vgpu-system"
 NAMES = contract.DEFAULT_NAMES
+NOTEBOOK_PID_NAMESPACE = "container " + "4f3c2b1a" * 8  # build_host's notebook container
 CONTAINERD_NVIDIA_DEFAULT = """
 version = 2
 [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -168,7 +169,7 @@ def build_host(root: Path, backend: SimNode, notebook_uid: str) -> dict[str, str
     mps.chmod(0o1777)
     (mps / "shm").chmod(0o1777)
     proc = root / "proc"
-    container = "4f3c2b1a" * 8
+    container = NOTEBOOK_PID_NAMESPACE.split()[1]
     processes = {
         1: ("systemd", "0::/init.scope\n"),
         311: ("nvidia-cuda-mps", "0::/system.slice/nvidia-mps.service\n"),

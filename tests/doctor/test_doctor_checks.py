@@ -14,7 +14,7 @@ from vgpu_plugin.doctor.cluster_checks import SCHEDULER_TAG_UNSET, judge_schedul
 from vgpu_plugin.doctor.report import FAIL, OK, WARN, exit_code
 
 ALL_CHECKS = {"driver", "cards", "mig", "device-nodes", "runtime", "toolkit-config", "injection", "notebook-runtime",
-              "kubelet-socket", "plugin-sockets", "checkpoint", "hami-core", "hami-dirs", "cgroups", "node-annotation",
+              "kubelet-socket", "plugin-sockets", "checkpoint", "hami-core", "hami-dirs", "cgroups", "process-visibility", "node-annotation",
               "nvidia-plugin", "scheduler-version"}
 
 
@@ -36,6 +36,8 @@ def test_healthy_node_is_all_ok(healthy):
     assert "/usr/bin/nvidia-container-runtime" in findings["runtime"].detail
     assert f"pid 4242 -> pod jhub/jupyter-ann ({healthy.pod_uid})" in findings["cgroups"].detail
     assert "cgroup v2, systemd driver, containerd" in findings["cgroups"].detail
+    assert (f"NVML lists pid 4242 on card 0, of pod jhub/jupyter-ann ({healthy.pod_uid})"
+            in findings["process-visibility"].detail)
     assert "2 for vGPU resources (1 pod(s))" in findings["checkpoint"].detail
     assert "kube-scheduler v1.32.4 with API server v1.32.0-vgpu-sim" in findings["scheduler-version"].detail
 
@@ -251,6 +253,28 @@ def test_proc_root_without_pods(healthy):
     finding = by_check(healthy.setup)["cgroups"]
     assert finding.status == FAIL and "none of 2 processes maps to a pod" in finding.detail
     assert "--proc-root" in finding.remedy
+
+
+def test_a_daemon_outside_the_host_pid_namespace_is_told_to_run_with_host_pid(healthy):
+    """The driver hides other namespaces' processes; the card's memory in use gives it away."""
+    healthy.setup.gpus = healthy.setup.gpus.seen_from("vgpu-node container")
+    finding = by_check(healthy.setup)["process-visibility"]
+    assert finding.status == FAIL and "card 0: 4000 MiB" in finding.detail
+    assert "not in the host's PID namespace" in finding.detail and "hostPID: true" in finding.remedy
+
+
+def test_process_visibility_is_skipped_without_a_pods_gpu_process(healthy):
+    gpus = healthy.setup.gpus
+    gpus.stop_process(4242)
+    finding = by_check(healthy.setup)["process-visibility"]
+    assert finding.status == WARN and finding.detail == "skipped: no GPU process runs on this node"
+    assert "run it again while a notebook uses its GPU" in finding.remedy
+    gpus.start_process(311, 1, memory_limit_mib=2048, cores_limit=100)  # the host's MPS server
+    gpus.set_usage(311, 2000, 0)
+    finding = by_check(healthy.setup)["process-visibility"]
+    assert finding.status == WARN and "1 GPU process(es), none of another pod" in finding.detail
+    # memory in use on a card no vGPU share holds is not evidence either way
+    assert "card 1" not in finding.detail
 
 
 def test_mps_node(healthy):

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from vgpu_plugin.doctor.gpu_checks import check_driver, check_mig, nvml_mig_mode
-from vgpu_plugin.doctor.report import OK, WARN
+from vgpu_plugin.doctor.report import FAIL, OK, WARN
 from vgpu_plugin.doctor.setup import NodeSetup
 
 from jupyter_vgpu.gpu.nvml import NVMLBackend
@@ -65,3 +65,21 @@ def test_no_driver_through_nvml():
     finding = check_driver(NodeSetup(gpus=backend))
     assert finding.status == "fail" and "libnvidia-ml.so.1" in finding.detail
     assert nvml_mig_mode(backend, 0) is None
+
+
+def test_process_visibility_through_nvml_follows_the_callers_pid_namespace(healthy):
+    """The real NVML backend over a driver that keeps PID namespaces: from the host's the notebook's
+    process is listed and maps to its pod; from the daemon's own container it is hidden while the
+    card's memory shows it, and the doctor says to run with hostPID."""
+    from vgpu_plugin.doctor.process_checks import check_process_visibility
+
+    nv = fake_pynvml.make_module()
+    nv.cards[0].used_mib, nv.cards[0].processes = 4000, {4242: 4000}
+    nv.driver.pid_namespaces = {4242: ("notebook container", 17)}
+    healthy.setup.gpus = NVMLBackend(library=nv)
+    finding = check_process_visibility(healthy.setup, {healthy.pod_uid: "jhub/jupyter-ann"})
+    assert finding.status == OK and "pid 4242 on card 0, of pod jhub/jupyter-ann" in finding.detail
+
+    nv.driver.caller_pid_namespace = "vgpu-node container"
+    finding = check_process_visibility(healthy.setup, {})
+    assert finding.status == FAIL and "card 0: 4000 MiB" in finding.detail and "hostPID" in finding.remedy

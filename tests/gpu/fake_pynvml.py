@@ -16,6 +16,12 @@ they ARE the installed nvidia-ml-py's functions (``nvmlDeviceGet*RunningProcesse
 caller's buffer with the struct layout that driver really writes. So "an R470 driver under
 nvidia-ml-py 13" raises exactly what it raises on a real node, and an R525-era driver's
 larger ``_v3`` records come out of the real wrapper as the same garbage.
+
+PID namespaces as the driver keeps them (open-gpu-kernel-modules, gpu_rmapi.c): a process is
+reported to a caller only if its PID exists in the caller's PID namespace, by its PID there.
+``FakeDriver.caller_pid_namespace`` is the caller's (``HOST``: hostPID, every process by host
+PID) and ``FakeDriver.pid_namespaces`` each process's (host PID -> (namespace, PID there); absent:
+a host process); card memory and utilisation are the same from everywhere.
 """
 
 from __future__ import annotations
@@ -82,6 +88,7 @@ class _V3CC(ctypes.Structure):  # the _v3 record R525-R535 drivers write (with c
                 ("usedGpuCcProtectedMemory", ctypes.c_ulonglong)]
 
 
+HOST = "host"
 NO_INSTANCE = 0xFFFFFFFF
 FAMILIES = ("Compute", "Graphics", "MPSCompute")
 # which process-query symbols a driver generation exports, and the record it writes for each
@@ -103,6 +110,8 @@ class FakeDriver:
     def __init__(self, generation: str) -> None:
         self.generation = generation
         self.calls: list[str] = []
+        self.caller_pid_namespace = HOST
+        self.pid_namespaces: dict[int, tuple[str, int]] = {}
         for family in FAMILIES:
             for suffix, record in DRIVERS[generation].items():
                 name = f"nvmlDeviceGet{family}RunningProcesses{suffix}"
@@ -113,7 +122,7 @@ class FakeDriver:
             self.calls.append(name)
             if device.lost:
                 return NVML_ERROR_GPU_IS_LOST
-            processes = device.running(family)
+            processes = self.visible(device.running(family))
             count = count_ref._obj  # ctypes.byref(c_uint)
             if not processes:
                 count.value = 0
@@ -133,6 +142,17 @@ class FakeDriver:
             return _real.NVML_SUCCESS
 
         return query
+
+    def visible(self, processes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """(pid, value) of the processes the caller's PID namespace holds, by their PIDs there."""
+        if self.caller_pid_namespace == HOST:
+            return processes
+        seen = []
+        for pid, value in processes:
+            namespace, local = self.pid_namespaces.get(pid, (HOST, pid))
+            if namespace == self.caller_pid_namespace:
+                seen.append((local, value))
+        return seen
 
 
 _DRIVER_LOCK = threading.RLock()
@@ -348,11 +368,12 @@ def make_module(*, init_error: int | None = None, cards: list[FakeCard] | None =
 
     def process_utilization(h: FakeCard, since: int) -> list[types.SimpleNamespace]:
         check(h)
-        if not h.process_util:
+        samples = nv.driver.visible(list(h.process_util.items()))
+        if not samples:
             raise NVMLError(NVML_ERROR_NOT_FOUND)
         stamp = int(time.time() * 1e6)
         return [types.SimpleNamespace(pid=pid, timeStamp=stamp, smUtil=util, memUtil=0)
-                for pid, util in h.process_util.items()]
+                for pid, util in samples]
 
     nv.nvmlDeviceGetProcessUtilization = process_utilization
 

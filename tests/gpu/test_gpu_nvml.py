@@ -206,3 +206,26 @@ def test_card_lost_before_start_keeps_the_other_cards_usable():
     assert [c.healthy for c in cards] == [True, False, True, True]
     assert cards[1].memory_mib == 0 and cards[0].memory_mib == 81920
     assert [c.healthy for c in backend.sample().cards] == [True, False, True, True]
+
+
+def test_a_caller_outside_the_host_pid_namespace_is_shown_only_its_own_processes():
+    """As the driver does: a process is listed only where its PID exists, by its PID there; card
+    memory and utilisation are the same from every namespace."""
+    nv = fake_pynvml.make_module()
+    card = nv.cards[2]
+    card.used_mib, card.utilization = 7000, 40
+    card.processes = {40001: 4000, 40002: 3000}
+    card.process_util = {40001: 30, 40002: 10}
+    nv.driver.pid_namespaces = {40001: ("notebook-a", 7), 40002: ("notebook-b", 7)}
+
+    host = NVMLBackend(library=nv).sample()
+    assert sorted(p.pid for p in host.processes) == [40001, 40002]
+
+    nv.driver.caller_pid_namespace = "vgpu-node container"  # a daemon without hostPID
+    blind = NVMLBackend(library=nv).sample()
+    assert blind.processes == []
+    assert (blind.cards[2].memory_used_mib, blind.cards[2].utilization_percent) == (7000, 40.0)
+
+    nv.driver.caller_pid_namespace = "notebook-a"
+    own = NVMLBackend(library=nv).sample().processes
+    assert [(p.pid, p.memory_used_mib, p.utilization_percent) for p in own] == [(7, 4000, 30.0)]

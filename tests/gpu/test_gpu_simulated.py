@@ -241,3 +241,23 @@ def test_measured_and_probe_go_together(fixtures):
     with pytest.raises(ValueError, match="probe"):
         gpus.start_process(1, 0, 1024, 10, pattern="notebook", probe=lambda: (0.0, 0))
     assert gpus.process_ids() == []
+
+
+def test_processes_are_listed_only_to_callers_whose_pid_namespace_holds_them(fixtures):
+    """The driver's rule: the host's namespace sees every process by its host PID, another
+    namespace only its own processes by their PIDs there; card memory is the same from everywhere."""
+    gpus = make(fixtures)
+    gpus.start_process(40001, 0, memory_limit_mib=4096, cores_limit=30, pid_namespace="container a")
+    gpus.start_process(40002, 0, memory_limit_mib=4096, cores_limit=30, pid_namespace="container b")
+    gpus.start_process(40003, 1, memory_limit_mib=4096, cores_limit=30, pid_namespace="container a")
+    for pid in (40001, 40002, 40003):
+        gpus.set_usage(pid, 1000, 10)
+
+    assert [p.pid for p in gpus.sample().processes] == [40001, 40002, 40003]
+    daemon = gpus.seen_from("vgpu-node container")  # no hostPID
+    assert isinstance(daemon, GPUBackend)
+    blind = daemon.sample()
+    assert blind.processes == []
+    assert blind.cards[0].memory_used_mib == 2000 and blind.cards[1].memory_used_mib == 1000
+    assert [(p.pid, p.card_index) for p in gpus.seen_from("container a").sample().processes] == [(1, 0), (2, 1)]
+    assert daemon.inventory() == gpus.inventory() and daemon.available()

@@ -13,6 +13,9 @@ from metrics_support import NODE, SCRAPE_TOKEN, FakeNode, token_of, wait_for_sam
 from vgpu_plugin.metrics import MetricsServer
 from vgpu_plugin.tokens import TokenMinter
 
+from jupyter_vgpu.reclaimer.nodes import parse_pods
+from jupyter_vgpu.reclaimer.policy import HOARDING, UNKNOWN, Policy, classify
+
 
 def get(url: str, token: str | None = None) -> tuple[int, Any]:
     request = urllib.request.Request(url)
@@ -63,7 +66,8 @@ def test_every_vgpu_pod_with_its_summed_history(server: MetricsServer, pods: dic
     assert times == sorted(times) and times[-1] <= body["now"]
     # both containers' processes, summed per sample
     assert busy["history"][-1][1:] == [4000.0, 25.0]
-    assert quiet["history"] and all(p[1:] == [0.0, 0.0] for p in quiet["history"])
+    # no process of it seen: unknown (null), never a 0 that reads as idle
+    assert quiet["history"] and all(p[1:] == [None, None] for p in quiet["history"])
 
 
 def test_since_limits_the_window(server: MetricsServer) -> None:
@@ -85,3 +89,38 @@ def test_only_the_scrape_token_reads_it(server: MetricsServer, minter: TokenMint
     assert status == 403 and "jupyter" not in json.dumps(body)
     # not on the node API port the notebooks reach, whatever the token
     assert get(server.url + "/api/v1/pods", SCRAPE_TOKEN)[0] == 404
+
+
+def test_a_share_with_no_process_seen_is_unknown_to_the_reclaimer_until_one_is(
+        server: MetricsServer, fake_node: FakeNode, pods: dict[str, Any], minter: TokenMinter) -> None:
+    """No process seen cannot be told from a process the daemon cannot see (another PID namespace):
+    the points are null, the reclaimer's pass is unknown and acts on nothing; the panel's own
+    history keeps showing 0. Once a process is seen its points are known again."""
+    url = server.scrape_url + "/api/v1/pods?since=0"
+    _, body = get(url, SCRAPE_TOKEN)
+    _, usage = parse_pods(body, url)
+    quiet = next(p for p in usage if p.pod == "jupyter-quiet")
+    assert quiet.points and classify(quiet.points, Policy()) == UNKNOWN
+
+    status, own = get(server.url + "/api/v1/usage?history=60", token_of(minter, pods["quiet"], 0))
+    assert status == 200 and own["history"] and all(p["utilizationPercent"] == 0.0 for p in own["history"])
+
+    fake_node.run(pods["quiet"], "notebook", 2, memory_mib=9000, utilization=0)
+    wait_for_samples(server.sampler, 3)
+    _, body = get(url, SCRAPE_TOKEN)
+    history = next(p for p in body["pods"] if p["pod"] == "jupyter-quiet")["history"]
+    assert history[-1][1:] == [9000.0, 0.0]
+    _, usage = parse_pods(body, url)
+    quiet = next(p for p in usage if p.pod == "jupyter-quiet")
+    assert classify(quiet.points[-2:], Policy()) == HOARDING
+
+
+def test_a_pod_point_sums_the_containers_seen(server: MetricsServer, fake_node: FakeNode) -> None:
+    """Where one container's process is seen the daemon sees the pod's processes: a container
+    without one adds nothing, and the point is known."""
+    half = fake_node.pod("jupyter-half", {"notebook": (20, 16, (3,)), "sidecar": (10, 8, (4,))})
+    fake_node.run(half, "notebook", 3, memory_mib=2000, utilization=12)
+    wait_for_samples(server.sampler, 3)
+    _, body = get(server.scrape_url + "/api/v1/pods?since=0", SCRAPE_TOKEN)
+    history = next(p for p in body["pods"] if p["pod"] == "jupyter-half")["history"]
+    assert history[-1][1:] == [2000.0, 12.0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -106,12 +107,17 @@ def test_history_ring_keeps_the_configured_window(tmp_path) -> None:
     assert sampler.history(key, 10_000) == []
 
 
-def test_idle_container_records_zero_usage(fake_node: FakeNode) -> None:
+def test_a_container_with_no_process_seen_records_an_unknown_point_not_zero(fake_node: FakeNode) -> None:
+    """No process seen may be a process in a PID namespace the daemon cannot see: unknown, not idle."""
     pod = fake_node.pod("idle", {"nb": (10, 8, (6,))})
     sampler = make_sampler(fake_node)
     sampler.sample_once()
-    (point,) = sampler.history(ContainerKey(pod["metadata"]["uid"], 0), 60)
-    assert (point.memory_used_mib, point.utilization_percent) == (0.0, 0.0)
+    key = ContainerKey(pod["metadata"]["uid"], 0)
+    (point,) = sampler.history(key, 60)
+    assert not point.known and math.isnan(point.memory_used_mib) and math.isnan(point.utilization_percent)
+    fake_node.run(pod, "nb", 6, memory_mib=300, utilization=0)  # a process that computes nothing: a known 0
+    sampler.sample_once()
+    assert [(p.known, p.utilization_percent) for p in sampler.history(key, 60)][1:] == [(True, 0.0)]
 
 
 

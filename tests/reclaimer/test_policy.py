@@ -42,9 +42,52 @@ def test_classify() -> None:
     assert classify([], POLICY) == UNKNOWN
     assert classify([(1, 0, 0), (2, 100, 0.5)], POLICY) == IDLE
     assert classify([(1, 9000, 0), (2, 600, 1.9)], POLICY) == HOARDING
-    assert classify([(1, 0, 0), (2, 0, 2.0), (3, 0, 0)], POLICY) == ACTIVE
+    assert classify([(1, 0, 0), (2, 0, 6.0), (3, 0, 0)], POLICY) == ACTIVE  # 2 % on average
     # memory freed by the end of the window: idle, whatever it held before
     assert classify([(1, 9000, 0), (2, 10, 0)], POLICY) == IDLE
+
+
+NAN = float("nan")
+
+
+def test_one_busy_sample_among_idle_ones_does_not_keep_a_share() -> None:
+    """Issue 32: a sample at the threshold per pass kept a share forever; the pass's utilisation
+    integrated over time decides, so staying active costs the threshold's share of the card."""
+    minute = [(t, 100, 0.0) for t in range(60)]
+    minute[30] = (30, 100, 2.0)
+    assert classify(minute, POLICY) == IDLE
+    minute[30] = (30, 100, 100.0)  # one second at full load is still 1.7 % of the minute
+    assert classify(minute, POLICY) == IDLE
+    assert classify([(t, 100, 2.0) for t in range(60)], POLICY) == ACTIVE
+    assert classify([(t, 100, 8.0 if t % 4 == 0 else 0.0) for t in range(60)], POLICY) == ACTIVE  # bursts, 2 % mean
+
+
+def test_utilisation_is_weighted_by_the_time_each_point_stands_for() -> None:
+    # ten quick idle samples, then one busy point closing a minute the sampler did not see in between
+    points = [(t / 10, 0, 0.0) for t in range(10)] + [(61.0, 0, 3.0)]
+    assert classify(points, POLICY) == ACTIVE
+    points = [(t / 10, 0, 3.0) for t in range(10)] + [(61.0, 0, 0.0)]
+    assert classify(points, POLICY) == IDLE
+
+
+def test_a_pass_with_no_process_seen_is_unknown_never_idle() -> None:
+    """Points with no GPU process seen (null from the node) may be a process the daemon cannot see:
+    a pass of them alone is unknown and acts on nothing, however long it lasts."""
+    assert classify([(1, NAN, NAN), (2, NAN, NAN)], POLICY) == UNKNOWN
+    state, decisions = run([(t, classify([(t, NAN, NAN)], POLICY)) for t in range(0, 5000, 100)])
+    assert state.quiet_since is None and {d for _, d in decisions} == {NONE}
+    assert classify([(1, NAN, NAN), (2, 9000, 0), (3, NAN, NAN)], POLICY) == HOARDING  # its latest known memory
+
+
+def test_stopping_the_process_between_bursts_does_not_keep_a_share() -> None:
+    """Once a point of the pass is known the daemon sees the pod's processes: the pass's other
+    points are no process, no compute, so a burst per pass is judged over the whole pass."""
+    burst = [(t, NAN, NAN) for t in range(60)]
+    burst[59] = (59, 300, 60.0)
+    assert classify(burst, POLICY) == IDLE  # 60 % for one second of the minute: 1 %
+    burst[58] = (58, 300, 60.0)
+    burst[57] = (57, 300, 60.0)
+    assert classify(burst, POLICY) == ACTIVE  # three seconds: 3 %
 
 
 def test_idle_warned_then_reclaimed() -> None:

@@ -76,7 +76,7 @@ class SimCluster(ClusterWorkloads):
                  enforcement: str = "hami-core", run_processes: bool = False, metrics_period: float = 1.0,
                  scheduler_config: str | os.PathLike[str] | None = None, names: c.Names = c.DEFAULT_NAMES,
                  kube_port: int = 0, ready_timeout: float = 60.0, api_process: bool = False,
-                 control_plane_process: bool = False, node_processes: int = 0) -> None:
+                 control_plane_process: bool = False, node_processes: int = 0, host_pid: bool = True) -> None:
         """``api_process``: run the API server in a process of its own (``simkube.process``), so
         it does not share this process's GIL; the store is then out of reach (no ``kube.call``).
         ``control_plane_process``: the extender and the scheduler stand-in in another
@@ -85,7 +85,9 @@ class SimCluster(ClusterWorkloads):
         ``node_processes``: host the nodes (kubelet stand-in and node daemon each) in that many
         spawned children, dealt round-robin (``demo.node_process``); each node's ``kubelet``,
         ``daemon`` and ``gpus`` are then proxies with the queries tests and benchmarks read, and
-        stopping or restarting one node's daemon or kubelet is refused (``ClusterError``)."""
+        stopping or restarting one node's daemon or kubelet is refused (``ClusterError``).
+        ``host_pid``: the node daemons run in the host's PID namespace, as the DaemonSet's ``hostPID``
+        puts them; False shows them what a daemon without it gets (``NodeSettings.host_pid``)."""
         if not nodes:
             raise ValueError("a simulated cluster needs at least one node")
         duplicates = {spec.name for spec in nodes if sum(s.name == spec.name for s in nodes) > 1}
@@ -101,6 +103,7 @@ class SimCluster(ClusterWorkloads):
         self.enforcement = enforcement
         self.run_processes = run_processes
         self.metrics_period = metrics_period
+        self.host_pid = host_pid
         self.scheduler_config = scheduler_config
         self.names = names
         self.ready_timeout = ready_timeout
@@ -221,7 +224,8 @@ class SimCluster(ClusterWorkloads):
 
     @property
     def _node_settings(self) -> NodeSettings:
-        return NodeSettings(self.names, self.enforcement, self.run_processes, self.metrics_period, self.scrape_token)
+        return NodeSettings(self.names, self.enforcement, self.run_processes, self.metrics_period, self.scrape_token,
+                            self.host_pid)
 
     def _start_node(self, index: int, spec: NodeSpec) -> None:
         node = new_node(spec, spec.topology_path(self.fixtures_dir), self._node_dirs(index))

@@ -26,7 +26,9 @@ Optionally it runs each container's ``command``/``args`` as a local process with
 environment Allocate returned (deleting the pod stops it), and starts a simulated GPU
 process on a ``SimulatedGPUs`` backend for each vGPU container, writing
 ``<proc root>/<pid>/cgroup`` (cgroup v2, systemd driver, containerd) so the metrics code
-can map the process to its pod.
+can map the process to its pod. As containerd does, the process runs in its container's own
+PID namespace (the pod's with ``shareProcessNamespace``, the host's with ``hostPID``), so the
+driver shows it only to callers there or in the host's namespace.
 """
 
 from __future__ import annotations
@@ -732,7 +734,8 @@ class SimKubelet:
             self._write_cgroup_file(pid, _cgroup_path(pod, admitted.uid, ctr.container_id))
         try:
             self.gpus.start_process(pid, cards, memory // len(cards), min(100, cores // len(cards) or cores), pattern,
-                                    mig_device=mig_device, probe=probe)
+                                    mig_device=mig_device, probe=probe,
+                                    pid_namespace=_pid_namespace(pod, admitted.uid, ctr.container_id))
         except (ValueError, KeyError) as error:
             log.warning("kubelet %s: cannot start a simulated GPU process: %s", self.node, error)
             if self.proc_root:
@@ -820,6 +823,16 @@ def _set_devices(plugin: _Plugin, devices: dict[str, str]) -> None:
     plugin.devices = devices
     plugin.ids = sorted(devices)
     plugin.healthy = [d for d in plugin.ids if devices[d] == HEALTHY]
+
+
+def _pid_namespace(pod: dict[str, Any], uid: str, container_id: str) -> str:
+    """The PID namespace the runtime starts a container's processes in."""
+    from jupyter_vgpu.gpu.simulated import HOST_PID_NAMESPACE
+
+    spec = pod.get("spec") or {}
+    if spec.get("hostPID"):
+        return HOST_PID_NAMESPACE
+    return f"pod {uid}" if spec.get("shareProcessNamespace") else f"container {container_id}"
 
 
 def _cgroup_path(pod: dict[str, Any], uid: str, container_id: str) -> str:

@@ -79,6 +79,9 @@ class NodeSettings:
     run_processes: bool
     metrics_period: float
     scrape_token: str
+    host_pid: bool = True
+    """The node daemon runs in the host's PID namespace (the DaemonSet's ``hostPID``); without it
+    the driver shows the daemon no pod's GPU process, as on a real node."""
 
 
 def simulated_gpus(spec: NodeSpec, topology: Path) -> Any:
@@ -141,7 +144,9 @@ def new_daemon(node: SimNode, settings: NodeSettings, client: Any) -> Any:
                                       hami_lock_dir=os.path.join(node.state_dir, "vgpulock")),
         metrics={"address": "127.0.0.1", "port": 0, "proc_root": node.proc_root,
                  "period": settings.metrics_period, "scrape_port": 0, "scrape_token": settings.scrape_token})
-    return NodeDaemon(config, node.gpus, client)
+    # the daemon shares the driver with the kubelet's pods; which processes it sees is its namespace's
+    gpus = node.gpus if settings.host_pid else node.gpus.seen_from(f"vgpu-node container on {node.name}")
+    return NodeDaemon(config, gpus, client)
 
 
 def expected_allocatable(inventory: Sequence[Any]) -> tuple[str, str]:

@@ -20,7 +20,8 @@ def check_cgroups(setup: NodeSetup, pod_names: dict[str, str]) -> Finding:
         pids = sorted((int(e) for e in os.listdir(setup.proc_root) if e.isdigit()), reverse=True)
     except OSError as error:
         return Finding("cgroups", FAIL, f"cannot list {setup.proc_root}: {error}",
-                       "mount the host's /proc read-only (the DaemonSet does, at /host/proc) and pass --proc-root")
+                       "run in the host's PID namespace (the DaemonSet's hostPID), or pass the host's /proc "
+                       "with --proc-root")
     readable = 0
     for pid in pids:
         identity, ok = read_process_identity(setup.proc_root, pid)

@@ -1,5 +1,5 @@
 """Every check, in the order a person fixes things: driver, runtime, kubelet, enforcement,
-cgroups, then what the cluster sees."""
+cgroups and GPU process visibility, then what the cluster sees."""
 
 from __future__ import annotations
 
@@ -26,6 +26,12 @@ log = logging.getLogger(__name__)
 
 def _cgroups(setup: NodeSetup) -> Finding:
     return check_cgroups(setup, pod_names_by_uid(setup))
+
+
+def _process_visibility(setup: NodeSetup) -> Finding:
+    from .process_checks import check_process_visibility
+
+    return check_process_visibility(setup, pod_names_by_uid(setup))
 
 
 def _runtime(setup: NodeSetup) -> Finding:
@@ -59,6 +65,7 @@ CHECKS: tuple[tuple[str, Callable[[NodeSetup], Any]], ...] = (
     ("checkpoint", check_checkpoint),
     ("enforcement", check_enforcement),
     ("cgroups", _cgroups),
+    ("process-visibility", _process_visibility),
     ("node-annotation", check_node_annotation),
     ("nvidia-plugin", check_nvidia_plugin),
     ("scheduler-version", check_scheduler_version),

@@ -205,8 +205,11 @@ def usage_view(sampler: Sampler, snapshot: Snapshot, caller: Caller, history_sec
         "historySeconds": sampler.history_seconds,
         "limits": limits_of(snapshot, caller),
         "current": current,
+        # an unknown point (no process seen) shows as 0, as ``current`` does; only the reclaimer's
+        # /api/v1/pods tells it apart (metrics/podusage.py)
         "history": [
-            {"t": p.t, "memoryUsedMib": _round(p.memory_used_mib), "utilizationPercent": _round(p.utilization_percent)}
+            {"t": p.t, "memoryUsedMib": _round(p.memory_used_mib) if p.known else 0.0,
+             "utilizationPercent": _round(p.utilization_percent) if p.known else 0.0}
             for p in history
         ],
     }

@@ -90,7 +90,8 @@ def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
                             f"/metrics and /metric; 'false' is for debugging only "
                             f"[${ENV_REQUIRE_TOKEN}, default true]")
     group.add_argument("--metrics-proc-root", default=env(ENV_PROC_ROOT, "/proc"),
-                       help=f"the host's /proc (mounted into the daemon's container) to map GPU processes to pods "
+                       help=f"the /proc of the PID namespace NVML's PIDs are in, to map GPU processes to pods: the "
+                            f"host's (the DaemonSet runs with hostPID, so its own /proc is it) "
                             f"[${ENV_PROC_ROOT}, default /proc]")
 
 

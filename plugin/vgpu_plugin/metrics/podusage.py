@@ -12,6 +12,11 @@ it names every tenant on the node, so it must never be on the hostPort.
 counting its memory); ``history`` is oldest first, one point per sample summed over the
 pod's containers, since ``since`` (default: the last 600 s; never before the node's
 history). Arrays rather than objects: a reclaimer reads every pod of every node.
+
+A point is ``[t, null, null]`` (unknown) when the sample saw no GPU process of any of the pod's
+containers: the driver lists only processes whose PID the daemon's namespace holds, so nothing
+seen is not evidence of idleness. Where some container's process was seen the daemon sees the
+pod's processes, and the point sums the containers seen.
 """
 
 from __future__ import annotations
@@ -47,13 +52,16 @@ def pods_usage(sampler: Sampler, since: float, now: float) -> dict[str, Any]:
         entry["memoryMib"] += holding.memory_mib
         containers.setdefault(pod.uid, set()).add(holding.container_index)
     for uid, entry in held.items():
-        summed: dict[float, list[float]] = {}
+        summed: dict[float, list[float] | None] = {}
         for index in sorted(containers[uid]):
             for point in sampler.history(ContainerKey(uid, index), now - since, now=now):
-                totals = summed.setdefault(point.t, [0.0, 0.0])
-                totals[0] += point.memory_used_mib
-                totals[1] += point.utilization_percent
-        entry["history"] = [[round(t, 3), round(m, 1), round(u, 2)] for t, (m, u) in sorted(summed.items())]
+                totals = summed.setdefault(point.t, None)
+                if point.known:
+                    totals = summed[point.t] = totals or [0.0, 0.0]
+                    totals[0] += point.memory_used_mib
+                    totals[1] += point.utilization_percent
+        entry["history"] = [[round(t, 3), round(v[0], 1), round(v[1], 2)] if v else [round(t, 3), None, None]
+                            for t, v in sorted(summed.items())]
     return {"node": snapshot.node, "stale": stale, "message": message, "now": round(now, 3),
             "periodSeconds": sampler.period, "historySeconds": sampler.history_seconds,
             "pods": sorted(held.values(), key=lambda p: (p["namespace"], p["pod"]))}

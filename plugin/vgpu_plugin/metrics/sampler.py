@@ -2,9 +2,13 @@
 
 Every period it takes a backend sample, maps each GPU process to its pod and container,
 adds up usage per container, records the containers' usage history, and publishes an
-immutable Snapshot. HTTP requests only ever read the latest snapshot, so a scrape never
-waits for NVML and a slow or failing driver never takes the endpoint down: a failed sample
-keeps the last known numbers and marks them stale, with the reason.
+immutable Snapshot. A container holding a share with no GPU process seen in a sample gets an
+unknown history point (NaN memory and utilisation), never a 0: the driver lists only processes
+whose PID exists in the daemon's PID namespace (without hostPID, none of the pods'), so "no
+process" cannot be told from "a process this daemon cannot see", and must not read as idle.
+HTTP requests only ever read the latest snapshot, so a scrape never waits for NVML and a
+slow or failing driver never takes the endpoint down: a failed sample keeps the last known
+numbers and marks them stale, with the reason.
 """
 
 from __future__ import annotations
@@ -87,6 +91,11 @@ class HistoryPoint:
     t: float
     memory_used_mib: float
     utilization_percent: float
+    """Both NaN when no process of the container was seen in that sample: unknown, not idle."""
+
+    @property
+    def known(self) -> bool:
+        return not math.isnan(self.memory_used_mib)
 
 
 @dataclass(frozen=True)
@@ -127,7 +136,8 @@ class Snapshot:
 
 class UsageRing:
     """The last ``size`` (t, memory, utilisation) points of one container, in three float
-    arrays: 24 bytes a point instead of ~150 for tuples (64 containers x 15 min = 1.4 MB)."""
+    arrays: 24 bytes a point instead of ~150 for tuples (64 containers x 15 min = 1.4 MB).
+    An unknown point (no process seen) holds NaN memory and utilisation."""
 
     __slots__ = ("_t", "_memory", "_utilization", "_next", "_count")
 
@@ -439,7 +449,7 @@ class Sampler:
                 if ring is None:
                     ring = self._history[key] = UsageRing(self._history_len)
                 used = usage.get(key)
-                ring.append(t, used.memory_used_mib if used else 0.0, used.utilization_percent if used else 0.0)
+                ring.append(t, used.memory_used_mib if used else math.nan, used.utilization_percent if used else math.nan)
             for gone in self._history.keys() - keys:  # the pod ended or gave its share back
                 del self._history[gone]
 
