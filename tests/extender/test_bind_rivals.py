@@ -307,3 +307,19 @@ def test_identical_and_admitted_pods_steer_nothing(cluster):
     confirm(cluster, "small")
     wait_for(lambda: not cluster.extender.ledger.awaiting_admission, timeout=10, what="small admitted in the ledger")
     assert filtered(cluster, large) == ["gpu-a", "gpu-b"]
+
+
+def test_a_rival_kubelet_started_is_admitted_even_if_never_marked(one_node):
+    """The node daemon may be down, or its PATCH refused (a pod carrying ~256 KiB of its own
+    annotations): a pod kubelet runs made its Allocate calls, marked ``gpu-assigned`` or not."""
+    cluster = one_node
+    start(cluster, rival_wait=20)
+    small, large = small_bound_large_made(cluster)
+    cluster.core.patch_namespaced_pod_status("small", "default", {"status": {"phase": "Running", "containerStatuses": [
+        {"name": "notebook", "ready": True, "restartCount": 0, "image": "x", "imageID": "",
+         "state": {"running": {"startedAt": "2026-12-07T00:00:00Z"}}}]}}, _preload_content=False)
+    wait_for(lambda: not cluster.extender.ledger.awaiting_admission, timeout=10, what="small admitted in the ledger")
+    started = time.monotonic()
+    assert post(f"{cluster.url}/bind", binding_args(large, "gpu-a")) == (200, {"Error": ""})
+    assert time.monotonic() - started < 5 and node_name(cluster, "large") == "gpu-a"
+    assert cluster.read_pod("small")["metadata"]["annotations"][NAMES.gpu_assigned] == "false"  # never marked

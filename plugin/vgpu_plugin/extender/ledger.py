@@ -195,7 +195,19 @@ def pod_holding(pod: Mapping[str, Any], names: Names,
     if claim.allocation is None:
         return None
     served = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.gpu_assigned) == "true"
-    return Holding(uid, namespace, name, claim.node, claim.allocation.containers, unserved=not served)
+    return Holding(uid, namespace, name, claim.node, claim.allocation.containers,
+                   unserved=not (served or kubelet_started(pod)))
+
+
+def kubelet_started(pod: Mapping[str, Any]) -> bool:
+    """Whether kubelet has admitted the pod and started (or ended) its containers: then it makes no
+    more Allocate calls for it, marked ``gpu-assigned`` or not (the node daemon may be down, or its
+    PATCH refused). Pod status is kubelet's to write, not the pod's creator's."""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Running", "Succeeded", "Failed"):
+        return True
+    return any(("running" in (s.get("state") or {})) or ("terminated" in (s.get("state") or {}))
+               for s in status.get("containerStatuses") or [])
 
 
 # --- the ledger ------------------------------------------------------------------------
