@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check that this node is ready for vGPU notebooks: driver and NVML, cards, MIG mode, the "
                     "container runtime, whether the NVIDIA Container Toolkit lets unprivileged pods pick cards "
                     "by NVIDIA_VISIBLE_DEVICES, kubelet's device-plugin directory, socket and checkpoint, the "
-                    "enforcement backend (usable by a non-root notebook), cgroups, the node annotation, another "
+                    "enforcement backend (usable by a non-root notebook), cgroups, whether NVML shows other pods' GPU "
+                    "processes (hostPID), the node annotation, another "
                     "device plugin (NVIDIA's, GKE's) on the same cards and the scheduler's version. One line per check: ok, "
                     "warn or fail with what to do. Exit status 1 when any check fails. Run it on every GPU node, "
                     "on the host or in that node's vgpu-node pod (docs/admin.md, section 7, loops over them); "
@@ -97,6 +98,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="kubeconfig; default in-cluster or ~/.kube/config [$KUBECONFIG]")
     p.add_argument("--no-api", action="store_true", default=_bool(env("VGPU_DOCTOR_NO_API", "false")),
                    help="skip the checks that ask the API server [$VGPU_DOCTOR_NO_API]")
+    acceptance = p.add_argument_group("GPU acceptance kit (docs/acceptance.md)")
+    acceptance.add_argument("--acceptance", action="store_true",
+                            default=_bool(env("VGPU_DOCTOR_ACCEPTANCE", "false")),
+                            help="instead of the node checks, accept this machine's GPUs without Kubernetes: cards "
+                                 "against nvidia-smi, a real CUDA process seen by the metrics sampler, the PyTorch "
+                                 "guard rail, MPS limits (--allow-mps), MIG state; pass / fail / n/a, exit status 1 "
+                                 "when a check fails; changes no GPU setting [$VGPU_DOCTOR_ACCEPTANCE]")
+    acceptance.add_argument("--report-dir", default=env("VGPU_DOCTOR_REPORT_DIR"), metavar="DIR",
+                            help="write acceptance.json and acceptance.md here [$VGPU_DOCTOR_REPORT_DIR]")
+    acceptance.add_argument("--allow-mps", action="store_true", default=_bool(env("VGPU_DOCTOR_ALLOW_MPS", "false")),
+                            help="let the acceptance kit start a private MPS control daemon (its own pipe and log "
+                                 "directories, quit at the end) to check a client is held to its pinned-memory "
+                                 "limit [$VGPU_DOCTOR_ALLOW_MPS]")
+    acceptance.add_argument("--cuda-worker", default=env("VGPU_DOCTOR_CUDA_WORKER"), metavar="COMMAND",
+                            help="the command that runs the acceptance kit's CUDA worker, e.g. another Python with "
+                                 "PyTorch: '/opt/conda/bin/python -m vgpu_plugin.doctor.acceptance_cuda'; default: "
+                                 "this Python [$VGPU_DOCTOR_CUDA_WORKER]")
     p.add_argument("--log-level", default=env("VGPU_LOG_LEVEL", "WARNING"),
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="[$VGPU_LOG_LEVEL, default WARNING]")
     return p
@@ -106,6 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if args.acceptance:
+        from .acceptance import run_from_args
+
+        return run_from_args(args)
     from jupyter_vgpu.gpu import open_backend
 
     try:
