@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import threading
-import time
 from typing import Any
 
 from http_support import http  # noqa: F401 - re-exported for this area's tests
@@ -34,46 +33,70 @@ def annotations(pod: dict[str, Any]) -> dict[str, str]:
     return pod["metadata"].get("annotations") or {}
 
 
-def held(pods: list[dict[str, Any]], names: Any) -> dict[tuple[str, str], list[tuple[int, int]]]:
-    """(node, card uuid) -> the (cores, memory units) each bound pod's record holds there; a pod
-    that ended (Failed, Succeeded) holds nothing, as the extender counts it."""
+def pod_shares(pod: dict[str, Any], names: Any) -> list[tuple[tuple[str, str], int, int]]:
+    """((node, card uuid), cores, memory units) of each share a bound pod's record holds; none for
+    a pod that ended (Failed, Succeeded), as the extender counts it."""
     from jupyter_vgpu.core import contract as c
 
+    if (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
+        return []
+    text = annotations(pod).get(names.allocation)
+    node = pod["spec"].get("nodeName")
+    if not (text and node):
+        return []
+    return [((node, share.uuid), share.cores, share.memory_units)
+            for container in c.PodAllocation.from_json(text).containers for share in container.cards]
+
+
+def held(pods: list[dict[str, Any]], names: Any) -> dict[tuple[str, str], list[tuple[int, int]]]:
+    """(node, card uuid) -> the (cores, memory units) each bound pod's record holds there."""
     cards: dict[tuple[str, str], list[tuple[int, int]]] = collections.defaultdict(list)
     for pod in pods:
-        if pod["status"].get("phase") in ("Failed", "Succeeded"):
-            continue
-        text = annotations(pod).get(names.allocation)
-        if text and pod["spec"].get("nodeName"):
-            for container in c.PodAllocation.from_json(text).containers:
-                for share in container.cards:
-                    cards[(pod["spec"]["nodeName"], share.uuid)].append((share.cores, share.memory_units))
+        for card, cores, memory in pod_shares(pod, names):
+            cards[card].append((cores, memory))
     return cards
 
 
 class OvercommitWatcher:
-    """Reads every pod's allocation record every ``period`` seconds while it runs and keeps each
-    card found holding more than 100 % of its compute or more than ``card_units(node)`` of memory."""
+    """Watches pods (``list_func``, the official client's list call, with its ``selectors``) and on
+    every event checks each card the changed pod holds: more than 100 % of its compute, or more
+    than ``card_units(node)`` of memory, is kept as a violation. A watch, not polling: a storm
+    measured beside it must not pay for whole LISTs every fraction of a second."""
 
-    def __init__(self, list_pods: Any, names: Any, card_units: Any, period: float = 0.3) -> None:
-        self.list_pods, self.names, self.card_units, self.period = list_pods, names, card_units, period
+    def __init__(self, list_func: Any, names: Any, card_units: Any, *, keep: Any = None, **selectors: Any) -> None:
+        from vgpu_plugin.informer import Informer
+
+        self.names, self.card_units = names, card_units
+        self.keep = keep or (lambda pod: True)  # pods that hold their cards (e.g. not being deleted)
         self.violations: list[str] = []
         self.checks = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="overcommit-watcher", daemon=True)
+        self._lock = threading.Lock()
+        self._shares: dict[str, list[tuple[tuple[str, str], int, int]]] = {}
+        self._cards: dict[tuple[str, str], dict[str, tuple[int, int]]] = collections.defaultdict(dict)
+        self._informer = Informer(list_func, on_event=self._on_event, **selectors)
+        self._informer.name = "overcommit-watcher"
 
     def start(self) -> OvercommitWatcher:
-        self._thread.start()
+        self._informer.start()
+        assert self._informer.wait_synced(30), "the over-commit watcher could not list the pods"
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
+        self._informer.stop()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for (node, uuid), shares in held(self.list_pods(), self.names).items():
-                if sum(s[0] for s in shares) > 100 or sum(s[1] for s in shares) > self.card_units(node):
-                    self.violations.append(f"{node} {uuid}: {shares}")
+    def _on_event(self, kind: str, pod: dict[str, Any] | None) -> None:
+        if pod is None:
+            return  # RELISTED: the differences came as events before it
+        uid = pod["metadata"]["uid"]
+        shares = [] if kind == "DELETED" or not self.keep(pod) else pod_shares(pod, self.names)
+        with self._lock:
+            for card, _, _ in self._shares.pop(uid, []):
+                self._cards[card].pop(uid, None)
+            self._shares[uid] = shares
+            for card, cores, memory in shares:
+                holders = self._cards[card]
+                holders[uid] = (cores, memory)
+                if sum(h[0] for h in holders.values()) > 100 or \
+                        sum(h[1] for h in holders.values()) > self.card_units(card[0]):
+                    self.violations.append(f"{card[0]} {card[1]}: {sorted(holders.values())}")
             self.checks += 1
-            time.sleep(self.period)

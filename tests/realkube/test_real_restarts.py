@@ -38,7 +38,8 @@ def test_kills_during_a_storm_overcommit_nothing_and_lose_nothing(real: Any, nam
     real.kubectl("create", "namespace", NAMESPACE)
     rng = random.Random(7)
     made: list[str] = []
-    watcher = OvercommitWatcher(lambda: live_pods(real), names, CARD_UNITS.get).start()  # every moment
+    watcher = OvercommitWatcher(real.core_v1.list_namespaced_pod, names, CARD_UNITS.get, namespace=NAMESPACE,
+                                keep=lambda pod: not pod["metadata"].get("deletionTimestamp")).start()  # every event
     crashes = [lambda: real.node(GPU_A).kubelet.restart(kill=True),
                lambda: real.restart_daemon(GPU_B, kill=True),
                lambda: real.restart_extender(kill=True),
