@@ -15,6 +15,10 @@ fi
 # the real-Kubernetes tier (tests/realkube) runs Kubernetes built from its Go modules
 echo "== hack/kube/build.sh"
 if VGPU_KUBE_BIN_DIR=$(hack/kube/build.sh); then export VGPU_KUBE_BIN_DIR; else status=1; fi
+# the Helm chart's tests (tests/deploy/test_helm_chart.py, tests/realkube/test_real_helm.py) run
+# Helm built from its Go module, as Kubernetes is
+echo "== hack/helm/build.sh"
+if helm_dir=$(hack/helm/build.sh); then export VGPU_HELM_BIN="$helm_dir/helm"; else status=1; fi
 echo "== pytest"
 mkdir -p tests/artifacts
 .venv/bin/python -m pytest -p no:cacheprovider -ra --durations=30 "$@"

@@ -5,11 +5,15 @@
 - ``topology_fixtures``: the directory of real ``nvidia-smi topo -m`` captures.
 - ``kubespawner_kubeconfig``: KubeSpawner loads a kubeconfig when constructed; this gives it
   one pointing at a closed port (unit tests never reach an API). Returns its path.
+- ``helm_program``: the ``helm`` hack/helm builds (Helm at its go.mod's pin), or $VGPU_HELM_BIN.
+  scripts/test.sh builds it before pytest starts; when pytest runs directly, the collection hook
+  below builds it (minutes cold, outside any test's timeout) if a collected test needs it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 
 import pytest
@@ -24,6 +28,27 @@ pytest_plugins = ["simkube.pytest_plugin"]
 @pytest.fixture(scope="session")
 def topology_fixtures() -> pathlib.Path:
     return TOPOLOGY_DIR
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not os.environ.get("VGPU_HELM_BIN") and any(
+            "helm_program" in getattr(item, "fixturenames", ()) for item in session.items):
+        from vgpu_plugin.realkube.binaries import BinariesError, helm_bin
+
+        try:
+            os.environ["VGPU_HELM_BIN"] = str(helm_bin())
+        except BinariesError:  # no Go here: the tests that need helm fail with the reason, the rest run
+            pass
+
+
+@pytest.fixture(scope="session")
+def helm_program() -> pathlib.Path:
+    from vgpu_plugin.realkube.binaries import BinariesError, helm_bin
+
+    try:
+        return helm_bin()
+    except BinariesError as error:
+        pytest.fail(str(error))
 
 
 @pytest.fixture

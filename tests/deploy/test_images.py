@@ -240,25 +240,28 @@ def scheduler_components() -> dict[str, str]:
     return found
 
 
-def test_images_are_pinned_in_kustomizations_only():
-    """Tags live in `images:` lists, never in a manifest: the node image in
-    deploy/base/kustomization.yaml, kube-scheduler in deploy/components/scheduler-<minor>.
-    The base's kube-scheduler tag is one no registry has, so every overlay renders, and runs
-    no scheduler until the admin adds the component of the cluster's minor."""
-    base = yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())
-    assert {i["name"]: i["newTag"] for i in base["images"]} == {NODE_IMAGE: version(), SCHEDULER_IMAGE: SCHEDULER_TAG_UNSET}
-    pinned = {path for path in DEPLOY.rglob("kustomization.yaml")}
+RENDERED = "# Rendered by scripts/render_deploy.py from the Helm chart deploy/helm/jupyter-vgpu"
+
+
+def test_images_are_pinned_in_the_charts_values_only():
+    """Every tag is in deploy/helm/jupyter-vgpu/values.yaml: the node image at the package's
+    version, kube-scheduler once per supported minor. No hand-written file under deploy/ pins
+    either image; the kustomize files that carry a tag are rendered from those values
+    (scripts/render_deploy.py; tests/deploy/test_helm_chart.py checks they are current). The
+    kustomize base's kube-scheduler tag is one no registry has, so every overlay renders, and
+    runs no scheduler until the admin adds the component of the cluster's minor."""
+    values = yaml.safe_load((DEPLOY / "helm" / "jupyter-vgpu" / "values.yaml").read_text())["images"]
+    assert (values["node"]["repository"], values["node"]["tag"]) == (NODE_IMAGE, version())
+    assert values["kubeScheduler"]["repository"] == SCHEDULER_IMAGE and values["kubeScheduler"]["tag"] == ""
+    assert values["kubeScheduler"]["tagsByMinor"] == scheduler_components()
     for path in DEPLOY.rglob("*.yaml"):
-        if path in pinned:
+        text = path.read_text()
+        if text.startswith(RENDERED) or RENDERED in text.split("apiVersion:")[0]:
             continue
-        for image in re.findall(r"^\s*image:\s*(\S+)", path.read_text(), re.M):
+        for image in re.findall(r"^\s*(?:image|repository|name|newName):\s*(\S+)", text, re.M):
             if image.startswith((NODE_IMAGE, SCHEDULER_IMAGE)):
-                assert ":" not in image.split("/")[-1], f"{path.relative_to(REPO)} pins {image}; pin it in an images: list"
-    for path in pinned:
-        tags = {i.get("newTag") for i in yaml.safe_load(path.read_text()).get("images") or []
-                if i["name"] in (NODE_IMAGE, SCHEDULER_IMAGE)} - {None}
-        where = path.parent.relative_to(DEPLOY).as_posix()
-        assert not tags or where == "base" or where.startswith("components/scheduler-"), f"{where} pins {tags}"
+                assert ":" not in image.split("/")[-1], f"{path.relative_to(REPO)} pins {image}; pin it in the chart's values.yaml"
+        assert not re.search(r"^\s*newTag:", text, re.M), f"{path.relative_to(REPO)} pins a tag by hand"
     for kustomization in KUSTOMIZATIONS:
         for obj in render(kustomization):
             if obj["kind"] not in ("DaemonSet", "Deployment"):

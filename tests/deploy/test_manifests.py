@@ -103,6 +103,9 @@ def test_backend_overlays_combine_with_monitoring(tmp_path, backend):
 # mode and starts each MPS server under its client's uid; its init container mounts the shared
 # /dev/shm tmpfs on the host (mount(2) and Bidirectional mount propagation need privileged).
 PRIVILEGED = {("vgpu-mps-control-daemon", "mps-control-daemon"), ("vgpu-mps-control-daemon", "mps-shm")}
+# The host namespaces a workload joins: the node daemon the host's PID namespace, as the driver
+# lists to NVML only the GPU processes whose PID the caller's namespace holds (docs/security.md).
+HOST_NAMESPACES = {("vgpu-node", "hostPID")}
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
@@ -116,7 +119,8 @@ def test_least_privilege_pods(kustomization):
         pod = obj["spec"]["template"]["spec"]
         where = obj["metadata"]["name"]
         for key in ("hostNetwork", "hostPID", "hostIPC"):
-            assert not pod.get(key), f"{where}: {key}"
+            if (where, key) not in HOST_NAMESPACES:
+                assert not pod.get(key), f"{where}: {key}"
         assert pod["serviceAccountName"] != "default"
         for c in pod["containers"] + pod.get("initContainers", []):
             security = c.get("securityContext") or {}
@@ -135,12 +139,21 @@ EXPECTED_HOST_PATHS = {
     # path -> read-only in the container?
     "/var/lib/kubelet/device-plugins": False,   # our sockets, kubelet.sock, kubelet's checkpoint
     "/var/lib/jupyter-vgpu": False,             # the token secret
-    "/proc": True,                              # pid -> cgroup -> pod for the metrics
 }
 BACKEND_HOST_PATHS = {"base": {}, "overlays/monitoring": {},
                       # libvgpu.so + the per-container cache dirs the daemon creates; HAMi-core's locks
                       "overlays/hami-core": {"/usr/local/vgpu": False, "/tmp/vgpulock": False},
                       "overlays/mps": {}}
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_the_node_daemon_joins_the_host_pid_namespace_and_reads_its_own_proc(kustomization):
+    """hostPID: NVML lists it the pods' GPU processes, and its own /proc (the host namespace's) maps
+    them to pods; no host /proc mount or proc-root setting is left to disagree with it."""
+    objects = render(kustomization)
+    pod = find(objects, "DaemonSet", "vgpu-node")["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True and not pod.get("hostNetwork") and not pod.get("hostIPC")
+    assert "VGPU_METRICS_PROC_ROOT" not in env_of(container(objects, "DaemonSet", "vgpu-node", "node"))
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)

@@ -1,9 +1,10 @@
 """Is the kube-scheduler beside the extender within Kubernetes' version-skew policy?
 
 The policy: kube-scheduler must not be newer than kube-apiserver and may be at most one
-minor version older. vgpu-scheduler runs an upstream kube-scheduler image pinned in
-deploy/base/kustomization.yaml, so on a cluster of another minor version it drifts out of
-policy unless the admin overrides the tag. The extender checks once at start (it reads
+minor version older. vgpu-scheduler runs an upstream kube-scheduler image: the Helm chart
+picks the release of the API server's minor at install, a kustomize overlay the
+deploy/components/scheduler-<minor> its admin adds, so a cluster upgraded since, or an
+overlay with the wrong component, drifts out of policy. The extender checks once at start (it reads
 its own pod for the paired image and the API server's /version) and logs a warning;
 ``jupyter-vgpu doctor`` reports the same verdict.
 """

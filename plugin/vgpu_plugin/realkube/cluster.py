@@ -22,7 +22,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +62,11 @@ class RealCluster(ClusterWorkloads):
                  bin_dir: str | os.PathLike[str] | None = None, fixtures_dir: str | os.PathLike[str] | None = None,
                  policy: str = "binpack", enforcement: str = "hami-core", names: c.Names = c.DEFAULT_NAMES,
                  metrics_period: float = 1.0, ready_timeout: float = 90.0,
-                 daemon_args: Mapping[str, Sequence[str]] | None = None, extender_args: Sequence[str] = ()) -> None:
+                 daemon_args: Mapping[str, Sequence[str]] | None = None, extender_args: Sequence[str] = (),
+                 deploy: Callable[[ControlPlane], None] | None = None) -> None:
         """``daemon_args``: node name -> more flags for that node's daemon (``--cdi true``);
-        ``extender_args``: more flags for the extender (``--rival-wait 5``)."""
+        ``extender_args``: more flags for the extender (``--rival-wait 5``); ``deploy``: installs
+        jupyter-vgpu's objects in place of applying deploy/base (``ControlPlane``)."""
         if not nodes:
             raise ValueError("a cluster needs at least one node")
         if len({spec.name for spec in nodes}) != len(nodes):
@@ -78,6 +80,7 @@ class RealCluster(ClusterWorkloads):
         self.metrics_period, self.ready_timeout = metrics_period, ready_timeout
         self.daemon_args = {name: list(args) for name, args in (daemon_args or {}).items()}
         self.extender_args = list(extender_args)
+        self.deploy = deploy
         self._own_workdir = workdir is None
         # unix socket paths must stay under ~100 characters: keep the work dir short
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="vgreal-", dir="/tmp"))
@@ -91,7 +94,7 @@ class RealCluster(ClusterWorkloads):
     def start(self) -> RealCluster:
         try:
             self.plane = ControlPlane(self.workdir, self.bin_dir, policy=self.policy, ready_timeout=self.ready_timeout,
-                                      extender_args=self.extender_args).start()
+                                      extender_args=self.extender_args, deploy=self.deploy).start()
             token_file = self.workdir / "scrape-token"
             self.scrape_token = scrape_token(token_file)
             for index, spec in enumerate(self.specs):

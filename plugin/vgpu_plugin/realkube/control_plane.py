@@ -2,12 +2,15 @@
 authentication, Node and RBAC authorization, NodeRestriction, the ValidatingAdmissionPolicy
 of ``deploy/base``), kube-controller-manager (service accounts, the root CA ConfigMap,
 namespaces, garbage collection, node lifecycle), and the ``vgpu-scheduler`` pod's two
-containers as processes: kube-scheduler with ``deploy/scheduler/config.yaml`` and our
-extender, both with a real token of the ``vgpu-scheduler`` service account.
+containers as processes: kube-scheduler with the configuration of ConfigMap
+``vgpu-scheduler-config`` (what the pod would mount) and our extender, both with a real token
+of the ``vgpu-scheduler`` service account.
 
 ``deploy/base`` is applied with kubectl as an admin would, except its two workloads (the
 node DaemonSet and the scheduler Deployment), whose programs run here as processes with the
-identities those workloads would have.
+identities those workloads would have. Or ``deploy`` installs the stack another way (the Helm
+chart, tests/realkube/test_real_helm.py): its DaemonSet and Deployment may then be stored, and
+make no pods, as this control plane runs neither controller.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import ssl
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,7 @@ NAMESPACE = "vgpu-system"
 SCHEDULER_ACCOUNT = "vgpu-scheduler"
 NODE_ACCOUNT = "vgpu-node"
 SERVICE_CIDR = "10.96.0.0/16"  # cluster IPs are only allocated here, never routed
+SCHEDULER_CONFIG = "vgpu-scheduler-config"
 WORKLOADS = ("DaemonSet", "Deployment")  # deploy/base's, run here as processes instead
 TOKEN_SECONDS = 24 * 3600
 CONTROLLERS = "serviceaccount,serviceaccount-token,root-ca-cert-publisher,namespace,garbagecollector,podgc," \
@@ -63,13 +67,16 @@ def write_kubeconfig(path: Path, server: str, ca: Path, *, client: KeyPair | Non
 
 
 class ControlPlane:
-    """Started with ``start()`` (API up, deploy/base applied); ``start_scheduler()`` once the
-    nodes are ready, as a cluster brings up its scheduler last."""
+    """Started with ``start()`` (API up, deploy/base applied, or what ``deploy`` installs);
+    ``start_scheduler()`` once the nodes are ready, as a cluster brings up its scheduler last."""
 
     def __init__(self, workdir: Path, bin_dir: Path, *, policy: str, ready_timeout: float = 60.0,
-                 extender_args: Sequence[str] = ()) -> None:
+                 extender_args: Sequence[str] = (), deploy: Callable[[ControlPlane], None] | None = None) -> None:
+        """``deploy``: installs jupyter-vgpu's objects once the API serves (default ``apply_base``);
+        it must leave the ``vgpu-scheduler`` and ``vgpu-node`` service accounts in vgpu-system."""
         self.workdir, self.bin_dir, self.policy, self.ready_timeout = workdir, bin_dir, policy, ready_timeout
         self.extender_args = list(extender_args)
+        self.deploy = deploy
         self.kube = str(bin_dir / "kube")
         self.pki = PKI(workdir / "pki")
         self.api_port = free_port()
@@ -121,7 +128,10 @@ class ControlPlane:
             "--leader-elect=false", "--secure-port", "0", "--controllers", CONTROLLERS,
             "--use-service-account-credentials", "--root-ca-file", str(self.pki.ca),
             "--service-account-private-key-file", str(self.pki.service_account_key)])
-        self.apply_base()
+        if self.deploy is None:
+            self.apply_base()
+        else:
+            self.deploy(self)
         self.scheduler_kubeconfig = write_kubeconfig(
             self.workdir / "vgpu-scheduler.kubeconfig", self.server, self.pki.ca,
             token=self.token(SCHEDULER_ACCOUNT))
@@ -220,8 +230,10 @@ class ControlPlane:
         self._wait_extender()
 
     def scheduler_config(self) -> Path:
-        """deploy/scheduler/config.yaml with this cluster's extender address and kubeconfig."""
-        config = yaml.safe_load((repository() / "deploy" / "scheduler" / "config.yaml").read_text())
+        """The KubeSchedulerConfiguration of ConfigMap vgpu-scheduler-config (deploy/base's, or the
+        chart's), with this cluster's extender address and kubeconfig."""
+        stored = json.loads(self.kubectl("get", "configmap", "-n", NAMESPACE, SCHEDULER_CONFIG, "-o", "json"))
+        config = yaml.safe_load(stored["data"]["config.yaml"])
         for extender in config["extenders"]:
             extender["urlPrefix"] = f"{self.extender_url}/scheduler"
         config["clientConnection"] = {"kubeconfig": str(self.scheduler_kubeconfig)}
