@@ -21,7 +21,7 @@ from deploy_support import DEPLOY, REPO, env_of, find, render
 from test_manifests import SERVICE_MONITOR_SCHEMA
 from test_scheduler_memory import doc_row, memory, mib
 from test_z2jh_and_images import USER_SCHEDULER, chart_config, person, spawn
-from vgpu_plugin.doctor.cluster_checks import SCHEDULER_MINORS, SCHEDULER_TAG_UNSET
+from vgpu_plugin.extender.version_skew import SCHEDULER_MINORS, SCHEDULER_TAG_UNSET
 
 from jupyter_vgpu.core import contract
 

@@ -17,7 +17,7 @@ import pytest
 import tomllib
 import yaml
 from deploy_support import DEPLOY, KUSTOMIZATIONS, REPO, find, render
-from vgpu_plugin.doctor.cluster_checks import SCHEDULER_MINORS, SCHEDULER_TAG_UNSET
+from vgpu_plugin.extender.version_skew import SCHEDULER_MINORS, SCHEDULER_TAG_UNSET
 
 DOCKERFILES = ["plugin/Dockerfile", "deploy/z2jh/hub.Dockerfile", "deploy/z2jh/singleuser.Dockerfile"]
 WORKFLOW = REPO / ".github" / "workflows" / "images.yml"

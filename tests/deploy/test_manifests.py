@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from deploy_support import DEPLOY, KUSTOMIZATIONS, container, env_of, find, render
-from vgpu_plugin.doctor.cluster_checks import SCHEDULER_MINORS
+from vgpu_plugin.extender.version_skew import SCHEDULER_MINORS
 
 from jupyter_vgpu.core import contract
 

@@ -10,8 +10,9 @@ import kubernetes.client
 import pytest
 from doctor_support import CONTAINERD_NVIDIA_DEFAULT, NAMESPACE, NODE, sim_node
 from vgpu_plugin.doctor.checks import run_checks
-from vgpu_plugin.doctor.cluster_checks import SCHEDULER_TAG_UNSET, judge_scheduler
+from vgpu_plugin.doctor.cluster_checks import judge_scheduler
 from vgpu_plugin.doctor.report import FAIL, OK, WARN, exit_code
+from vgpu_plugin.extender.version_skew import SCHEDULER_TAG_UNSET
 
 ALL_CHECKS = {"driver", "cards", "mig", "device-nodes", "runtime", "toolkit-config", "injection", "notebook-runtime",
               "kubelet-socket", "plugin-sockets", "checkpoint", "hami-core", "hami-dirs", "cgroups", "process-visibility", "node-annotation",

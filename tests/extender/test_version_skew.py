@@ -23,7 +23,7 @@ NAMESPACE = "vgpu-system"
     ("v1.32.0", "registry.k8s.io/kube-scheduler:v1.32.4", "ok"),
     ("v1.33.2", "registry.k8s.io/kube-scheduler:v1.32.4", "ok"),         # one minor older: allowed
     ("v1.30.6-eks-7f9249a", "registry.k8s.io/kube-scheduler:v1.32.4", "fail"),  # newer than the server
-    ("v1.34.1", "registry.k8s.io/kube-scheduler:v1.32.4", "warn"),       # two minors older
+    ("v1.34.1", "registry.k8s.io/kube-scheduler:v1.32.4", "fail"),       # two minors older: unsupported
     ("v1.27.16+k3s1", "registry.k8s.io/kube-scheduler:v1.27.16", "ok"),
     ("v1.32.0", "registry.k8s.io/kube-scheduler@sha256:" + "0" * 64, "warn"),  # digest only: cannot tell
     ("v1.32.0", "mirror.example.org:5000/kube-scheduler:v1.31.0@sha256:" + "1" * 64, "ok"),
@@ -33,12 +33,12 @@ def test_verdicts_follow_the_skew_policy(server, image, level):
     verdict = judge(server, image)
     assert verdict.level == level, verdict.message
     if level != "ok":
-        assert "newTag" in verdict.message or "by hand" in verdict.message
+        assert "newTag" in verdict.remedy or "scheduler-1." in verdict.remedy or "by hand" in verdict.remedy
 
 
 def test_remedy_names_the_servers_own_version():
     verdict = judge("v1.29.10", "registry.k8s.io/kube-scheduler:v1.32.4")
-    assert "newTag: v1.29.10" in verdict.message and "registry.k8s.io/kube-scheduler" in verdict.message
+    assert "newTag: v1.29.<patch>" in verdict.remedy and "registry.k8s.io/kube-scheduler" in verdict.remedy
 
 
 def test_image_tag_ignores_registry_ports_and_digests():
@@ -66,7 +66,7 @@ def test_check_reads_the_pod_and_the_api_servers_version(kube, namespace):
     client = kube.api_client()
     assert check_paired_scheduler(client, NAMESPACE, "in-policy", "kube-scheduler").level == "ok"
     verdict = check_paired_scheduler(client, NAMESPACE, "too-old", "kube-scheduler")
-    assert verdict.level == "warn" and "v1.29.3" in verdict.message and "v1.32.0-vgpu-sim" in verdict.message
+    assert verdict.level == "fail" and "v1.29.3" in verdict.message and "v1.32.0-vgpu-sim" in verdict.message
     assert check_paired_scheduler(client, NAMESPACE, "in-policy", "scheduler").level == "warn"
     missing = check_paired_scheduler(client, NAMESPACE, "no-such-pod", "kube-scheduler")
     assert missing.level == "warn" and "cannot check" in missing.message

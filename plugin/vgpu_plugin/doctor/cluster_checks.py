@@ -6,10 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..extender.version_skew import (
-    OLDER_MINORS_ALLOWED,
-    SCHEDULER_IMAGE,
-    image_tag,
-    parse_version,
+    judge,
     server_version,
 )
 from .report import FAIL, OK, WARN, Finding
@@ -19,13 +16,6 @@ NODE_APP = "app.kubernetes.io/name=vgpu-node"
 SCHEDULER_APP = "app.kubernetes.io/name=vgpu-scheduler"
 NO_API = "no Kubernetes API to ask (pass --kubeconfig, or run in the vgpu-node pod)"
 
-# The Kubernetes minors deploy/ ships a kube-scheduler for: deploy/components/scheduler-<minor>
-# each pins registry.k8s.io/kube-scheduler at a release of that minor (tests/deploy checks that
-# this list and those directories agree). deploy/base's own tag is SCHEDULER_TAG_UNSET, which no
-# registry has: an overlay without one of the components deploys no scheduler at all.
-SCHEDULER_MINORS = ((1, 35), (1, 36), (1, 37))
-SCHEDULER_TAG_UNSET = "unset-add-deploy-components-scheduler-1.minor"
-SKEW_DOC = "docs/admin.md, 'kube-scheduler version'"
 
 
 def api_errors() -> tuple[type[BaseException], ...]:
@@ -159,56 +149,10 @@ def check_nvidia_plugin(setup: NodeSetup) -> list[Finding]:
                     RIVAL_PLUGIN_REMEDY)]
 
 
-def scheduler_remedy(server: Any) -> str:
-    """What to put in the admin's overlay for an API server of version ``server`` (a KubeVersion)."""
-    if (server.major, server.minor) in SCHEDULER_MINORS:
-        return (f"add deploy/components/scheduler-{server.major}.{server.minor} to your overlay's components: "
-                f"(in place of any other scheduler-* component or {SCHEDULER_IMAGE} images: entry; {SKEW_DOC})")
-    shipped = ", ".join(f"{major}.{minor}" for major, minor in SCHEDULER_MINORS)
-    return (f"deploy/components/ has a kube-scheduler for {shipped} only: set images: [{{name: {SCHEDULER_IMAGE}, "
-            f"newTag: v{server.major}.{server.minor}.<patch>}}] in your overlay, the newest patch of your API "
-            f"server's minor ({SKEW_DOC})")
-
-
 def judge_scheduler(server: str | None, image: str | None) -> Finding:
-    """Kubernetes' version-skew policy for kube-scheduler: never newer than the API server, at
-    most OLDER_MINORS_ALLOWED minor(s) older. Outside it is a failure: upstream supports no
-    such pair, and a newer scheduler may call APIs the server does not serve."""
-    api = parse_version(server)
-    if api is None:
-        return Finding("scheduler-version", WARN, f"cannot read the API server's version ({server!r})",
-                       "check the kube-scheduler image by hand: the API server's minor version or one older, "
-                       f"never newer ({SKEW_DOC})")
-    tag = image_tag(image)
-    if tag == SCHEDULER_TAG_UNSET:
-        return Finding("scheduler-version", FAIL,
-                       f"kube-scheduler image {image} has no version: the overlay adds none of "
-                       "deploy/components/scheduler-<minor>, so vgpu-scheduler cannot start (no such image)",
-                       scheduler_remedy(api))
-    scheduler = parse_version(tag)
-    if scheduler is None:
-        return Finding("scheduler-version", WARN,
-                       f"cannot tell the version of kube-scheduler image {image!r} (API server {server})",
-                       f"use a version tag: {scheduler_remedy(api)}")
-    what = f"kube-scheduler {tag} with API server {server}"
-    if (scheduler.major, scheduler.minor) > (api.major, api.minor):
-        return Finding("scheduler-version", FAIL,
-                       f"{what}: the scheduler is newer than the API server, which the version-skew policy does "
-                       "not allow (it may call APIs this server does not serve)", scheduler_remedy(api))
-    behind = api.minor - scheduler.minor
-    if scheduler.major != api.major:
-        return Finding("scheduler-version", FAIL, f"{what}: another major version; the version-skew policy "
-                                                  f"allows the same minor or {OLDER_MINORS_ALLOWED} older",
-                       scheduler_remedy(api))
-    if behind > OLDER_MINORS_ALLOWED:
-        return Finding("scheduler-version", FAIL,
-                       f"{what}: the scheduler is {behind} minor versions older than the API server; the "
-                       f"version-skew policy allows {OLDER_MINORS_ALLOWED}", scheduler_remedy(api))
-    if behind:
-        return Finding("scheduler-version", OK,
-                       f"{what}: within the version-skew policy (one minor older, as during a control-plane "
-                       "upgrade; move to the API server's minor next)")
-    return Finding("scheduler-version", OK, f"{what}: within the version-skew policy")
+    """The extender's verdict on the paired kube-scheduler (``version_skew.judge``), as a finding."""
+    verdict = judge(server, image)
+    return Finding("scheduler-version", verdict.level, verdict.message, verdict.remedy)
 
 
 def check_scheduler_version(setup: NodeSetup) -> Finding:
