@@ -4,7 +4,8 @@
 answers for the nodes that did not change. Here every request has a shape not seen before
 (and every 16th pod a drifted mix would do the same), so each filter scores all 1,000
 nodes in one batch: ``Decisions.filter`` timed directly (no HTTP), on nodes with 8 cards
-each holding a random load, the learned mix being the pods filtered so far.
+each holding a random load, the learned mix being the pods bound so far (``learn_bound``, as
+the extender's bind).
 
     .venv/bin/python benchmarks/extender/bench_fgd_fresh.py --nodes 1000 --filters 300
     .venv/bin/python benchmarks/extender/bench_fgd_fresh.py --nodes 1000 --filters 300 --policy binpack
@@ -75,6 +76,7 @@ def main() -> int:
             # binpack passes every fitting node: bind to the first, as fgd-filter's one
             share = CardShare(0, "", min(cores, 100), memory)
             ledger.put(Holding(f"b{i}", "bench", f"b{i}", passed[0], (ContainerAllocation(0, "c", (share,)),)))
+            decisions.learn_bound(request.pod)
     took.sort()
     p = lambda q: took[min(len(took) - 1, int(q * len(took)))]  # noqa: E731
     print(f"{args.policy}: {args.nodes} nodes, {len(took)} filters, each a new request shape, "

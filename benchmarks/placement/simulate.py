@@ -259,21 +259,15 @@ def ours_fragment() -> Scheduler:
 
 
 def ours_fgd_filter() -> Scheduler:
-    """fgd-filter as the extender runs it: the typical pods counted online from the pods its
-    filter sees (each once, however often it retries), the node of the best ``fgd_level``
-    (the first by name among equals), ``place_pod`` there."""
+    """fgd-filter as the extender runs it: the typical pods counted online from the pods it
+    binds (each once; not the requests its filter is asked about, issue 32), the node of the best
+    ``fgd_level`` (the first by name among equals), ``place_pod`` there."""
     learner = MixLearner(FGD_CAPACITY, FGD_DECAY, by="count")
-    seen: dict[int, Request] = {}  # by identity: one session's retries pass the same object (kept alive)
+    bound = [0]
     snapshot = [Mix()]  # the extender's rule: a new snapshot at the first 16 pods, then every 16 if drifted
 
     def choose(nodes: dict[str, NodeState], candidates: Sequence[str], request: Request) -> Choice | None:
         pod = {0: request}
-        shape = Shape.of_pod(pod)
-        if shape is not None and id(request) not in seen:
-            seen[id(request)] = request
-            learner.observe(replace(shape, memory_units=0))
-            if (len(seen) <= 16 or len(seen) % 16 == 0) and drifted(snapshot[0], learned := learner.mix()):
-                snapshot[0] = learned
         view = FragmentView(snapshot[0])
         levels = [(level, n) for n in candidates if _could_fit(nodes[n], request)
                   and (level := fgd_level(nodes[n], pod, view)) is not None]
@@ -282,6 +276,12 @@ def ours_fgd_filter() -> Scheduler:
         name = min(levels, key=lambda ln: (-ln[0], ln[1]))[1]
         placement = place_pod(nodes[name], pod, "fgd-filter", view=view)
         assert isinstance(placement, PodPlacement)
+        shape = Shape.of_pod(pod)
+        if shape is not None:  # the simulation admits every choice: bound, so learned now
+            learner.observe(replace(shape, memory_units=0))
+            bound[0] += 1
+            if (bound[0] <= 16 or bound[0] % 16 == 0) and drifted(snapshot[0], learned := learner.mix()):
+                snapshot[0] = learned
         return name, placement
 
     return choose

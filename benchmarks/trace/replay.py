@@ -15,6 +15,9 @@ counted as many times as the node's free CPU hosts it) and FGD-copies-deployed (
 extender levels over a MostAllocated profile). Third round: fgd-filter, the same measure with
 typical pods learned online (core MixLearner, by count, with node selectors) and the node
 chosen by the extender's filter (the best FGD score, first of list on ties), as deployed.
+``--learn filter`` learns as the extender did before issue 32 (every pod its filter is asked
+about) and ``--hostile N`` adds a namespace of N pending pods that never fit (README "A hostile
+namespace").
 
     .venv/bin/python benchmarks/trace/replay.py --trace default --seeds 42 43 --policies FGD fragment
 """
@@ -27,6 +30,7 @@ import math
 import statistics
 import sys
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugin")]
 
 from jupyter_vgpu.core.fgd import FGD_BLEND, FGD_CAPACITY, FGD_DECAY, drifted  # noqa: E402
-from jupyter_vgpu.core.fragment import MixLearner, Shape  # noqa: E402
+from jupyter_vgpu.core.fragment import Mix, MixLearner, Shape  # noqa: E402
 from jupyter_vgpu.core.placement import FRAGMENT_PACKING, FRAGMENT_SPAN  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -60,6 +64,13 @@ COPIES_POLICIES = ("FGD-copies", "FGD-copies-deployed")
 # so kube-scheduler does not score.
 FILTER_POLICIES = ("fgd-filter",)
 FILTER_CAPACITY, FILTER_DECAY = FGD_CAPACITY, FGD_DECAY
+SEEN_PODS = 4096  # the extender's: how many pod uids a learned mix remembers having counted
+# A hostile namespace's pending pods (README "A hostile namespace"): a 10 % share asking 40 GiB,
+# more than any card of the trace has (32 GiB at most) but not than a node's cards together, so
+# kube-scheduler's own resource fit passes them to the extender, which never places one; and 32
+# CPUs, so that, learned, it would make every node with less CPU free look fragmented.
+HOSTILE_MILLI, HOSTILE_UNITS, HOSTILE_CPU, HOSTILE_MEM = 100, 40 * 1024 // UNIT_MIB, 32_000, 1024
+HOSTILE_SHAPE = Shape(HOSTILE_MILLI // 10, 0, 1, HOSTILE_CPU)
 
 
 @dataclass
@@ -599,10 +610,52 @@ def _first_free_2d(cores, units, cap, num):
 # --- the replay ----------------------------------------------------------------------------
 
 
+class LearnedMix:
+    """fgd-filter's typical pods as the extender learns them: a pod counted once while its uid is
+    among the last ``SEEN_PODS`` counted, a new snapshot at each of the first 16 pods and then
+    every 16 once drifted, as the simulator's typical pods (``learned_typical``). ``evicted``:
+    the hostile pods whose next retry counts again (their uid left the last ones counted)."""
+
+    def __init__(self, cluster: Cluster, capacity: int, decay: float) -> None:
+        self.cluster = cluster
+        self.learner = MixLearner(capacity=capacity, decay=decay, by="count")
+        self.seen: OrderedDict[object, None] = OrderedDict()
+        self.evicted: list[object] = []
+        self.observed = 0
+        self.mix: Mix | None = None
+        self.typical: Any = None
+
+    def observe(self, uid: object, shape: Shape) -> None:
+        if uid in self.seen:
+            return
+        self.seen[uid] = None
+        if len(self.seen) > SEEN_PODS:
+            gone = self.seen.popitem(last=False)[0]
+            if isinstance(gone, str):
+                self.evicted.append(gone)
+        self.learner.observe(shape)
+        self.observed += 1
+        if self.mix is None or self.observed <= 16 or self.observed % 16 == 0:  # the extender's snapshot rule
+            mix = self.learner.mix()
+            if self.mix is None or drifted(self.mix, mix):
+                self.typical, self.mix = learned_typical(mix, self.cluster), mix
+
+    def for_pod(self, tasks: Tasks, t: int) -> Any:
+        """The typical pods a filter decides with: the pod's own shape while nothing is learned."""
+        if self.typical is None:
+            return learned_typical(Mix(((_filter_shape(tasks, t), 1.0),)), self.cluster)
+        return self.typical
+
+
 def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = True, weight: int = 5,
         span: float = FRAGMENT_SPAN, decay: float = 0.999, packing: float = FRAGMENT_PACKING,
         coverage: float = 0.95, blend: float = 0.0, filter_decay: float = FILTER_DECAY,
-        filter_capacity: int = FILTER_CAPACITY) -> dict[str, float]:
+        filter_capacity: int = FILTER_CAPACITY, learn: str = "bind", hostile: int = 0) -> dict[str, float]:
+    """``learn``: fgd-filter learns from the pods bound ("bind", the extender since issue 32) or
+    from every pod its filter is asked about ("filter", before). ``hostile``: that many pending
+    pods of ``HOSTILE_SHAPE``, submitted before the first task and each retried between any two
+    tasks (kube-scheduler requeues unschedulable pods as pods are bound); the extender's filter is
+    asked about a retry whenever kube-scheduler's own filters leave a node for it."""
     cluster = load_cluster()
     rows = inflate(load_tasks(trace, cluster), cluster, seed)
     tasks = build_tasks(rows, cluster)
@@ -610,8 +663,8 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
     st = State(cluster, project_units)
     rng = np.random.default_rng(seed + 1000)
     learner = MixLearner(decay=decay)
-    filter_learner = MixLearner(capacity=filter_capacity, decay=filter_decay, by="count")
-    learned, learned_mix = None, None
+    typical = LearnedMix(cluster, filter_capacity, filter_decay)
+    typical.evicted = [f"hostile-{i}" for i in range(hostile)]  # not counted yet
     frag_cache = fgd_frag(st.cores * 10, st.cpu, typ, typ[4]) if policy == "FGD" else None
     cap = cluster.gpu_milli
     # a scheduler profile scoring NodeResourcesFit MostAllocated (with BalancedAllocation), or
@@ -623,14 +676,13 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
         milli, num = int(tasks.milli[t]), int(tasks.num[t])
         arrived += milli * num
         gpu_pod = num > 0
+        if policy in FILTER_POLICIES and learn == "filter" and typical.evicted and _hostile_seen(st):
+            retried, typical.evicted = typical.evicted, []
+            for uid in retried:  # a retry counts again only once its uid left the last ones counted
+                typical.observe(uid, HOSTILE_SHAPE)
         if gpu_pod or not regime.startswith("taint"):
-            if policy in FILTER_POLICIES and gpu_pod and _seen_by_extender(st, tasks, t):
-                filter_learner.observe(_filter_shape(tasks, t))
-                observed += 1
-                if learned is None or observed <= 16 or observed % 16 == 0:  # the extender's snapshot rule
-                    mix = filter_learner.mix()
-                    if learned is None or drifted(learned_mix, mix):
-                        learned, learned_mix = learned_typical(mix, cluster), mix
+            if policy in FILTER_POLICIES and learn == "filter" and gpu_pod and _seen_by_extender(st, tasks, t):
+                typical.observe(t, _filter_shape(tasks, t))
             nodes = _feasible(st, tasks, t)
             if len(nodes) == 0:
                 failed += 1
@@ -640,7 +692,10 @@ def run(trace: str, policy: str, seed: int, regime: str, project_units: bool = T
                 elif policy in COPIES_POLICIES:
                     node, cards = copies_choose(policy, st, t, tasks, nodes, rng, typ, blend)
                 elif policy in FILTER_POLICIES and gpu_pod:
-                    node, cards = copies_choose("FGD-copies", st, t, tasks, nodes, rng, learned, blend)
+                    node, cards = copies_choose("FGD-copies", st, t, tasks, nodes, rng, typical.for_pod(tasks, t),
+                                                blend)
+                    if learn == "bind":  # bound: learned now (its own filter did not count it)
+                        typical.observe(t, _filter_shape(tasks, t))
                 elif not gpu_pod:  # never reaches the extender: kube-scheduler's defaults alone
                     total = default_scores(st, nodes, int(tasks.cpu[t]), int(tasks.mem[t]), most=most is True)
                     node, cards = int(nodes[_pick_index(total, rng)]), []
@@ -675,6 +730,13 @@ def _seen_by_extender(st: State, tasks: Tasks, t: int) -> bool:
     node selector) leave a node."""
     ok = (st.cpu >= tasks.cpu[t]) & (st.mem >= tasks.mem[t]) & tasks.access[t][st.c.model]
     return bool(ok.any())
+
+
+def _hostile_seen(st: State) -> bool:
+    """kube-scheduler's own filters leave a node for a hostile pod: CPU, memory, and the cards'
+    vGPU memory together (its resource fit counts a node's vcuda-memory, not a card's)."""
+    room = (st.cpu >= HOSTILE_CPU) & (st.mem >= HOSTILE_MEM) & (np.maximum(st.units, 0).sum(1) >= HOSTILE_UNITS)
+    return bool(room.any())
 
 
 def _filter_shape(tasks: Tasks, t: int) -> Shape:
@@ -740,13 +802,22 @@ def main(argv: list[str] | None = None) -> int:
                    help="fgd-filter: the learned mix's decay per GPU pod seen")
     p.add_argument("--filter-capacity", type=int, default=FILTER_CAPACITY,
                    help="fgd-filter: the most shapes the learned mix keeps")
+    p.add_argument("--learn", nargs="+", choices=("bind", "filter"), default=["bind"],
+                   help="fgd-filter: learn the typical pods from the pods bound (the extender since issue 32) "
+                        "or from every pod its filter is asked about (before); several: one row each")
+    p.add_argument("--hostile", nargs="+", type=int, default=[0],
+                   help="fgd-filter: a hostile namespace's pending pods that never fit, retried throughout "
+                        "(README \"A hostile namespace\"); several: one row each")
     p.add_argument("--csv", help="append one row per run to this file")
     p.add_argument("--check", type=int, default=0,
                    help="compare this many of the extender scores with the core's score_node (first tasks)")
     args = p.parse_args(argv)
     for trace in args.trace:
         for regime in args.regime:
-            for policy in args.policies:
+            variants = [(name, learn, hostile) for name in args.policies
+                        for learn in (args.learn if name in FILTER_POLICIES else ["-"])
+                        for hostile in (args.hostile if name in FILTER_POLICIES else [0])]
+            for policy, learn, hostile in variants:
                 results = []
                 for seed in args.seeds:
                     started = time.time()
@@ -755,7 +826,8 @@ def main(argv: list[str] | None = None) -> int:
                     r = run(trace, policy, seed, regime, not args.paper_units, args.weight, args.span,
                             packing=args.packing, coverage=args.coverage,
                             blend=blend,
-                            filter_decay=args.filter_decay, filter_capacity=args.filter_capacity)
+                            filter_decay=args.filter_decay, filter_capacity=args.filter_capacity,
+                            learn=learn, hostile=hostile)
                     results.append(r)
                     if args.csv:
                         with open(args.csv, "a") as f:
@@ -764,13 +836,15 @@ def main(argv: list[str] | None = None) -> int:
                                                              int(args.paper_units),
                                                              *(round(r[f"unalloc_{x}"], 3) for x in (90, 100, 110, 130)),
                                                              r["failed"], round(time.time() - started, 1),
-                                                             args.filter_decay, args.filter_capacity)) + "\n")
+                                                             args.filter_decay, args.filter_capacity, learn,
+                                                             hostile)) + "\n")
                 cells = []
                 for x in (90, 100, 110, 130):
                     v = [r[f"unalloc_{x}"] for r in results]
                     sd = statistics.stdev(v) if len(v) > 1 else 0.0
                     cells.append(f"{statistics.mean(v):6.2f} ± {sd:4.2f}")
-                print(f"{trace:11s} {regime:6s} {policy:13s} " + "  ".join(cells), flush=True)
+                variant = f" learn={learn} hostile={hostile}" if policy in FILTER_POLICIES else ""
+                print(f"{trace:11s} {regime:6s} {policy:13s} " + "  ".join(cells) + variant, flush=True)
     return 0
 
 

@@ -323,3 +323,25 @@ def test_a_rival_kubelet_started_is_admitted_even_if_never_marked(one_node):
     assert post(f"{cluster.url}/bind", binding_args(large, "gpu-a")) == (200, {"Error": ""})
     assert time.monotonic() - started < 5 and node_name(cluster, "large") == "gpu-a"
     assert cluster.read_pod("small")["metadata"]["annotations"][NAMES.gpu_assigned] == "false"  # never marked
+
+
+def test_filter_prefers_other_nodes_while_a_nodes_kubelet_has_a_backlog_to_admit(cluster):
+    """kubelet admits one pod at a time: with ``admission_backlog`` of our pods still to admit on a
+    node, another node that fits is preferred, until the backlog drains."""
+    cluster.add_node(node("gpu-a", count=2, memory_gib=16))
+    cluster.add_node(node("gpu-b", count=2, memory_gib=16))
+    start(cluster, rival_wait=20)
+    assert cluster.extender.decisions.admission_backlog == 4  # the default
+    for i in range(4):  # identical requests: no rivals, a backlog only
+        queued = cluster.add_pod(pod(f"queued-{i}", cores=10, memory_units=1 * GIB_UNITS))
+        assert post(f"{cluster.url}/bind", binding_args(queued, "gpu-a")) == (200, {"Error": ""})
+    fifth = cluster.add_pod(pod("fifth", cores=10, memory_units=1 * GIB_UNITS))
+    assert filtered(cluster, fifth) == ["gpu-b"]
+    confirm(cluster, "queued-0")
+    wait_for(lambda: len(cluster.extender.ledger.node("gpu-a").unserved) == 3, timeout=10,
+             what="queued-0 admitted in the ledger")
+    assert filtered(cluster, fifth) == ["gpu-a", "gpu-b"]
+    cluster.extender.decisions.admission_backlog = 0  # no limit
+    sixth = cluster.add_pod(pod("sixth", cores=10, memory_units=1 * GIB_UNITS))
+    assert post(f"{cluster.url}/bind", binding_args(sixth, "gpu-a")) == (200, {"Error": ""})
+    assert filtered(cluster, fifth) == ["gpu-a", "gpu-b"]

@@ -27,7 +27,7 @@ def test_help_lists_flags_and_env():
     out = subprocess.run([EXE, "extender", "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     for flag in ("--port", "--address", "--kubeconfig", "--policy", "--prefix", "--domain", "--metrics-port",
-                 "--tls-cert", "--tls-key", "--client-ca", "--rival-wait"):
+                 "--tls-cert", "--tls-key", "--client-ca", "--rival-wait", "--admission-backlog"):
         assert flag in out.stdout
     assert "VGPU_EXTENDER_PORT" in out.stdout
 
@@ -44,6 +44,8 @@ def test_bad_flags_exit_2_with_a_reason(tmp_path):
     for wait in ("-1", "nan", "inf", "1e12"):  # inf would pass `>= 0` and crash every waiting bind (OverflowError)
         out = subprocess.run([EXE, "extender", "--rival-wait", wait], capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and "--rival-wait must be a number of seconds from 0 to 3600" in out.stderr
+    out = subprocess.run([EXE, "extender", "--admission-backlog", "-1"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--admission-backlog must be 0 (no limit) or a number of pods" in out.stderr
 
 
 def test_runs_from_environment_and_stops_on_sigterm(cluster):

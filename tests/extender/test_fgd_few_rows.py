@@ -148,6 +148,7 @@ def _follow_cpu_headroom(data: st.DataObject, layout: list[list[int]], ask: list
             ledger.put(Holding(f"uid{step}", "ns", f"h{step}", node, (
                 ContainerAllocation(0, "c", (CardShare(card, "", 25, 8),)),)))
         args = _ask(ask, step, cpu, selector, names)
+        fgd.learn_bound(args.pod)  # as its bind would: a typical pod asking CPU, with the selector
         passed = fgd.filter(args).passed
         _assert_the_core_best(passed, fgd, ledger, hosts, args)
 
@@ -271,6 +272,7 @@ def test_fragment_before_follows_label_changes_within_a_snapshot(data, layout, a
                 hosts.on_node("MODIFIED", {"metadata": {"name": name, "labels": node_labels},
                                            "status": {"allocatable": {"cpu": "8", "memory": "64Gi"}}})
             args = _ask(ask, step, "1", True, names)
+            fgd.learn_bound(args.pod)  # as its bind would: a typical pod with the node selector
             passed = fgd.filter(args).passed
             if snapshot is None:
                 snapshot = fgd.typical_snapshot

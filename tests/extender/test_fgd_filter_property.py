@@ -86,6 +86,7 @@ def test_filter_passes_one_node_exactly_when_one_fits(data, layout):
         pod = pod_for(data.draw(requests))
         pod["metadata"]["uid"] = f"ask{step}"
         args = ExtenderArgs(pod=pod, node_names=names, nodes=None, raw_nodes=None)
+        fgd.learn_bound(pod)  # as its bind would: the mix moves with the pods asked about
         found = fgd.filter(args)
         passed, fits = found.passed, binpack.filter(args).passed
         assert len(passed) == min(1, len(fits)) and set(passed) <= set(fits)
@@ -273,6 +274,7 @@ def test_filter_follows_headroom_labels_and_claims(data, layout):
         if selector:
             pod["spec"]["nodeSelector"] = selector
         args = ExtenderArgs(pod=pod, node_names=data.draw(st.permutations(names)), nodes=None, raw_nodes=None)
+        fgd.learn_bound(pod)  # as its bind would: the mix moves with the pods asked about
         passed = fgd.filter(args).passed
         fits = binpack.filter(args).passed
         assert len(passed) == min(1, len(fits)) and set(passed) <= set(fits)

@@ -18,7 +18,9 @@ from jupyter_vgpu.core import contract
 def scheduled(cluster):
     cluster.add_node(node("gpu-a", count=2, memory_gib=16))
     cluster.add_node(node("gpu-b", count=2, memory_gib=16, cpu="2"))
-    cluster.start_extender()
+    # no kubelet here admits a pod: without this, the fifth pod bound to a node would find four
+    # awaiting admission there and be steered to another node (test_bind_rivals.py)
+    cluster.start_extender().decisions.admission_backlog = 0
     scheduler = SimScheduler(cluster.kube.api_client(), scheduler_config_path(), informer=Informer,
                              extender_url=cluster.extender.base_url, seed=1, initial_backoff=0.2, max_backoff=1.0)
     scheduler.start()

@@ -77,6 +77,7 @@ from .cache import (
 from .fgd_batch import CountMemo, LevelMemo, MixArrays, NodeRows, RequestColumns
 from .fgd_few import falls_few_lists, stored_levels_lists
 from .headroom import HostHeadroom, pod_cpu_memory
+from .inflight import InFlight, shapes_rival
 from .ledger import (
     Holding,
     Ledger,
@@ -147,6 +148,10 @@ class _RivalUnserved(Exception):
 RIVAL_WAIT = 20.0
 """Default seconds a bind waits for such a pod to be admitted: under kube-scheduler's extender
 httpTimeout (30 s in deploy/scheduler/config.yaml), with room for the bind's own API calls."""
+
+ADMISSION_BACKLOG = 4
+"""Default number of our pods a node's kubelet may have still to admit before the filter prefers
+other nodes that fit (``Decisions._away_from_rivals``)."""
 
 
 class PodProblem(ValueError):
@@ -430,8 +435,9 @@ class _StripedLocks:
         return self._locks[zlib.crc32(key.encode()) % len(self._locks)]
 
 
-# How many pod uids the task-mix learner remembers having counted (a pod is prioritized
-# once per scheduling attempt; it counts once).
+# How many pod uids each task-mix learner remembers having counted (the fragment policy's: a
+# pod is prioritized once per scheduling attempt; fgd-filter's: a repeated bind of a bound pod;
+# each counts once).
 _SEEN_PODS = 4096
 # The fragment policy decides with a snapshot of the learned mix, refreshed at each of the
 # first pods and then every this many, so that its scores can be memoised per node between
@@ -455,9 +461,11 @@ class Decisions:
     def __init__(self, ledger: Ledger, api: PodAPI | None, names: Names = contract.DEFAULT_NAMES,
                  policy: str = "binpack", schedulers: Collection[str] | None = (contract.SCHEDULER_NAME,),
                  hosts: HostHeadroom | None = None, watched: WatchedPods | None = None,
-                 rival_wait: float = RIVAL_WAIT) -> None:
+                 rival_wait: float = RIVAL_WAIT, admission_backlog: int = ADMISSION_BACKLOG) -> None:
         """``watched``: the pods' watch cache; bind reads a pod from it instead of a GET when that is safe.
-        ``rival_wait``: seconds a bind waits for a rival pod on its node (``RivalWait``)."""
+        ``rival_wait``: seconds a bind waits for a rival pod on its node (``RivalWait``);
+        ``admission_backlog``: pods awaiting kubelet's admission on a node before the filter prefers
+        other nodes (0: no limit)."""
         if policy not in placement.POLICIES:
             raise ValueError(f"policy {policy!r} is not one of {', '.join(placement.POLICIES)}")
         self.ledger = ledger
@@ -469,8 +477,8 @@ class Decisions:
         self.schedulers = frozenset(schedulers) if schedulers is not None else None
         self.hosts = hosts if hosts is not None else HostHeadroom()
         self.mix = MixLearner()  # the task mix of the pods seen, for the fragment policy
-        # FGD's typical pods, counted, with their node selectors: learned by the filter from
-        # every vGPU pod it sees (once per uid), for the fgd-filter policy
+        # FGD's typical pods, counted, with their node selectors: learned from every vGPU pod
+        # this extender binds (once per uid, ``learn_bound``), for the fgd-filter policy
         self.typical = MixLearner(fgd.FGD_CAPACITY, fgd.FGD_DECAY, by="count")
         self._typical_view = (0, MixArrays(Mix()))
         self._typical_observed = 0
@@ -493,6 +501,8 @@ class Decisions:
         self._pod_locks = _StripedLocks()
         self._node_locks = _StripedLocks()
         self.rival_wait = rival_wait
+        self.admission_backlog = admission_backlog
+        self.inflight = InFlight()
 
     # --- filter and prioritize (read-only) ------------------------------------------
 
@@ -532,29 +542,38 @@ class Decisions:
         found, slots = self._filter_slots(args, ask, lazy=pick)
         if ask.invalid:
             return found
-        cpu_memory = pod_cpu_memory(args.pod)
-        self._learn_typical(args.pod, ask, cpu_memory[0])
         passed, slots = self._away_from_rivals(args, ask, found.passed, slots)
         if pick and len(passed) > 1:
-            return found._replace(passed=[self._fgd_best(args, ask, passed, slots, cpu_memory)])
+            return found._replace(passed=[self._fgd_best(args, ask, passed, slots)])
         return found._replace(passed=list(passed)) if pick or passed is not found.passed else found
 
     def _away_from_rivals(self, args: ExtenderArgs, ask: PodAsk, passed: Sequence[str],
                           slots: np.ndarray | None) -> tuple[Sequence[str], np.ndarray | None]:
-        """The passed nodes without the ones where a bind would wait for a rival pod's admission
-        (``RivalWait``), unless every passed node has one. A bind that waits costs the pod
-        seconds (kubelet's admission of the rival) and, past ``rival_wait``, a refusal; another node
-        that fits costs nothing. Only the nodes with a pod kubelet has not admitted yet are
-        looked at (the ledger's ``awaiting_admission``: none outside a burst of binds)."""
+        """The passed nodes without the ones where the pod would queue, unless every passed node
+        would: where a bind would wait for a rival pod's admission (``RivalWait``: seconds, and past
+        ``rival_wait`` a refusal), or where kubelet has ``admission_backlog`` of our pods still to
+        admit (it admits one pod at a time, calling the device plugin for each). Another node that
+        fits costs nothing; a node whose queue drains is chosen again. Only the nodes with a pod
+        kubelet has not admitted yet are looked at (the ledger's ``awaiting_admission``: none
+        outside a burst of binds), so placement outside a burst is the policy's alone."""
         if len(passed) < 2:
             return passed, slots
+        uid = pod_key(args.pod)[0] or ""
+        flying = self.inflight.by_node(without=uid)
         with self.ledger.lock:
             awaiting = self.ledger.awaiting_admission
-            if not awaiting:
+            if not awaiting and not flying:
                 return passed, slots
-            nodes, uid = self.ledger.nodes, pod_key(args.pod)[0] or ""
-            shapes = ask_shapes(ask)
-            blocked = {name for name in awaiting if shape_rival(shapes, uid, nodes[name].unserved.values())}
+            nodes, shapes, backlog = self.ledger.nodes, ask_shapes(ask), self.admission_backlog
+            blocked = set()
+            for name in awaiting | flying.keys():
+                entry = nodes.get(name)
+                unserved = entry.unserved if entry is not None else {}
+                coming = flying.get(name, ())
+                if (backlog and len(unserved) - (uid in unserved) + len(coming) >= backlog) \
+                        or shape_rival(shapes, uid, unserved.values()) \
+                        or any(shapes_rival(shapes, theirs) for theirs in coming):
+                    blocked.add(name)
         if not blocked:
             return passed, slots
         keep = [name not in blocked for name in passed]
@@ -709,13 +728,24 @@ class Decisions:
                 seen.popitem(last=False)
         return new
 
-    def _learn_typical(self, pod: Mapping[str, Any], ask: PodAsk, cpu: int | None = None) -> None:
-        """Count the pod once (per uid) in the typical-pod mix, with its node selector; at each of
-        the first pods and then every ``_MIX_REFRESH``, take a new snapshot if the mix drifted.
-        ``cpu``: the pod's CPU request (``pod_cpu_memory``), when the caller has read it."""
-        if not self._first_sight(self._typical_seen, pod):
+    def learn_bound(self, pod: Mapping[str, Any], ask: PodAsk | None = None) -> None:
+        """Count a pod this extender bound once (per uid) in the typical-pod mix, with its node
+        selector; at each of the first pods and then every ``_MIX_REFRESH``, take a new snapshot
+        if the mix drifted. ``ask``: the pod's ``read_ask``, when the caller has read it.
+
+        Bound pods only, not every pod the filter is asked about (issue 32): one namespace's
+        thousands of pending pods of a shape that never fits, each retried, became most of the
+        mix and skewed every node's score. A pod is bound once, so a tenant weighs in the mix
+        only as much as it runs (benchmarks/trace/README.md, "A hostile namespace"). No cap per
+        namespace: under JupyterHub every user's notebook is in the Hub's one namespace."""
+        if ask is None:
+            try:
+                ask = read_ask(pod, self.names, self.policy)
+            except PodProblem:
+                return
+        if ask.invalid or not self._first_sight(self._typical_seen, pod):
             return
-        shape = typical_shape(pod, ask, cpu)
+        shape = typical_shape(pod, ask)
         if shape is None:
             return
         self.typical.observe(shape)
@@ -738,8 +768,7 @@ class Decisions:
         cpu, memory = pod_cpu_memory(pod)
         return FragmentView(self._typical_view[1].mix, cpu, memory)
 
-    def _fgd_best(self, args: ExtenderArgs, ask: PodAsk, passed: Sequence[str], slots: np.ndarray | None = None,
-                  cpu_memory: tuple[int, int] | None = None) -> str:
+    def _fgd_best(self, args: ExtenderArgs, ask: PodAsk, passed: Sequence[str], slots: np.ndarray | None = None) -> str:
         """The passed node of the best fgd_level, the first by name among equals. Levels are
         computed in one numpy batch over rows of the nodes' cards (``fgd_batch``), rewritten
         when the ledger changes a node, and memoised per (request, pod CPU, mix snapshot) until
@@ -748,7 +777,7 @@ class Decisions:
         and pods of several containers are scored by the core. The work per filter beyond the
         nodes that changed is array operations over the passed rows (no Python loop per node)."""
         version, arrays = self._typical_view
-        view = FragmentView(arrays.mix, *(pod_cpu_memory(args.pod) if cpu_memory is None else cpu_memory))
+        view = FragmentView(arrays.mix, *pod_cpu_memory(args.pod))
         for node in args.nodes or []:  # full Node objects carry allocatable and labels
             self.hosts.on_node("MODIFIED", node)
         single = next(iter(ask.requests.values())) if len(ask.requests) == 1 else None
@@ -975,10 +1004,9 @@ class Decisions:
         if self.api is None:
             return "this extender has no Kubernetes API access and cannot bind"
         where = f"pod {args.pod_namespace}/{args.pod_name}"
-        # One bind per pod and per node at a time. Binds to one node without the node lock
-        # (the cards are chosen and claimed under the ledger's lock) were tried for the
-        # classroom storm: twice as fast, but one storm in five showed a card over-committed
-        # for a moment (benchmarks/storm/README.md), so the lock stays until that is explained.
+        # One bind per pod and per node at a time: a node's claims and Bindings are made in one
+        # order, which keeps kubelet's admissions in that order and the node daemon's record swaps
+        # (two PATCHes a bind could see half-done) rare (docs/adr/0005-the-per-node-bind-lock.md).
         # It guards the claim and the Binding; reading the pod and checking it are about this pod
         # alone (the pod lock keeps other binds of it out), so they happen before it is taken.
         with self._pod_locks(f"{args.pod_namespace}/{args.pod_name}"):
@@ -1016,13 +1044,21 @@ class Decisions:
             return f"{where}: {ask.invalid}"
         # the rivals are checked under the node's lock, with the claim: a bind to the node that
         # got in first is in the ledger already; the wait is outside both locks, so other binds go on
-        with self._node_locks(args.node):
-            try:
-                if watched:
-                    return self._allocate_and_bind(pod, args, uid, ask, watched=pod)
-                return self._claim_and_bind(pod, args, uid, ask)
-            except _RivalUnserved as found:
-                return found.wait
+        self.inflight.note(uid, args.node, ask_shapes(ask))  # queued for the node: filters count it
+        try:
+            with self._node_locks(args.node):
+                try:
+                    if watched:
+                        answer = self._allocate_and_bind(pod, args, uid, ask, watched=pod)
+                    else:
+                        answer = self._claim_and_bind(pod, args, uid, ask)
+                except _RivalUnserved as found:
+                    return found.wait
+        finally:
+            self.inflight.done(uid)  # claimed (the ledger counts it now), refused or waiting
+        if not answer:
+            self.learn_bound(pod, ask)  # bound: now it counts among fgd-filter's typical pods
+        return answer
 
     def rival_refusal(self, args: ExtenderBindingArgs, wait: RivalWait, waiting: int | None = None) -> str:
         """Why the bind fails after ``wait`` ran out (or, with ``waiting``, found that many binds

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from jupyter_vgpu.core import contract, placement
 
-from .decisions import RIVAL_WAIT
+from .decisions import ADMISSION_BACKLOG, RIVAL_WAIT
 from .rival_waits import WAITING_BINDS
 from .server import DEFAULT_PORT, DEFAULT_PREFIX
 
@@ -52,7 +52,7 @@ def parser() -> argparse.ArgumentParser:
                    help="cluster default for placing shares (default fgd-filter): binpack, spread, fragment (least "
                         "expected fragmentation under the task mix learned from the pods seen, with "
                         "each node's CPU/memory headroom), or fgd-filter (FGD's fragmentation measure "
-                        "over the typical pods learned from the pods seen; the filter passes only the "
+                        "over the typical pods learned from the pods bound; the filter passes only the "
                         "best node, so kube-scheduler's own scores do not apply); a pod may override it with the "
                         f"{contract.DEFAULT_NAMES.policy} annotation (env {ENV_PREFIX}POLICY)")
     p.add_argument("--prefix", default=_env("PREFIX", DEFAULT_PREFIX),
@@ -87,6 +87,11 @@ def parser() -> argparse.ArgumentParser:
                         f"extender httpTimeout (default {RIVAL_WAIT:g}; env {ENV_PREFIX}RIVAL_WAIT). A waiting bind holds "
                         f"no bind worker, so binds to other nodes go on; at most {WAITING_BINDS:,} wait at once, "
                         "one more such bind fails at once")
+    p.add_argument("--admission-backlog", type=int, default=_env("ADMISSION_BACKLOG", str(ADMISSION_BACKLOG)),
+                   help="how many of our pods a node's kubelet may have still to admit before the filter prefers "
+                        "other nodes that fit: kubelet admits one pod at a time, so in a burst (a class starting "
+                        "its notebooks) the next pod starts sooner elsewhere; outside bursts placement is the "
+                        f"policy's alone (0: no limit; default {ADMISSION_BACKLOG}; env {ENV_PREFIX}ADMISSION_BACKLOG)")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"),
                    help=f"logging level (env {ENV_PREFIX}LOG_LEVEL)")
     return p
@@ -107,6 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 <= args.rival_wait <= MAX_RIVAL_WAIT:  # NaN and inf too (a wait's timeout must be finite)
         print(f"jupyter-vgpu extender: --rival-wait must be a number of seconds from 0 to {MAX_RIVAL_WAIT:g}",
               file=sys.stderr)
+        return 2
+    if args.admission_backlog < 0:
+        print("jupyter-vgpu extender: --admission-backlog must be 0 (no limit) or a number of pods", file=sys.stderr)
         return 2
     if args.queue_notices < 0:
         print("jupyter-vgpu extender: --queue-notices must be 0 (off) or a number of seconds", file=sys.stderr)
@@ -132,7 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         names=names, api_client=api_client, metrics_port=args.metrics_port,
                         tls_cert=args.tls_cert, tls_key=args.tls_key, client_ca=args.client_ca,
                         scheduler_names=schedulers, queue_notice_interval=args.queue_notices or None,
-                        queue_token_file=args.queue_token_file or None, rival_wait=args.rival_wait)
+                        queue_token_file=args.queue_token_file or None, rival_wait=args.rival_wait,
+                        admission_backlog=args.admission_backlog)
     try:
         extender.start()
     except OSError as error:

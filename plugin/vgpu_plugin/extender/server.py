@@ -40,7 +40,7 @@ from jupyter_vgpu.core import contract
 from jupyter_vgpu.core.contract import CORES_PER_CARD, MEMORY_UNIT_MIB, Names
 
 from .bind_workers import BindWorkers, WorkersStopped
-from .decisions import RIVAL_WAIT, Decisions, PodAPI, PodProblem, RivalWait
+from .decisions import ADMISSION_BACKLOG, RIVAL_WAIT, Decisions, PodAPI, PodProblem, RivalWait
 from .front import INTERNAL_ERROR, Answer, Post, PostFront, Reply
 from .headroom import HostHeadroom
 from .ledger import Ledger
@@ -348,7 +348,8 @@ class Extender:
                  scheduler_names: Collection[str] = (contract.SCHEDULER_NAME,),
                  queue_notice_interval: float | None = 5.0,
                  queue_token: str | None = None, queue_token_file: str | None = None,
-                 queue_max_age: float = 1.0, rival_wait: float = RIVAL_WAIT) -> None:
+                 queue_max_age: float = 1.0, rival_wait: float = RIVAL_WAIT,
+                 admission_backlog: int = ADMISSION_BACKLOG) -> None:
         self.ssl_context = server_tls(tls_cert, tls_key, client_ca)
         self.port = port
         self.address = address
@@ -367,7 +368,7 @@ class Extender:
             api = api or KubePodAPI(api_client)
         self.decisions = Decisions(self.ledger, api, names, policy, scheduler_names, hosts=hosts,
                                    watched=self.view.pods.get if self.view is not None else None,
-                                   rival_wait=rival_wait)
+                                   rival_wait=rival_wait, admission_backlog=admission_backlog)
         self.queue_auth = QueueAuth(queue_token, queue_token_file)
         self.queue = QueueCache(self.queue_report, queue_max_age)
         self._rooms = NodeRooms()  # per node, kept between reports (read under the queue cache's lock)
