@@ -189,6 +189,84 @@ def test_the_extender_binds_with_its_claim_in_the_binding(evaluator):
     assert not evaluator.admit(request(TENANT, "CREATE", "pods", sub="binding"), binding, None).allowed
 
 
+# --- vGPU pods go through the extender (issue 32, item 2) -------------------------------------------
+
+BYPASS = "only the vGPU scheduler extender places vGPU pods"
+
+
+def preset_node(spec: dict) -> None:
+    spec["nodeName"] = "gpu-a"
+
+
+def other_scheduler(spec: dict) -> None:
+    spec["schedulerName"] = "default-scheduler"  # what the API server defaults a missing one to
+
+
+def memory_requests_only(spec: dict) -> None:
+    spec["schedulerName"] = "tenant-scheduler"
+    spec["containers"][0]["resources"] = {"requests": {NAMES.memory_resource: "4"}}
+
+
+def in_init_container(spec: dict) -> None:
+    spec["nodeName"] = "gpu-a"
+    spec["initContainers"] = [{"name": "warm", "image": "busybox",
+                               "resources": {"limits": {NAMES.core_resource: "100"}}}]
+    spec["containers"][0]["resources"] = {}
+
+
+@pytest.mark.parametrize("user", [TENANT, HUB, CONTROLLER, "system:node:gpu-a"])
+@pytest.mark.parametrize("bypass", [preset_node, other_scheduler, memory_requests_only, in_init_container])
+def test_a_pod_asking_for_vgpu_must_go_through_the_extender(evaluator, user, bypass):
+    """A pod bound by ``nodeName`` or placed by another scheduler never meets the extender: its
+    cores would count as 0 in the ledger and the card be offered again. Refused at creation."""
+    verdict = evaluator.admit(request(user, "CREATE", "pods"), changed(pod(node=None), spec=bypass), None)
+    assert refused(verdict)
+    assert any(BYPASS in m and NAMES.core_resource in m and contract.SCHEDULER_NAME in m
+               for m in verdict.denied), verdict.denied
+
+
+def test_the_extenders_path_and_pods_asking_no_vgpu_pass(evaluator, tmp_path: Path):
+    """The Hub's notebook (vgpu-scheduler, no node) passes; so do pods asking no vGPU, bound or
+    not, another domain's resources, kube-scheduler's Binding and kubelet's status writes of a
+    bound vGPU pod, and the stack's own accounts; gpu-admission's once configured."""
+    assert evaluator.admit(request(HUB, "CREATE", "pods"), pod(node=None), None).allowed
+    plain = changed(pod(node=None), spec=preset_node)
+    plain["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1", "cpu": "1"}}
+    assert evaluator.admit(request(TENANT, "CREATE", "pods"), plain, None).allowed
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "jupyter-alice", "namespace": "jhub"},
+               "target": {"kind": "Node", "name": "gpu-a"}}
+    assert evaluator.admit(request("system:kube-scheduler", "CREATE", "pods", sub="binding"), binding, None).allowed
+    bound = pod(PROTECTED)
+    status = copy.deepcopy(bound)
+    status["metadata"]["annotations"]["example.org/probe"] = "x"
+    assert evaluator.admit(request("system:node:gpu-a", "UPDATE", "pods", sub="status"), status, bound).allowed
+    bypass = changed(pod(node=None), spec=preset_node)
+    assert evaluator.admit(request(SCHEDULER, "CREATE", "pods"), bypass, None).allowed
+    assert refused(evaluator.admit(request(GPU_ADMISSION, "CREATE", "pods"), bypass, None))
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(DEPLOY / "base", tmp_path)],
+        "patches": [{"target": {"kind": "ConfigMap", "name": "vgpu-trusted-writers"},
+                     "patch": yaml.safe_dump([{"op": "replace", "path": "/data/admissionAccount",
+                                               "value": GPU_ADMISSION}])}],
+    }))
+    configured = PolicyEvaluator(*policy_objects(render(str(tmp_path)))[::2])
+    assert configured.admit(request(GPU_ADMISSION, "CREATE", "pods"), bypass, None).allowed
+
+
+def test_the_scheduler_name_and_resource_domain_come_from_the_params():
+    policy, _, params = policy_objects()
+    renamed = copy.deepcopy(params)
+    renamed["data"].update(schedulerName="gpu-sched", resourceDomain="example.com")
+    evaluator = PolicyEvaluator(policy, renamed)
+    ours = pod(node=None)
+    assert evaluator.admit(request(HUB, "CREATE", "pods"), ours, None).allowed  # tencent.com is not vGPU there
+    ours["spec"]["containers"][0]["resources"] = {"limits": {"example.com/vcuda-core": "25"}}
+    assert refused(evaluator.admit(request(HUB, "CREATE", "pods"), ours, None))
+    ours["spec"]["schedulerName"] = "gpu-sched"
+    assert evaluator.admit(request(HUB, "CREATE", "pods"), ours, None).allowed
+
+
 # --- the scheduler (extender) ---------------------------------------------------------------------
 
 
@@ -280,8 +358,8 @@ def test_gpu_admission_is_trusted_only_when_configured(evaluator, tmp_path: Path
                                 changed(claimed, spec=set_image), pending).allowed
 
 
-@pytest.mark.parametrize("lost", ["resourceDomain", "projectDomain", "schedulerAccount", "nodeAccount",
-                                  "admissionAccount", "data"])
+@pytest.mark.parametrize("lost", ["resourceDomain", "projectDomain", "schedulerName", "schedulerAccount",
+                                  "nodeAccount", "admissionAccount", "data"])
 def test_params_missing_a_key_keep_the_cluster_working_and_the_keys_protected(lost):
     """An admin who deletes a key breaks no pod write that touches no vGPU key, and opens none:
     a lost domain is the default one, a lost account is trusted by nobody."""

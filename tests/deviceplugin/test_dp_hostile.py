@@ -14,6 +14,7 @@ import os
 import urllib.error
 import urllib.request
 
+import grpc
 import pytest
 from deviceplugin_support import (
     CORE,
@@ -128,8 +129,8 @@ def test_a_forged_assigned_pod_is_not_taken_for_served_when_the_daemon_restarts(
 
 
 def test_a_forged_assigned_pod_with_unreadable_requests_is_a_rival_too(daemons, peer, gpus, core_v1):
-    """Its requests cannot be read, so it could be the pod kubelet admits with any count: the
-    answer to the waiting pod is then a guess and names nobody."""
+    """Its requests cannot be read, so it could be the pod kubelet admits with any count: Allocate
+    refuses rather than guess (issue 32), naming it, and admits the waiting pod once it is gone."""
     make_node(core_v1)
     daemon = daemons(gpus)
     wait_registered(peer)
@@ -142,8 +143,68 @@ def test_a_forged_assigned_pod_with_unreadable_requests_is_a_rival_too(daemons, 
             "resources": {"limits": {NAMES.core_resource: "30", NAMES.memory_resource: "not-a-number"}}}]}},
         _preload_content=False)
     wait_for(lambda: daemon.informer.get("default", "odd") and daemon.informer.get("default", "victim"), timeout=20)
+    refused_naming(peer, CORE, 30, "default/odd")
+    core_v1.delete_namespaced_pod("odd", "default", grace_period_seconds=0)
+    wait_for(lambda: daemon.informer.get("default", "odd") is None, timeout=20, what="odd gone from the informer")
     _, answer = peer.admit(CORE, 30, all_ids("core"))
-    assert not POD_ENV & set(answer.envs)
+    assert answer.envs[c.ENV_POD_NAME] == "victim"
+
+
+def refused_naming(peer, kind: str, count: int, pod: str) -> None:
+    """kubelet's Allocate of ``count`` devices is refused (FAILED_PRECONDITION) naming ``pod``."""
+    with pytest.raises(grpc.RpcError) as caught:
+        peer.admit(kind, count, all_ids("core" if kind == CORE else "memory"))
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "refusing to guess" in caught.value.details() and pod in caught.value.details(), caught.value.details()
+
+
+def create_bypass_pod(core_v1, name: str, limits: dict, **spec) -> dict:
+    """What a tenant who can create pods does without the scheduler (issue 32): bind the pod by
+    ``nodeName`` asking for vGPU, with none of the extender's keys."""
+    core_v1.create_namespaced_pod("default", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"nodeName": "node-1", **spec, "containers": [{
+            "name": "c0", "image": "jupyter/base-notebook", "resources": {"limits": limits}}]}},
+        _preload_content=False)
+    return read_pod(core_v1, name)
+
+
+def test_a_pod_bound_past_the_extender_gets_no_waiting_pods_card_limits_or_token(daemons, peer, gpus, core_v1):
+    """A pod bound by ``nodeName`` asking for as many vcuda-core (or vcuda-memory) as a waiting pod
+    could be the one kubelet admits: Allocate refuses, naming it, rather than hand it the waiting
+    pod's card, limits and token; a bypass pod asking other counts stops nobody, and once it is
+    gone the waiting pod is admitted with an answer naming it."""
+    make_node(core_v1)
+    daemon = daemons(gpus)
+    wait_registered(peer)
+    place_pod(core_v1, gpus, "victim", [(Request(30, 10), (0,))], predicate_time=1_000)
+    create_bypass_pod(core_v1, "bypass", request_limits(Request(30, 10), NAMES))
+    create_bypass_pod(core_v1, "elsewhere", request_limits(Request(50, 20), NAMES))
+    wait_for(lambda: all(daemon.informer.get("default", n) for n in ("victim", "bypass", "elsewhere")), timeout=20)
+
+    refused_naming(peer, CORE, 30, "default/bypass")
+    refused_naming(peer, MEMORY, 10, "default/bypass")
+    assert daemon.allocator.served() == {}
+
+    core_v1.delete_namespaced_pod("bypass", "default", grace_period_seconds=0)
+    wait_for(lambda: daemon.informer.get("default", "bypass") is None, timeout=20, what="bypass gone from the informer")
+    _, answer = peer.admit(CORE, 30, all_ids("core"))
+    peer.admit(MEMORY, 10, all_ids("memory"))
+    assert answer.envs[c.ENV_POD_NAME] == "victim" and answer.envs[c.ENV_DEVICE_INDICES] == "0"
+
+
+def test_a_bypass_pod_the_cache_has_not_seen_is_refused_from_the_fresh_list(daemons, peer, gpus, core_v1):
+    """A bypass pod bound just before kubelet's Allocate, missing from the daemon's informer: the
+    LIST made before a vcuda-core answer names a pod shows it, and the answer is refused."""
+    make_node(core_v1)
+    daemon = daemons(gpus)
+    wait_registered(peer)
+    place_pod(core_v1, gpus, "victim", [(Request(30, 10), (0,))], predicate_time=1_000)
+    wait_for(lambda: daemon.informer.get("default", "victim"), timeout=20)
+    daemon.informer.stop()  # the watch lags: whatever is bound now, the cache does not see
+    create_bypass_pod(core_v1, "unseen", request_limits(Request(30, 10), NAMES))
+    assert daemon.informer.get("default", "unseen") is None
+    refused_naming(peer, CORE, 30, "default/unseen")
 
 
 

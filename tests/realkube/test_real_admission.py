@@ -32,6 +32,7 @@ ONLY_STACK = "only jupyter-vgpu"
 POD_RULE = "the vgpu-node daemon may change only the vGPU annotations of pods bound to its own Node"
 NODE_RULE = "the vgpu-node daemon may change only the GPU inventory annotation and GPU label of its own Node"
 NO_CLAIM = "the vgpu-node daemon's token carries no node name"
+BYPASS = "only the vGPU scheduler extender places vGPU pods"
 PROTECTED = {NAMES.predicate_node: GPU_A, NAMES.predicate_gpu_idx(0): "0", NAMES.gpu_assigned: "true",
              NAMES.mig_slice(0): "MIG-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9", NAMES.allocation: '{"node":"gpu-a"}',
              NAMES.share_request: '{"cores":100}'}
@@ -225,6 +226,45 @@ def test_tenant_status_update_cannot_add_vgpu_keys(real: Any, tenant: Any, pods:
     pod["metadata"]["annotations"] = {"example.org/note": "via status"}
     tenant.replace_namespaced_pod_status("status", TENANT_NS, pod, _preload_content=False)
     assert annotations(real.read_pod(TENANT_NS, "status")) == {"example.org/note": "via status"}
+
+
+@pytest.mark.parametrize("bypass", [{"nodeName": GPU_A}, {"schedulerName": "tenant-scheduler"},
+                                    {"schedulerName": c.SCHEDULER_NAME, "nodeName": GPU_B}])
+def test_tenant_cannot_place_a_vgpu_pod_past_the_extender(real: Any, tenant: Any, pods: list,
+                                                          bypass: dict[str, str]) -> None:
+    """Issue 32 item 2: a pod asking for vGPU bound by ``nodeName`` or left to another scheduler
+    never meets the extender (its cores would count as 0, its card be offered again): refused at
+    creation; the same pod asking no vGPU is the tenant's to place."""
+    body = plain_pod("bypass", TENANT_NS, **bypass)
+    body["spec"]["containers"][0]["resources"] = {"limits": {NAMES.core_resource: "100"}}
+    pods.append((TENANT_NS, "bypass"))
+    forbidden(tenant.create_namespaced_pod, TENANT_NS, body, says=(BYPASS, NAMES.core_resource, c.SCHEDULER_NAME))
+    assert real.read_pod(TENANT_NS, "bypass") is None
+    create(tenant, pods, plain_pod("bypass-plain", TENANT_NS, **bypass))
+
+
+def test_a_namespace_quota_caps_vgpu_requests(real: Any, tenant: Any, pods: list) -> None:
+    """docs/admin.md's ResourceQuota on ``requests.<domain>/vcuda-core`` and ``vcuda-memory``: a
+    tenant's pods past it are refused by the API server, those within it admitted."""
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "vgpu", "namespace": TENANT_NS},
+             "spec": {"hard": {f"requests.{NAMES.core_resource}": "50", f"requests.{NAMES.memory_resource}": "16"}}}
+    real.kubectl("apply", "-f", "-", input=yaml.safe_dump(quota))
+    try:
+        # this cluster runs no quota controller: its first status, written as it would write it
+        hard = quota["spec"]["hard"]
+        real.kubectl("patch", "resourcequota", "vgpu", "-n", TENANT_NS, "--subresource=status", "--type=merge",
+                     "-p", json.dumps({"status": {"hard": hard, "used": dict.fromkeys(hard, "0")}}))
+        for name, cores, memory in (("within", "25", "8"), ("past-cores", "50", "4"), ("past-memory", "25", "12")):
+            body = plain_pod(name, TENANT_NS, **PENDING)
+            body["spec"]["containers"][0]["resources"] = {"limits": {NAMES.core_resource: cores,
+                                                                     NAMES.memory_resource: memory}}
+            if name == "within":
+                create(tenant, pods, body)
+            else:
+                pods.append((TENANT_NS, name))
+                forbidden(tenant.create_namespaced_pod, TENANT_NS, body, says=("exceeded quota: vgpu",))
+    finally:
+        real.kubectl("delete", "resourcequota", "vgpu", "-n", TENANT_NS, "--ignore-not-found")
 
 
 # --- the node daemon's account -------------------------------------------------------------------

@@ -103,8 +103,9 @@ def rivals(ledger: Ledger, count: int, views: Sequence[PodView], settled: Collec
     for view in views:
         if view.uid in settled:
             continue
-        if view.problem:  # its requests are unknown: it could be anyone's rival
-            found.append((view.uid, -1))
+        if view.problem:  # not served by its claim: a rival when it asks for as many, or its requests are unknown
+            if view.requests is None or any(r.cores == count for r in view.requests.values()):
+                found.append((view.uid, -1))
             continue
         for wanted in view.containers:
             key = (wanted.uid, wanted.index)
@@ -113,6 +114,35 @@ def rivals(ledger: Ledger, count: int, views: Sequence[PodView], settled: Collec
                     not ledger.served_kind(key, CORE) or (served is not None and served.guessed)):
                 found.append(key)
     return found
+
+
+def unaccountable(ledger: Ledger, kind: str, count: int, views: Sequence[PodView], settled: Collection[str],
+                  running: Collection[str]) -> list[PodView]:
+    """Pods kubelet could be admitting with ``count`` devices of ``kind`` that we cannot account for:
+    bound to this node, asking for vGPU, with no valid claim of the extender (bound by ``nodeName``
+    or by another scheduler, or with a claim that does not hold), not running yet. Answering the
+    waiting pod we can account for would be a guess, and when kubelet is admitting the other one
+    it would get that pod's card, limits and token: Allocate refuses instead (issue 32)."""
+    found = []
+    for view in views:
+        if not view.problem or view.uid in settled or view.uid in running:
+            continue
+        if view.requests is None or any(
+                (r.cores if kind == CORE else r.memory_units) == count for r in view.requests.values()):
+            found.append(view)
+    return found
+
+
+def refuse_unaccountable(wanted: Wanted, kind: str, count: int, names: Names,
+                         others: Sequence[PodView]) -> AllocationError:
+    resource = names.core_resource if kind == CORE else names.memory_resource
+    listed = "; ".join(f"{v.namespace}/{v.name} ({v.problem})" for v in others[:3])
+    more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+    return AllocationError(
+        f"refusing to guess: kubelet asks for {count} {resource}, and besides {wanted.describe()} pod(s) "
+        f"the vGPU scheduler extender did not place could be the one it is admitting: {listed}{more}. "
+        f"A vGPU pod must be created with schedulerName and no nodeName so the extender places it; "
+        f"once the pod(s) named are deleted or refused by kubelet, start the refused pod again")
 
 
 def no_match(ledger: Ledger, node: str, names: Names, kind: str, count: int, views: Sequence[PodView],

@@ -38,8 +38,10 @@ from .allocate import (
     placement,
     preferred_ids,
     quota,
+    refuse_unaccountable,
     rivals,
     settled_pods,
+    unaccountable,
 )
 from .checkpoint import PodDeviceEntry
 from .devices import CORE, card_of, cards_in
@@ -214,20 +216,29 @@ class Allocator:
     def _rivals(self, count: int, views: list[PodView]) -> list[Key]:
         return rivals(self._ledger, count, views, self._settled(views))
 
+    def _check_accountable(self, wanted: Wanted, kind: str, count: int, views: list[PodView]) -> None:
+        """AllocationError when a pod we cannot account for could be the one kubelet is admitting
+        with ``count`` devices of ``kind`` (under the lock): we refuse rather than guess."""
+        others = unaccountable(self._ledger, kind, count, views, self._settled(views), self._running)
+        if others:
+            raise refuse_unaccountable(wanted, kind, count, self.names, others)
+
     def _certain(self, wanted: Wanted, count: int, views: list[PodView], fresh: bool) -> bool:
         """For a vcuda-core answer: no other waiting container could be the one kubelet is admitting
-        (asked of the API server too, as our cache may lag kubelet's), so the answer may name its pod."""
+        (asked of the API server too, as our cache may lag kubelet's), so the answer may name its pod.
+        AllocationError when the API server shows a pod we cannot account for that could be it."""
         key = (wanted.uid, wanted.index)
         with self._lock:
-            if self._rivals(count, views) != [key]:
-                return False
+            certain = self._rivals(count, views) == [key]
         if fresh or self._fresh_pods is None:
-            return True
+            return certain
         body = self._fetch_fresh()
         if body is None:
             return False
         with self._lock:
-            return self._rivals(count, self._all_views(self._refresh(body))) == [key]
+            views = self._all_views(self._refresh(body))
+            self._check_accountable(wanted, CORE, count, views)
+            return certain and self._rivals(count, views) == [key]
 
     def _no_match(self, kind: str, count: int, views: list[PodView]) -> AllocationError:
         return no_match(self._ledger, self.node, self.names, kind, count, views, self._settled(views))
@@ -259,6 +270,8 @@ class Allocator:
                 wanted = self._choose(kind, len(ids), ids, views)
                 if wanted is None:
                     raise self._no_match(kind, len(ids), views)
+        with self._lock:
+            self._check_accountable(wanted, kind, len(ids), views)
         certain = kind == CORE and self._certain(wanted, len(ids), views, fresh)
         with self._lock:
             ledger = self._ledger

@@ -49,6 +49,8 @@ class PodView:
     containers: list[Wanted] = field(default_factory=list)
     problem: str | None = None  # why the pod cannot be served (shown in Allocate refusals)
     policy: str = "binpack"
+    # container index -> what it asks, also for a pod with a problem; None: its requests are unreadable
+    requests: dict[int, Request] | None = None
 
 
 def parse_pod(pod: dict[str, Any], node: str, names: Names) -> PodView | None:
@@ -70,7 +72,7 @@ def parse_pod(pod: dict[str, Any], node: str, names: Names) -> PodView | None:
                    name=meta.get("name") or "", assigned=annotations.get(names.gpu_assigned) == "true",
                    annotations=annotations)
     try:
-        c.pod_requests(pod, names)
+        view.requests = c.pod_requests(pod, names)
     except RequestError as error:
         view.problem = str(error)
         return view
