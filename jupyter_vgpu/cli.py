@@ -13,7 +13,7 @@ from collections.abc import Sequence
 # name -> (module:function taking argv and returning an exit code, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "topo": ("jupyter_vgpu.core.cli_topo:topo_main", "show a node's GPU topology from `nvidia-smi topo -m` text"),
-    "place": ("jupyter_vgpu.core.cli_topo:place_main", "choose card(s) for a request on a topology"),
+    "place": ("jupyter_vgpu.cli:place_main", "choose card(s) for a request on a topology"),
     "device-plugin": ("vgpu_plugin.deviceplugin.main:main", "run the node daemon (kubelet device plugin + metrics)"),
     "mps-control-daemon": ("vgpu_plugin.deviceplugin.mps_daemon:main",
                            "run NVIDIA's MPS control daemon with server-side per-client ceilings"),
@@ -24,6 +24,15 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("vgpu_plugin.demo.main:sim_main", "run the simulated cluster alone"),
     "demo": ("vgpu_plugin.demo.main:demo_main", "simulated cluster + JupyterLab on a vGPU notebook pod"),
 }
+
+
+def place_main(argv: Sequence[str]) -> int:
+    """``jupyter-vgpu place``: the core's command, told the card memory of the captures bundled with
+    the package (``nvidia-smi topo -m`` does not say it; the core reads no data of ours)."""
+    from jupyter_vgpu.core.cli_topo import place_main as place
+    from jupyter_vgpu.data import bundled_card_memory_mib
+
+    return place(argv, card_memory_of=bundled_card_memory_mib)
 
 
 def _usage() -> str:

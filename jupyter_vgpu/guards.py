@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
-import math
 import os
 import sys
 import threading
@@ -62,8 +61,7 @@ class MemoryShare:
             return None  # whole cards: nothing to hold back
         fraction = None
         if all(totals):
-            # floor to 3 decimals so rounding never lands above the share
-            fraction = math.floor(min(lim / tot for lim, tot in zip(limits, totals, strict=True)) * 1000) / 1000
+            fraction = min(contract.memory_fraction(lim, tot) for lim, tot in zip(limits, totals, strict=True))
         return cls(memory, fraction)
 
 
@@ -120,6 +118,7 @@ class GuardRails:
 
     def __init__(self, allocation: Mapping[str, Any] | None, environ: MutableMapping[str, str] | None = None,
                  modules: Mapping[str, ModuleType] | None = None) -> None:
+        self.allocation = allocation
         self.share = MemoryShare.from_allocation(allocation)
         self.environ = os.environ if environ is None else environ
         self.modules = sys.modules if modules is None else modules
@@ -130,8 +129,9 @@ class GuardRails:
 
     def apply(self) -> list[Guard]:
         if self.share is None:
+            why = _why_not_needed(self.allocation)
             for name in FRAMEWORKS:
-                self.guards[name] = Guard(name, "not needed", "no share to hold to (no vGPU, or whole cards)")
+                self.guards[name] = Guard(name, "not needed", why)
             return self.status()
         self._jax()
         self._cupy()
@@ -154,7 +154,7 @@ class GuardRails:
         if share.fraction is None:
             self.guards["jax"] = Guard("jax", "not applied", "the card's total memory is unknown, so no fraction")
             return
-        name, value = contract.ENV_XLA_MEM_FRACTION, f"{share.fraction:.3f}"
+        name, value = contract.ENV_XLA_MEM_FRACTION, contract.format_fraction(share.fraction)
         if not self._set_env(name, value):
             self.guards["jax"] = self._preset("jax", name, share.fraction)
         elif "jax" in self.modules and _jax_backend_started(self.modules["jax"]):
@@ -253,6 +253,21 @@ class GuardRails:
             _finder.callbacks.pop(name, None)
         if not _finder.callbacks and _finder in sys.meta_path:
             sys.meta_path.remove(_finder)
+
+
+def _why_not_needed(allocation: Mapping[str, Any] | None) -> str:
+    """Why a notebook without a memory share to hold to needs no rails, in its own case's words."""
+    cards = (allocation or {}).get("cards") or []
+    slices = [card for card in cards if card.get("migProfile")]
+    if slices:
+        profile, memory = slices[0]["migProfile"], slices[0].get("memoryMib") or 0
+        size = f" ({contract.format_mib(memory)})" if memory else ""
+        return (f"your MIG slice {profile} is isolated in hardware: its memory{size} is all yours and no framework "
+                "can use more")
+    if cards and all(card.get("memoryTotalMib") and (card.get("memoryMib") or 0) >= card["memoryTotalMib"]
+                     for card in cards):
+        return "whole cards: all of each card's memory is yours"
+    return "the share sets no memory limit" if cards else "no vGPU in this session"
 
 
 def _jax_backend_started(jax: ModuleType) -> bool:

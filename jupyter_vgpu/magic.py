@@ -205,23 +205,24 @@ class VGPUMagics(SettingsAliases, Magics):
         except KeyboardInterrupt:
             print("stopped")
 
-    def _cmd_release(self, args: argparse.Namespace) -> Any:
-        return self._submit(0, 0, wait=True)
+    def _cmd_release(self, args: argparse.Namespace) -> None:
+        self._submit(0, 0, wait=True)
 
-    def _cmd_request(self, args: argparse.Namespace) -> Any:
+    def _cmd_request(self, args: argparse.Namespace) -> None:
         from jupyter_vgpu.requesters.base import parse_share
 
         cores, units = parse_share(args.cores, args.memory, os.environ)
         if cores == 0:
             raise RequestError("use `%vgpu release` to give the GPU back")
-        return self._submit(cores, units, wait=not args.no_wait)
+        self._submit(cores, units, wait=not args.no_wait)
 
-    def _submit(self, cores: int, units: int, wait: bool) -> Any:
+    def _submit(self, cores: int, units: int, wait: bool) -> None:
+        """Print the request's progress and outcome; the cell shows those lines and no value."""
         request = self.tracker.submit(cores, units)
         print(f"request {request.id}: {request.progress[0]}")
         if not wait:
             print("check on it with `%vgpu status`")
-            return request
+            return
         shown = 1
         try:
             while True:
@@ -233,10 +234,9 @@ class VGPUMagics(SettingsAliases, Magics):
                     break
         except KeyboardInterrupt:
             print("stopped waiting; the request goes on — check with `%vgpu status`")
-            return request
+            return
         mark = "✔" if request.state == "scheduled" else "✘"
         print(f"{mark} {request.state}: {request.message}")
-        return request
 
     def close(self) -> None:
         for chart in self.live:

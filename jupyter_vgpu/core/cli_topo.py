@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from jupyter_vgpu.core.claims import held_memory_units
@@ -22,6 +22,7 @@ from jupyter_vgpu.core.contract import (
     RequestError,
     format_mib,
     parse_memory_size,
+    validate_request,
 )
 from jupyter_vgpu.core.placement import POLICIES, CardState, NodeState, PodPlacement, place_pod
 from jupyter_vgpu.core.topology import Topology, TopologyError, parse_nvidia_smi_topo
@@ -41,6 +42,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _read_topology(path: str) -> Topology:
+    return _read_capture(path)[0]
+
+
+def _read_capture(path: str) -> tuple[Topology, str]:
+    """The topology and the text it was read from."""
     try:
         if path == "-":
             text = sys.stdin.read()
@@ -50,7 +56,7 @@ def _read_topology(path: str) -> Topology:
     except OSError as error:
         raise _InputError(f"cannot read {path}: {error.strerror or error}") from None
     try:
-        return parse_nvidia_smi_topo(text)
+        return parse_nvidia_smi_topo(text), text
     except TopologyError as error:
         where = "stdin" if path == "-" else path
         raise _InputError(f"{where}: {error}") from None
@@ -93,6 +99,8 @@ def topo_main(argv: Sequence[str]) -> int:
             print(topology.render_tree())
             print()
             print(topology.render_matrix())
+            print()
+            print(topology.render_legend())
         return EXIT_OK
 
     return _run(argv, _topo_parser(), body)
@@ -109,16 +117,17 @@ def _place_parser() -> _Parser:
     )
     parser.add_argument("file", metavar="FILE", help="a file holding `nvidia-smi topo -m` output, or - for stdin")
     parser.add_argument("--cores", type=int, required=True,
-                        help="vcuda-core: 1-99 for a share of one card, 100*n for n whole cards")
+                        help="compute: 1-99 for a share of one card (in %%), 100*n for n whole cards")
     parser.add_argument("--memory", default=None,
-                        help=f"vcuda-memory: units of {MEMORY_UNIT_MIB} MiB, or a size such as 4GiB "
+                        help=f"memory: a size such as 4GiB or 4096MiB, or a number of {MEMORY_UNIT_MIB} MiB units "
                              "(required with a share)")
     parser.add_argument("--used", action="extend", nargs="+", default=[], metavar="IDX=CORES[:UNITS]",
                         help="what card IDX already holds, e.g. 2=100 (taken whole) or 0=30:40 "
                              "(30 cores and 40 memory units); repeatable")
     parser.add_argument("--policy", choices=POLICIES, default="binpack", help="placement policy (default binpack)")
-    parser.add_argument("--card-memory", type=int, default=DEFAULT_CARD_MEMORY_MIB, metavar="MIB",
-                        help=f"memory of each card in MiB (default {DEFAULT_CARD_MEMORY_MIB})")
+    parser.add_argument("--card-memory", type=int, default=None, metavar="MIB",
+                        help="memory of each card in MiB (default: the machine's own for a capture bundled with "
+                             f"jupyter-vgpu, else {DEFAULT_CARD_MEMORY_MIB}, which the output says)")
     parser.add_argument("--json", action="store_true", help="print JSON: gpus (or error), cores, memoryUnits, linkCost")
     return parser
 
@@ -143,17 +152,26 @@ def _parse_used(items: Sequence[str], count: int) -> list[CardShare]:
     return holdings
 
 
-def place_main(argv: Sequence[str]) -> int:
+def place_main(argv: Sequence[str], card_memory_of: Callable[[str], int | None] | None = None) -> int:
+    """``card_memory_of``: the cards' memory in MiB of the machine a capture's text shows, when it is
+    known (``jupyter-vgpu place`` passes the bundled captures'); else ``--card-memory`` or the default,
+    which the output then says it assumed."""
     def body(args: argparse.Namespace) -> int:
-        if args.card_memory < MEMORY_UNIT_MIB:
+        if args.card_memory is not None and args.card_memory < MEMORY_UNIT_MIB:
             raise _InputError(f"--card-memory {args.card_memory}: a card needs at least {MEMORY_UNIT_MIB} MiB")
         try:
             memory = parse_memory_size(args.memory) if args.memory is not None else 0
+            # in this command's own words: its flags, not the resources they become
+            validate_request(args.cores, memory, core_name="--cores", memory_name="--memory",
+                             memory_example="--memory 4GiB")
             request = Request(args.cores, memory)
         except RequestError as error:
             raise _InputError(f"jupyter-vgpu place: {error}") from None
-        topology = _read_topology(args.file)
-        units = args.card_memory // MEMORY_UNIT_MIB
+        topology, text = _read_capture(args.file)
+        bundled = card_memory_of(text) if card_memory_of is not None else None
+        card_memory = args.card_memory or bundled or DEFAULT_CARD_MEMORY_MIB
+        assumed = args.card_memory is None and bundled is None
+        units = card_memory // MEMORY_UNIT_MIB
         cards = tuple(CardState(i, units) for i in range(topology.count))
         state = NodeState(cards, topology)
         holdings = _parse_used(args.used, topology.count)
@@ -170,9 +188,10 @@ def place_main(argv: Sequence[str]) -> int:
         result = place_pod(state, {0: request}, args.policy)
         if not isinstance(result, PodPlacement):
             if args.json:
-                print(json.dumps({"error": result.reason}))
+                print(json.dumps({"error": result.reason, "cardMemoryMib": card_memory}))
             else:
                 print(f"does not fit: {result.reason}")
+                print(_card_memory_note(card_memory, assumed, bundled))
             return EXIT_REFUSED
         assignment = result.containers[0]
         chosen = [index for index, _, _ in assignment]
@@ -183,6 +202,7 @@ def place_main(argv: Sequence[str]) -> int:
                 "memoryUnits": [m for _, _, m in assignment],
                 "linkCost": result.link_cost,
                 "policy": args.policy,
+                "cardMemoryMib": card_memory,
             }))
         else:
             print(f"{request.describe()} -> card{'s' if len(chosen) > 1 else ''} {', '.join(map(str, chosen))}")
@@ -191,6 +211,16 @@ def place_main(argv: Sequence[str]) -> int:
             if len(chosen) > 1:
                 pairs = [f"{a}-{b} {topology.links[a][b]}" for i, a in enumerate(chosen) for b in chosen[i + 1:]]
                 print(f"  links: {', '.join(pairs)} (cost {result.link_cost})")
+            print(_card_memory_note(card_memory, assumed, bundled))
         return EXIT_OK
 
     return _run(argv, _place_parser(), body)
+
+
+def _card_memory_note(card_memory: int, assumed: bool, bundled: int | None) -> str:
+    if assumed:
+        return (f"  (cards of {format_mib(card_memory)} assumed: `nvidia-smi topo -m` does not say; "
+                "set --card-memory MIB)")
+    if bundled is not None and card_memory == bundled:
+        return f"  (cards of {format_mib(card_memory)}: the machine of this capture)"
+    return f"  (cards of {format_mib(card_memory)})"

@@ -411,8 +411,10 @@ class Request:
 
 
 def validate_request(cores: int, memory_units: int, core_name: str = "vcuda-core",
-                     memory_name: str = "vcuda-memory") -> None:
-    """Raise RequestError unless (cores, memory_units) is a valid non-empty vGPU request."""
+                     memory_name: str = "vcuda-memory", memory_example: str = "") -> None:
+    """Raise RequestError unless (cores, memory_units) is a valid non-empty vGPU request. The messages
+    name the request's fields as the caller's user knows them (resource names, or a command's flags),
+    ``memory_example`` the way to ask for 4 GiB there."""
     for name, value in ((core_name, cores), (memory_name, memory_units)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise RequestError(f"{name}: {value!r} is not a whole number")
@@ -430,7 +432,7 @@ def validate_request(cores: int, memory_units: int, core_name: str = "vcuda-core
         if memory_units == 0:
             raise RequestError(
                 f"{core_name}={cores} is a share of one card and needs {memory_name} too "
-                f"(1 unit = {MEMORY_UNIT_MIB} MiB), e.g. {memory_name}=16 for 4 GiB"
+                f"(1 unit = {MEMORY_UNIT_MIB} MiB), e.g. {memory_example or f'{memory_name}=16 for 4 GiB'}"
             )
         if memory_units > max_units:
             raise RequestError(
@@ -835,6 +837,21 @@ def format_mib(mib: float) -> str:
         gib = mib / 1024
         return f"{gib:.0f} GiB" if gib == int(gib) else f"{gib:.1f} GiB"
     return f"{mib:.0f} MiB"
+
+
+def memory_fraction(memory_mib: float, card_mib: float) -> float:
+    """A share's memory as a fraction of its card, the one rule every framework limit uses (PyTorch's
+    ``set_per_process_memory_fraction``, JAX's ``XLA_PYTHON_CLIENT_MEM_FRACTION``): floored to 3
+    decimals, so rounding never lands above the share; at most 1, and 0 for an unknown card."""
+    if card_mib <= 0 or memory_mib <= 0:
+        return 0.0
+    # integer arithmetic: 1000 * 4096 // 24576 is 166 exactly, where floats may land a hair below
+    return min(1000, int(round(memory_mib * 1000)) // int(round(card_mib))) / 1000
+
+
+def format_fraction(fraction: float) -> str:
+    """A memory fraction as the environment carries it: '0.166'."""
+    return f"{fraction:.3f}"
 
 
 def request_limits(request: Request, names: Names = DEFAULT_NAMES) -> dict[str, str]:

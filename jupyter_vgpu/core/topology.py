@@ -253,6 +253,32 @@ class Topology:
             lines.append(f"GPU{gpu.index}".ljust(width) + "".join(link.ljust(width) for link in row) + numa)
         return "\n".join(lines)
 
+    def render_legend(self) -> str:
+        """What the link names the matrix shows mean, cheapest first (only those it shows)."""
+        shown = {link for row in self.links for link in row if link != SELF}
+        names = sorted(shown, key=link_cost)
+        width = max(len(name) for name in [SELF, *names])
+        lines = ["Legend:", f"  {SELF.ljust(width)} = {LINK_LEGEND[SELF]}"]
+        for name in names:
+            level = link_level(name)
+            words = LINK_LEGEND.get(level, name)
+            if level == "NV#":
+                words = words.replace("#", name[2:], 1)
+            lines.append(f"  {name.ljust(width)} = {words}")
+        return "\n".join(lines)
+
+
+LINK_LEGEND = {
+    SELF: "the card itself",
+    "NV#": "NVLink: a bonded set of # NVLinks (more links, faster)",
+    "PIX": "PCIe through at most one PCIe switch",
+    "PXB": "PCIe through several PCIe switches, not the host bridge",
+    "PHB": "PCIe through a PCIe host bridge (typically the CPU)",
+    "NODE": "PCIe and the interconnect between host bridges within one NUMA node",
+    "SYS": "PCIe and the link between NUMA nodes (e.g. QPI/UPI): the slowest",
+}
+"""What each link name of the matrix means (nvidia-smi's legend, in words)."""
+
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)

@@ -50,6 +50,9 @@ class Requester(abc.ABC):
     """
 
     name = ""
+    request_id = ""
+    """The tracker's id of the request being carried out, set before ``request()``: a requester whose
+    request outlives this server (a re-created pod) hands it on, so ``recover()`` answers with the same id."""
 
     @classmethod
     @abc.abstractmethod

@@ -51,6 +51,7 @@ class RequestTracker:
     def _run(self, request_id: str) -> None:
         request = self._requests[request_id]
         assert self.requester is not None
+        self.requester.request_id = request_id
         try:
             outcome = self.requester.request(request.cores, request.memoryUnits,
                                              lambda message: self._progress(request_id, message))
@@ -79,7 +80,9 @@ class RequestTracker:
         self._done[request_id].set()
 
     def get(self, request_id: str) -> ShareRequest | None:
-        if request_id.startswith(("hub-", "pod-")):
+        with self._lock:
+            known = request_id in self._requests
+        if not known:  # perhaps the request that (re)started this server, by the id it had before
             self._recover()
         with self._lock:
             request = self._requests.get(request_id)

@@ -6,6 +6,7 @@ No widgets and no I/O here. Words come from the glossary the lab panel uses.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,8 +49,12 @@ def allocation_text(answer: Mapping[str, Any]) -> str:
     pod = allocation.get("pod")
     lines.append(f"vGPU on {where}" + (f" (pod {allocation.get('namespace')}/{pod})" if pod else "")
                  + f" — {answer.get('source')}")
+    enforcement = allocation.get("enforcement")
+    named = enforcement and enforcement not in ("none", "mig")
     lines.append(f"  share: {allocation.get('cores')} % compute, {format_mib(allocation.get('memoryMib') or 0)} memory"
-                 + (f", enforced by {allocation['enforcement']}" if allocation.get("enforcement") else ""))
+                 + (f", enforced by {enforcement}" if named else ""))
+    if enforcement and not named:  # nothing enforces it, or the hardware does: say which, as the panel does
+        lines.append(f"  {enforcement_text(enforcement)}")
     for card in allocation.get("cards") or []:
         lines.append(f"  {card_title(card)}  {card.get('uuid') or ''}".rstrip())
         lines.append(f"    compute {text_bar(card.get('cores') or 0, 100)} {card.get('cores')} %")
@@ -60,6 +65,12 @@ def allocation_text(answer: Mapping[str, Any]) -> str:
         else:
             lines.append(f"    memory  {format_mib(memory)}")
     return "\n".join(lines)
+
+
+def enforcement_text(enforcement: str) -> str:
+    """What holds the notebook to its share, in the panel's words (describeEnforcement)."""
+    words = glossary()["enforcement"]
+    return str(words[enforcement]) if enforcement in ("none", "mig") else fill(words["backend"], backend=enforcement)
 
 
 # --- topology -------------------------------------------------------------------------
@@ -125,6 +136,15 @@ def usage_text(answer: Mapping[str, Any]) -> str:
              + (f" of your {format_mib(limit)}" if limit else ""),
              f"  compute used {compute}" + (f" (your share: {cores} %)" if cores else "")]
     return "\n".join(lines)
+
+
+SNAPSHOT_NOTE = "jupyter-vgpu, as the cell showed it when it ran; run the cell again for the live view"
+
+
+def snapshot_html(text: str) -> str:
+    """The plain text as a widget's static HTML fallback (escaped; it is shown in untrusted notebooks)."""
+    return (f'<div class="jp-vgpu-snapshot"><pre>{html.escape(text)}</pre>'
+            f"<p><small>{html.escape(SNAPSHOT_NOTE)}</small></p></div>")
 
 
 def not_measured() -> str:

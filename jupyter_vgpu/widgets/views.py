@@ -7,7 +7,9 @@ gets from the server (docs/server-api.yaml): ``allocation``, ``topology``, ``usa
 (with its ``history``). anywidget runs on the standard ipywidgets manager (JupyterLab,
 Notebook 7, VS Code, Voilà).
 
-Each widget's ``repr`` is the plain text a frontend without widgets shows. A live view
+Each widget's ``repr`` is the plain text a frontend without widgets shows; its display's mime
+bundle carries that text as text/plain and text/html beside the widget view, so a saved notebook
+still reads when the widget's model is gone. A live view
 polls its source in a daemon thread (cell execution is never blocked), pushes the new
 samples into ``usage``, and stops when it is closed, from Python or by the frontend
 closing its comm.
@@ -108,11 +110,22 @@ class _FactsWidget(anywidget.AnyWidget):
     # --- plain text ---------------------------------------------------------------------------
 
     def __repr__(self) -> str:
-        """The plain text of the parts (anywidget puts it whole in the display's text/plain)."""
+        """The plain text of the parts (what a terminal shows, and the display's text/plain)."""
         texts = {"allocation": lambda: render.allocation_text(self.allocation or {}),
                  "topology": lambda: render.topology_text(self.topology or {}),
                  "usage": lambda: render.usage_text(self.usage or {})}
         return "\n\n".join(texts[part]() for part in self.parts)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The widget view, and beside it the same facts as text/plain and text/html: what a saved
+        notebook shows where the widget's model is gone (reopened without its kernel, an untrusted
+        notebook, nbconvert, a viewer without widgets)."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is None:
+            return None
+        data, metadata = bundle
+        text = repr(self)
+        return {**data, "text/plain": text, "text/html": render.snapshot_html(text)}, metadata
 
 
 class AllocationCard(_FactsWidget):

@@ -7,6 +7,7 @@ import { bar, h } from './dom';
 import {
   allocationFractions,
   describeCards,
+  describeEnforcement,
   describeIsolation,
   describeModels,
   describeShare,
@@ -58,7 +59,7 @@ export function renderAllocation(allocation: Allocation): HTMLElement[] {
         'jp-vgpu-bar-memory'
       ),
       allocation.enforcement
-        ? h('div', { class: 'jp-vgpu-card-enforcement' }, `Limits enforced by: ${allocation.enforcement}`)
+        ? h('div', { class: 'jp-vgpu-card-enforcement' }, describeEnforcement(allocation.enforcement))
         : null
     )
   ];

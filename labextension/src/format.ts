@@ -95,7 +95,11 @@ export function allocationFractions(allocation: Allocation): { compute: number; 
   };
 }
 
-/** The status bar's one line. */
+/**
+ * The status bar's one line: what is used against the share, for compute and memory alike
+ * ('vGPU 19/25 % · 3.1/4 GiB'; '–' before a sample). Whole cards and a MIG slice (whose compute
+ * nobody measures) are named instead of a compute share: 'vGPU 2 cards · …', 'vGPU MIG 2g.10gb · …'.
+ */
 export function statusSummary(
   allocation: AllocationReply | null,
   usage: Pick<UsageReply, 'state' | 'limits' | 'current'> | null
@@ -112,7 +116,25 @@ export function statusSummary(
   const mine = allocation.allocation;
   const limits: Limits = usage?.limits ?? { cores: mine.cores, memoryMib: mine.memoryMib };
   const live = usage && (usage.state === 'live' || usage.state === 'stale') ? usage.current : null;
-  return `vGPU ${shortShare(limits.cores)} · ${formatUsedOf(live ? live.memoryUsedMib : null, limits.memoryMib)}`;
+  const memory = formatUsedOf(live ? live.memoryUsedMib : null, limits.memoryMib);
+  const slice = mine.cards.find(c => c.migProfile)?.migProfile;
+  if (slice) {
+    return `vGPU MIG ${slice} · ${memory}`;
+  }
+  if (limits.cores >= CORES_PER_CARD) {
+    return `vGPU ${shortShare(limits.cores)} · ${memory}`;
+  }
+  const used = live && live.utilizationMeasured !== false ? `${Math.round(live.utilizationPercent)}` : '–';
+  return `vGPU ${used}/${limits.cores} % · ${memory}`;
+}
+
+/** What holds the notebook to its share, in words: the backend, or why there is none to name. */
+export function describeEnforcement(enforcement: string): string {
+  const words = GLOSSARY.enforcement;
+  if (enforcement === 'none' || enforcement === 'mig') {
+    return words[enforcement];
+  }
+  return fill(words.backend, { backend: enforcement });
 }
 
 /** The status bar's tooltip: the long form of the summary. */

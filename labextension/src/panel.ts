@@ -10,7 +10,7 @@ import { h } from './dom';
 import { describeCards } from './format';
 import { FactsState, FactsView, factsState } from './facts-view';
 import { VgpuModel } from './model';
-import { describeRequest, validateRequestForm } from './request';
+import { describeRequest, suggestedShare, validateRequestForm } from './request';
 import { WaitingView } from './waiting';
 
 /** The panel's overall state, also exposed as `data-vgpu-state` for styling and tests. */
@@ -149,6 +149,10 @@ export class VgpuPanel extends Widget {
     });
     this.node.dataset.vgpuState = state;
     this.node.dataset.vgpuTransport = model.transport;
+    // the form suggests the share held now (after a move, on a slice: that one), not a fixed one
+    const suggestion = suggestedShare(state === 'allocated' ? (model.allocation?.allocation ?? null) : null);
+    this._cores.placeholder = suggestion.cores;
+    this._memory.placeholder = suggestion.memory;
     this._renderRequest();
   }
 

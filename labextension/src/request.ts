@@ -5,7 +5,7 @@
  * Pure: no DOM, no network.
  */
 
-import { ShareRequestBody } from './types';
+import { Allocation, ShareRequestBody } from './types';
 
 /** One vcuda-core is 1 % of one card's compute; a whole card is 100. */
 export const CORES_PER_CARD = 100;
@@ -88,6 +88,22 @@ export function formatMib(mib: number): string {
     return Number.isInteger(gib) ? `${gib} GiB` : `${gib.toFixed(1)} GiB`;
   }
   return `${Math.round(mib)} MiB`;
+}
+
+/** A size as the form takes it: '4GiB', '1.5GiB', '768MiB'. */
+export function sizeText(mib: number): string {
+  return (mib * 10) % 1024 === 0 ? `${mib / 1024}GiB` : `${Math.round(mib)}MiB`;
+}
+
+/** What the form suggests (its placeholders): the share held now, else 25 % of a card with 4 GiB. */
+export function suggestedShare(allocation: Allocation | null): { cores: string; memory: string } {
+  if (!allocation || allocation.cores <= 0) {
+    return { cores: '25', memory: '4GiB' };
+  }
+  if (allocation.cores >= CORES_PER_CARD) {
+    return { cores: String(allocation.cores), memory: '' }; // whole cards come with their memory
+  }
+  return { cores: String(allocation.cores), memory: sizeText(allocation.memoryMib) };
 }
 
 /** What a valid request asks for, in words. */

@@ -83,13 +83,16 @@ function isPoint(point: UsagePoint | null | undefined): point is UsagePoint {
   );
 }
 
-/** The smallest 1, 2, 2.5 or 5 times a power of ten that is >= value (value > 0). */
+/** The steps of a chart's top edge within one power of ten: round numbers, none more than 1.5 times the last. */
+const NICE_STEPS = [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10];
+
+/** The smallest NICE_STEPS times a power of ten that is >= value (value > 0): 11 -> 12, 4.4 -> 5, 27.5 -> 30. */
 export function niceCeiling(value: number): number {
   if (!(value > 0) || !Number.isFinite(value)) {
     return 1;
   }
   const power = 10 ** Math.floor(Math.log10(value));
-  for (const step of [1, 2, 2.5, 5, 10]) {
+  for (const step of NICE_STEPS) {
     if (step * power >= value * (1 - 1e-9)) {
       return step * power;
     }
@@ -112,18 +115,21 @@ export interface ChartGeometry {
 /**
  * Geometry of one line chart of `value(point)` over the last `windowSeconds`, ending at
  * the newest sample (the server's clock, so browser clock skew does not matter). The
- * scale always shows the limit with headroom, and anything above it.
+ * scale always shows the limit with headroom, and anything above it; its top is a round
+ * number in the unit the chart is read in (`unit`: 1024 for MiB shown as GiB, so a 10 GiB
+ * limit tops at 12 GiB, not at 20,000 MiB = 19.5 GiB).
  */
 export function chartGeometry(
   points: readonly UsagePoint[],
   value: (point: UsagePoint) => number,
-  options: { windowSeconds: number; width: number; height: number; limit: number | null }
+  options: { windowSeconds: number; width: number; height: number; limit: number | null; unit?: number }
 ): ChartGeometry {
   const { windowSeconds, width, height, limit } = options;
+  const unit = options.unit && options.unit > 0 ? options.unit : 1;
   const t1 = points.length ? points[points.length - 1].t : 0;
   const t0 = t1 - windowSeconds;
   const peak = points.reduce((max, p) => Math.max(max, value(p)), 0);
-  const yMax = niceCeiling(Math.max(peak, limit ? limit * 1.1 : 0, 1));
+  const yMax = niceCeiling(Math.max(peak, limit ? limit * 1.1 : 0, unit) / unit) * unit;
   const x = (t: number) => round1(((t - t0) / windowSeconds) * width);
   const y = (v: number) => round1(height - (Math.max(0, v) / yMax) * height);
   const path = points

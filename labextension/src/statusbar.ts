@@ -1,4 +1,4 @@
-/** The status-bar item: one line, e.g. "vGPU 25 % · 3.1/4 GiB"; a click opens the panel. */
+/** The status-bar item: one line, used against the share, e.g. "vGPU 19/25 % · 3.1/4 GiB"; a click opens the panel. */
 
 import { Widget } from '@lumino/widgets';
 

@@ -50,7 +50,10 @@ function group(node: TopologyGroup): HTMLElement {
     ),
     h(
       'div',
-      { class: 'jp-vgpu-topo-children' },
+      {
+        // cards alone: a grid, so every card is as wide as the others, a lone one on the last row too
+        class: `jp-vgpu-topo-children${node.children.every(child => child.kind !== 'group') ? ' jp-vgpu-topo-cards' : ''}`
+      },
       ...node.children.map(child => (child.kind === 'group' ? group(child) : card(child)))
     )
   );

@@ -37,7 +37,7 @@ export function renderUsage(usage: UsageFacts | null, points: readonly UsagePoin
   const limits = usage?.limits ?? null;
   const current = usage?.current ?? null;
   const status = usageStatus(usage);
-  // a MIG slice: the history's compute is 0s nobody measured, so no line is drawn
+  // a MIG slice: nothing measures its compute (the history holds 0s nobody measured): said, not drawn
   const measured = current?.utilizationMeasured !== false;
   const children: HTMLElement[] = [h('h3', {}, 'Usage')];
   if (status) {
@@ -45,30 +45,55 @@ export function renderUsage(usage: UsageFacts | null, points: readonly UsagePoin
       h('p', { class: `jp-vgpu-usage-status jp-vgpu-usage-${usage?.state ?? 'loading'}`, role: 'status' }, status)
     );
   }
+  const memoryLimit = limits?.memoryMib ?? null;
+  const memoryPeak = points.reduce((max, p) => Math.max(max, p.memoryUsedMib), 0);
   children.push(
     chart(
       'memory',
       GLOSSARY.charts.memory,
       points,
       p => p.memoryUsedMib,
-      limits?.memoryMib ?? null,
+      memoryLimit,
       current && limits ? formatUsedOf(current.memoryUsedMib, limits.memoryMib) : current ? formatMib(current.memoryUsedMib) : '–',
       formatMib,
-      windowSeconds
-    ),
-    chart(
-      'utilization',
-      GLOSSARY.charts.compute,
-      measured ? points : [],
-      p => p.utilizationPercent,
-      limits?.cores ?? null,
-      !current ? '–' : measured ? fill(GLOSSARY.charts.computeNow, { value: formatCompute(current) }) : formatCompute(current),
-      formatPercent,
       windowSeconds,
-      measured ? undefined : GLOSSARY.charts.notMeasuredWhy
-    )
+      // the scale's top is a round number of GiB where the chart reads in GiB
+      Math.max(memoryLimit ?? 0, memoryPeak) >= 1024 ? 1024 : 1
+    ),
+    measured
+      ? chart(
+          'utilization',
+          GLOSSARY.charts.compute,
+          points,
+          p => p.utilizationPercent,
+          limits?.cores ?? null,
+          current ? fill(GLOSSARY.charts.computeNow, { value: formatCompute(current) }) : '–',
+          formatPercent,
+          windowSeconds,
+          1
+        )
+      : notMeasured(current)
   );
   return children;
+}
+
+/**
+ * The compute "chart" where nothing measures compute (a MIG slice): its title, "not available",
+ * and why, in place of an empty frame with a share line.
+ */
+function notMeasured(current: UsageFacts['current']): HTMLElement {
+  const why = GLOSSARY.charts.notMeasuredWhy;
+  return h(
+    'figure',
+    { class: 'jp-vgpu-chart jp-vgpu-chart-utilization jp-vgpu-chart-not-measured' },
+    h(
+      'figcaption',
+      {},
+      h('span', { class: 'jp-vgpu-chart-title' }, GLOSSARY.charts.compute),
+      h('span', { class: 'jp-vgpu-chart-now', title: why }, current ? formatCompute(current) : '–')
+    ),
+    h('p', { class: 'jp-vgpu-chart-note' }, why.charAt(0).toUpperCase() + why.slice(1) + '.')
+  );
 }
 
 function chart(
@@ -80,9 +105,15 @@ function chart(
   now: string,
   unit: (value: number) => string,
   windowSeconds: number,
-  note?: string
+  scaleUnit: number
 ): HTMLElement {
-  const geometry = chartGeometry(points, value, { windowSeconds, width: CHART_WIDTH, height: CHART_HEIGHT, limit });
+  const geometry = chartGeometry(points, value, {
+    windowSeconds,
+    width: CHART_WIDTH,
+    height: CHART_HEIGHT,
+    limit,
+    unit: scaleUnit
+  });
   const svg = s(
     'svg',
     {
@@ -105,7 +136,7 @@ function chart(
       'figcaption',
       {},
       h('span', { class: 'jp-vgpu-chart-title' }, title),
-      h('span', { class: 'jp-vgpu-chart-now', title: note }, now)
+      h('span', { class: 'jp-vgpu-chart-now' }, now)
     ),
     svg,
     h(

@@ -26,7 +26,11 @@ const TRAITS = ['allocation', 'topology', 'usage', 'window', 'parts'];
 /** Where a widget user asks for a GPU (the panel says "below", at its form). */
 export const NONE_HINT = 'Ask for one with %vgpu request.';
 
-export function render({ model, el }: { model: WidgetModel; el: HTMLElement }): () => void {
+/**
+ * Draw one widget. Not exported by name: anywidget takes the module's default export (an object
+ * with `render`), and warns that a module exporting `render` directly uses a deprecated shape.
+ */
+function render({ model, el }: { model: WidgetModel; el: HTMLElement }): () => void {
   const parts = ((model.get('parts') as FactsPart[] | null) ?? []).filter(p => ALL_PARTS.includes(p));
   const view = new FactsView({ parts: parts.length ? parts : ALL_PARTS, noneHint: NONE_HINT });
   el.classList.add('jp-vgpu-widget');
@@ -58,4 +62,5 @@ export function render({ model, el }: { model: WidgetModel; el: HTMLElement }): 
   };
 }
 
+/** anywidget's module shape since 0.9: `export default { render }` (no `initialize`: the model needs none). */
 export default { render };

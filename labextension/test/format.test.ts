@@ -1,6 +1,7 @@
 import {
   allocationFractions,
   describeCards,
+  describeEnforcement,
   describeIsolation,
   describeSliceSize,
   describeShare,
@@ -36,13 +37,32 @@ const live: Pick<UsageReply, 'state' | 'limits' | 'current' | 'message'> = {
 };
 
 describe('status summary', () => {
-  it('shows the share and memory used of the limit', () => {
-    expect(statusSummary(allocated, live)).toBe('vGPU 25 % · 3.1/4 GiB');
+  it('shows what is used against the share, compute and memory alike', () => {
+    // 19 % of the card's compute used of a 25 % share; 3.1 GiB of 4 GiB
+    expect(statusSummary(allocated, live)).toBe('vGPU 19/25 % · 3.1/4 GiB');
   });
 
   it('shows a dash before the first sample and when unreachable', () => {
-    expect(statusSummary(allocated, null)).toBe('vGPU 25 % · –/4 GiB');
-    expect(statusSummary(allocated, { state: 'unreachable', limits: null, current: null })).toBe('vGPU 25 % · –/4 GiB');
+    expect(statusSummary(allocated, null)).toBe('vGPU –/25 % · –/4 GiB');
+    expect(statusSummary(allocated, { state: 'unreachable', limits: null, current: null })).toBe('vGPU –/25 % · –/4 GiB');
+  });
+
+  it('names a MIG slice instead of a compute share nobody measures', () => {
+    const slice: AllocationReply = {
+      ...allocated,
+      allocation: {
+        ...allocated.allocation!,
+        cores: 28,
+        memoryMib: 10240,
+        enforcement: 'mig',
+        cards: [{ index: 0, uuid: 'MIG-1', model: 'A100', cores: 28, memoryMib: 10240, memoryTotalMib: 10240,
+                  migProfile: '2g.10gb' }]
+      }
+    };
+    const current = { t: 1, memoryUsedMib: 2048, utilizationPercent: 0, utilizationMeasured: false, cards: [] };
+    expect(statusSummary(slice, { state: 'live', limits: { cores: 28, memoryMib: 10240 }, current })).toBe(
+      'vGPU MIG 2g.10gb · 2/10 GiB'
+    );
   });
 
   it('names the states without an allocation', () => {
@@ -70,6 +90,14 @@ describe('status summary', () => {
     expect(statusTooltip({ state: 'unreachable', source: 'node-api', message: 'node API: 503', allocation: null }, null)).toBe(
       'node API: 503'
     );
+  });
+});
+
+describe('enforcement', () => {
+  it('names the backend, and says so where nothing but scheduling and the rails hold the share', () => {
+    expect(describeEnforcement('hami-core')).toBe('Limits enforced by: hami-core');
+    expect(describeEnforcement('none')).toMatch(/^Limits not enforced: the share is kept by scheduling, and the framework guard rails/);
+    expect(describeEnforcement('mig')).toMatch(/^Limits enforced by the hardware: a MIG slice/);
   });
 });
 

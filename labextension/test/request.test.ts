@@ -6,8 +6,11 @@ import {
   formatMib,
   MEMORY_UNIT_MIB,
   parseMemorySize,
+  sizeText,
+  suggestedShare,
   validateRequestForm
 } from '../src/request';
+import { Allocation } from '../src/types';
 
 describe('parseMemorySize', () => {
   it.each([
@@ -106,6 +109,29 @@ describe('words', () => {
   it('describes requests', () => {
     expect(describeRequest(30, 8)).toBe('30 % of one card with 2 GiB');
     expect(describeRequest(300, 0)).toBe('3 whole cards');
+  });
+});
+
+describe('the form suggests the share held now', () => {
+  const held = (cores: number, memoryMib: number, migProfile?: string): Allocation => ({
+    node: 'n', namespace: 'ns', pod: 'nb-v2', podUid: 'u', container: 'notebook', cores, memoryMib,
+    enforcement: migProfile ? 'mig' : 'none',
+    cards: [{ index: 0, uuid: 'x', model: 'A100', cores, memoryMib, memoryTotalMib: migProfile ? memoryMib : 40960,
+              ...(migProfile ? { migProfile } : {}) }]
+  });
+
+  it('after a move, on a slice, with whole cards, and with none', () => {
+    expect(suggestedShare(held(50, 8192))).toEqual({ cores: '50', memory: '8GiB' });
+    expect(suggestedShare(held(28, 10240, '2g.10gb'))).toEqual({ cores: '28', memory: '10GiB' });
+    expect(suggestedShare(held(200, 81920))).toEqual({ cores: '200', memory: '' });
+    expect(suggestedShare(null)).toEqual({ cores: '25', memory: '4GiB' });
+  });
+
+  it('in sizes the form takes back', () => {
+    for (const mib of [4096, 1536, 768, 10240]) {
+      expect(parseMemorySize(sizeText(mib)) * MEMORY_UNIT_MIB).toBe(mib);
+    }
+    expect([sizeText(1536), sizeText(768)]).toEqual(['1.5GiB', '768MiB']);
   });
 });
 

@@ -50,8 +50,17 @@ describe('chartGeometry', () => {
       height: 10,
       limit: 25
     });
-    expect(g.yMax).toBe(100);
-    expect(g.path).toBe('M0,3 L10,6');
+    expect(g.yMax).toBe(80);
+    expect(g.path).toBe('M0,1.3 L10,5');
+  });
+
+  it('tops a chart read in GiB at a round number of GiB', () => {
+    // a 10 GiB MIG slice: 11 GiB with headroom -> 12 GiB, not 20,000 MiB (19.5 GiB)
+    const points = [point(1, 3072), point(2, 3072)];
+    const gib = chartGeometry(points, p => p.memoryUsedMib, { windowSeconds: 1, width: 10, height: 10, limit: 10240, unit: 1024 });
+    expect(gib.yMax).toBe(12 * 1024);
+    const mib = chartGeometry(points, p => p.memoryUsedMib, { windowSeconds: 1, width: 10, height: 10, limit: 10240 });
+    expect(mib.yMax).toBe(12000);
   });
 
   it('draws nothing without samples', () => {
@@ -63,12 +72,14 @@ describe('chartGeometry', () => {
 
 describe('scales and words', () => {
   it.each([
-    [0.3, 0.5],
+    [0.3, 0.3],
     [1, 1],
-    [1.2, 2],
+    [1.3, 1.5],
     [2.2, 2.5],
     [4505.6, 5000],
-    [110, 200],
+    [110, 120],
+    [27.5, 30],
+    [7, 8],
     [0, 1]
   ])('niceCeiling(%p) = %p', (value, nice) => {
     expect(niceCeiling(value)).toBeCloseTo(nice);

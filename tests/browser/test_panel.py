@@ -48,7 +48,9 @@ def test_panel_shows_allocation_topology_live_usage_and_request(browser: Any, la
     # the status bar knows the share before the panel is ever opened
     status = page.locator(".jp-vgpu-status")
     status.wait_for()
-    wait_for(lambda: re.fullmatch(r"vGPU 25 % · [0-9.]+/4 GiB", status.inner_text()), timeout=60, what="status-bar summary")
+    # used against the share, for compute and memory alike
+    wait_for(lambda: re.fullmatch(r"vGPU ([0-9]+|–)/25 % · [0-9.]+/4 GiB", status.inner_text()), timeout=60,
+             what="status-bar summary")
 
     # keyboard: the shortcut opens the panel and puts focus in it
     page.keyboard.press("Alt+Shift+G")

@@ -68,10 +68,11 @@ def test_the_panel_shows_the_mig_slice_with_its_real_size(browser: Any, mig_lab:
     assert mig_cluster.notebook_env()[contract.ENV_NVIDIA_VISIBLE_DEVICES] == device
 
     page = open_lab(browser, mig_lab)
-    # the status bar: the slice's size (28 % and 10 GiB), not the 25 % and 8 GiB asked
+    # the status bar: the slice by name and memory used of its 10 GiB (not the 25 % and 8 GiB asked; no
+    # compute share that could read as usage: nothing measures a slice's compute)
     status = page.locator(".jp-vgpu-status")
     status.wait_for()
-    wait_for(lambda: re.fullmatch(r"vGPU 28 % · [0-9.]+/10 GiB", status.inner_text()), timeout=60,
+    wait_for(lambda: re.fullmatch(r"vGPU MIG 2g\.10gb · [0-9.]+/10 GiB", status.inner_text()), timeout=60,
              what="the status bar to show the slice")
 
     page.keyboard.press("Alt+Shift+G")
@@ -85,7 +86,8 @@ def test_the_panel_shows_the_mig_slice_with_its_real_size(browser: Any, mig_lab:
     assert "card 0 on node" in card.locator(".jp-vgpu-card-where").inner_text()
     assert card.locator(".jp-vgpu-bar-compute [role=progressbar]").get_attribute("aria-valuenow") == "28"
     assert "10 GiB of 10 GiB" in card.locator(".jp-vgpu-bar-memory [role=progressbar]").get_attribute("aria-label")
-    assert card.locator(".jp-vgpu-card-enforcement").inner_text() == "Limits enforced by: mig"
+    assert card.locator(".jp-vgpu-card-enforcement").inner_text() == (
+        "Limits enforced by the hardware: a MIG slice's compute and memory are its own")
     text = card.inner_text()
     assert "25 %" not in text and "8 GiB" not in text, text
 
@@ -93,12 +95,19 @@ def test_the_panel_shows_the_mig_slice_with_its_real_size(browser: Any, mig_lab:
     page.wait_for_selector(f"{PANEL}[data-vgpu-transport='stream']")
     now = panel.locator(".jp-vgpu-chart-memory .jp-vgpu-chart-now")
     wait_for(lambda: re.fullmatch(r"[0-9.]+/10 GiB", now.inner_text()), timeout=60, what="the chart's slice limit")
+    scale = panel.locator(".jp-vgpu-chart-memory .jp-vgpu-chart-scale").inner_text()
+    assert scale == "top 12 GiB · dashed: your share 10 GiB", scale  # a round top over the slice, not 19.5 GiB
     card.screenshot(path=str(artifacts / "lab-panel-mig-slice.png"))
-    # NVML measures no compute per MIG slice: "not available" and no line, never a 0
+    # NVML measures no compute per MIG slice: "not available" and a sentence saying so, not an empty frame
+    # with a share line, never a 0
     compute = panel.locator(".jp-vgpu-chart-utilization")
     assert compute.locator(".jp-vgpu-chart-now").inner_text() == "not available"
     assert "MIG slice" in (compute.locator(".jp-vgpu-chart-now").get_attribute("title") or "")
-    assert compute.locator(".jp-vgpu-chart-line").get_attribute("data-points") == "0"
+    assert compute.locator("svg").count() == 0
+    assert compute.locator(".jp-vgpu-chart-note").inner_text().startswith("Compute use on a MIG slice is not measured")
+    # the request form suggests the slice held, not a fixed 25 % with 4 GiB
+    assert panel.get_by_role("textbox", name="Compute").get_attribute("placeholder") == "28"
+    assert panel.get_by_role("textbox", name="Memory").get_attribute("placeholder") == "10GiB"
 
     # the topology: GPU 0 drawn as its slices in GPU instance order, hers marked, the rest free;
     # the other cards of the node are whole, with the allocated bar

@@ -285,3 +285,28 @@ def test_the_daemon_logs_a_mig_card_and_advertises_nothing_on_it_without_slices(
     assert "card 3" in caplog.text and "MIG mode is enabled" in caplog.text
     health = {d.ID.split("-")[0]: d.health for d in peer.list_devices(c.DEFAULT_NAMES.core_resource)}
     assert "gpu3" not in health and health["gpu0"] == "Healthy"
+
+
+def test_the_device_plugins_xla_fraction_and_the_kernels_torch_fraction_are_one_rounding():
+    """4 GiB of a 24 GiB P40 is 0.1666…: the env the device plugin writes for JAX and the fraction the
+    kernel's guard rails give PyTorch are the same number, floored (never above the share)."""
+    from jupyter_vgpu.guards import GuardRails
+
+    gpus = sim_gpus("p40-7gpu-pix-phb.txt", memory_mib=24576)
+    cards = {card.index: card for card in gpus.inventory()}
+    share = ContainerAllocation(index=0, name="notebook", cards=(CardShare(0, cards[0].uuid, 25, 16),))
+    identity = Identity(node="n1", namespace="ns", pod="nb", pod_uid="uid-1", container="notebook",
+                        container_index=0)
+    envs = dict(container_response(EnforcementConfig(mode="none"), share, cards, identity, metrics_url="http://x",
+                                   token="t").envs)
+    assert envs[c.ENV_XLA_MEM_FRACTION] == "0.166"
+    allocation = {"cores": 25, "memoryMib": 4096, "cards": [
+        {"index": 0, "uuid": cards[0].uuid, "cores": 25, "memoryMib": 4096, "memoryTotalMib": 24576}]}
+    rails = GuardRails(allocation, environ=dict(envs), modules={})
+    rails.apply()
+    assert rails.share is not None and rails.share.fraction == float(envs[c.ENV_XLA_MEM_FRACTION])
+    text = rails.status_text()
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION=0.166" in text and "set_per_process_memory_fraction(0.166)" in text
+    for memory_mib, card_mib in ((4096, 24576), (10240, 40960), (2560, 15360), (7936, 81920), (81920, 81920)):
+        fraction = c.memory_fraction(memory_mib, card_mib)
+        assert fraction * card_mib <= memory_mib and memory_mib / card_mib - fraction < 0.001

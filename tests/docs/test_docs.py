@@ -108,3 +108,18 @@ def test_vgpu_commands_in_the_user_guide_exist():
         assert f"%vgpu {command}" in USAGE, f"docs/user.md shows %vgpu {command}, which %vgpu does not have"
     for flag in set(re.findall(r"%vgpu request[^\n#]*?(--\w+)", text)):
         assert flag in USAGE
+
+
+def test_the_first_deployment_checks_the_label_it_sets_and_says_who_sets_the_other():
+    """docs/admin.md §7 labels nodes `vgpu.jupyter.org/node=true`; its check lists that label, and any
+    other label it checks is one the text says the node daemon sets (not one the admin was told to set)."""
+    from jupyter_vgpu.core.contract import DEFAULT_NAMES
+
+    text = (REPO / "docs" / "admin.md").read_text()
+    section = text[text.index("## 7. "):text.index("## 8. ")]
+    set_here = set(re.findall(r"kubectl label node \S+ (vgpu\.jupyter\.org/[\w./-]+)=", section))
+    checked = {label for labels in re.findall(r"kubectl get nodes -L (\S+?)`", section) for label in labels.split(",")}
+    assert set_here and checked and set_here <= checked, (set_here, checked)
+    daemon_sets = {label for label in checked - set_here
+                   if re.search(rf"daemon (?:then )?sets [^.]*`{re.escape(label)}`", section)}
+    assert checked - set_here == daemon_sets == {DEFAULT_NAMES.node_label_gpu}, (checked, set_here, daemon_sets)

@@ -237,16 +237,16 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
         match = output.wait_for(rf"http://127\.0\.0\.1:{port}/lab\?token=([0-9a-f]{{32,}})", process, 180)
         token = match.group(1)
         notebooks = Path(output.wait_for(r"\s*your notebooks: (\S+)\s+\(kept after Ctrl-C\)", process, 10).group(1))
-        lab_log = Path(output.wait_for(r"\s*the lab's log:\s+(\S+)", process, 10).group(1))
+        lab_log = Path(output.wait_for(r"\s*the lab's log:\s+(\S+)\s+\(kept after Ctrl-C\)", process, 10).group(1))
         printed = output.wait_for(r"\s*(kubectl --kubeconfig (\S+) get pods -A -o wide)", process, 10)
         kubeconfig = printed.group(2)
         workdir = os.path.dirname(kubeconfig)
         base = f"http://127.0.0.1:{port}/"
 
-        # notebooks go to a directory of their own; the lab's log is where the guide says; the
-        # token is in a 0600 config file and on no command line
+        # notebooks go to a directory of their own; the lab's log is where the guide says, beside them
+        # (kept after Ctrl-C); the token is in a 0600 config file and on no command line
         assert notebooks == home / "jupyter-vgpu-demo" and notebooks.is_dir()
-        assert lab_log.is_file() and str(lab_log).startswith(workdir) and "Jupyter" in lab_log.read_text()
+        assert lab_log == notebooks / ".jupyter-vgpu-demo" / "logs" / "lab.log" and "Jupyter" in lab_log.read_text()
         assert not _processes_mentioning(token), "the lab's token shows in ps"
         config = Path(workdir, "jupyter", "config", "jupyter_server_config.json")
         assert stat.S_IMODE(config.stat().st_mode) == 0o600 and token in config.read_text()
@@ -335,8 +335,8 @@ def test_demo_serves_a_real_allocation_and_ctrl_c_leaves_nothing(tmp_path: Path)
         assert processes, "the demo runs the lab as a child process"
     finally:
         code = _ctrl_c(run)
-    # the notebooks stay
-    _assert_nothing_left(run, code, processes, token, workdir, kept=(notebooks / created["path"],))
+    # the notebooks stay, and the lab's log beside them
+    _assert_nothing_left(run, code, processes, token, workdir, kept=(notebooks / created["path"], lab_log))
 
 
 def test_demo_isolated_puts_the_notebook_on_a_mig_slice_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:

@@ -160,6 +160,26 @@ def test_whole_cards_and_no_vgpu_need_no_rails(fake_modules):
     assert environ == {} and guards._finder not in sys.meta_path
 
 
+def test_on_a_mig_slice_the_rails_say_the_hardware_holds_the_memory(fake_modules):
+    """A slice's memory is the whole (MIG) device: nothing to hold back, and the reason is the slice, not
+    "no vGPU, or whole cards"; whole cards and no vGPU each say their own reason."""
+    slice_ = {"cores": 28, "memoryMib": 10240, "enforcement": "mig", "cards": [
+        {"index": 0, "uuid": "MIG-1", "cores": 28, "memoryMib": 10240, "memoryTotalMib": 10240,
+         "migProfile": "2g.10gb"}]}
+    environ: dict[str, str] = {}
+    rails = GuardRails(slice_, environ=environ, modules={})
+    rails.apply()
+    assert {g.state for g in rails.status()} == {"not needed"} and environ == {}
+    assert ("torch      not needed   your MIG slice 2g.10gb is isolated in hardware: its memory (10 GiB) is all "
+            "yours and no framework can use more") in rails.status_text().splitlines()
+    whole = GuardRails(share(memory_mib=40960, total=40960, cores=100), environ={}, modules={})
+    whole.apply()
+    assert {g.detail for g in whole.status()} == {"whole cards: all of each card's memory is yours"}
+    nothing = GuardRails(None, environ={}, modules={})
+    nothing.apply()
+    assert {g.detail for g in nothing.status()} == {"no vGPU in this session"}
+
+
 def test_unknown_card_size_limits_cupy_but_not_fractions(fake_modules):
     rails = GuardRails(share(total=None), environ={}, modules={})
     rails.apply()

@@ -118,6 +118,20 @@ def test_request_validates_and_reports_the_outcome(shell, notebook):
     assert "last request r1-" in out and "failed" in out
 
 
+def test_a_request_cell_shows_its_progress_lines_and_no_value(shell, notebook):
+    """`%vgpu request` and `%vgpu release` print their lines; the cell has no result (no ShareRequest repr
+    after them as its Out)."""
+    from IPython.utils.capture import capture_output
+
+    for line in ("%vgpu request --cores 50 --memory 4096MiB", "%vgpu request --cores 50 --memory 4GiB --no-wait",
+                 "%vgpu release"):
+        with capture_output() as captured:
+            result = shell.run_cell(line, store_history=True)
+        assert result.success and result.result is None, (line, result.result)
+        assert "ShareRequest(" not in captured.stdout and captured.stdout.startswith("request r"), captured.stdout
+        shell.magics_manager.registry["VGPUMagics"].tracker.wait(captured.stdout.split()[1].rstrip(":"), 10)
+
+
 def test_hub_ceiling_is_enforced_before_anything_restarts(shell, notebook, monkeypatch):
     monkeypatch.setenv(contract.ENV_HUB_MAX_MEMORY_MIB, "8192")
     out, _ = run(shell, "request --cores 25 --memory 16GiB")

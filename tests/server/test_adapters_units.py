@@ -123,11 +123,12 @@ def test_recreated_pod_spec():
         "status": {"phase": "Running"},
     }
     requester = KubeRecreateRequester("kc", "jupyter", "nb", "notebook")
+    requester.request_id = "r1-0123abcd"  # as the tracker sets it before request()
     new = requester.new_pod(old, 50, 32)
     recorded = new["spec"]["containers"][1].pop("env")
     assert [e["name"] for e in recorded] == [ENV_SHARE_REQUEST]  # in the notebook container only
     asked = json.loads(recorded[0]["value"])
-    assert (asked["from"], asked["cores"], asked["memoryUnits"]) == ("nb", 50, 32)
+    assert (asked["from"], asked["cores"], asked["memoryUnits"], asked["id"]) == ("nb", 50, 32, "r1-0123abcd")
     assert new["metadata"] == {"name": "nb-v2", "namespace": "jupyter", "labels": {"app": "jupyter"},
                                "annotations": {"keep": "me", NAMES.isolation: "mig"}}  # asks for a slice again
     assert "nodeName" not in new["spec"] and "status" not in new

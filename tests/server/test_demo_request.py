@@ -44,7 +44,8 @@ def test_request_in_the_demo_moves_the_lab_to_the_new_share(tmp_path):
         assert (after["cores"], after["memoryMib"]) == (50, 8192)
         assert [(c["index"], c["uuid"]) for c in after["cards"]] == [(c["index"], c["uuid"]) for c in state["cards"]]
         recovered = api("requests")
-        assert (recovered["id"], recovered["state"], recovered["message"]) == (
-            "pod-notebook-v2", "scheduled", state["message"])
+        assert (recovered["id"], recovered["state"], recovered["message"]) == (  # one id for one request
+            request_id, "scheduled", state["message"])
+        assert api(f"requests/{request_id}")["state"] == "scheduled"  # what the panel follows, after the move
     finally:
         demo.stop()

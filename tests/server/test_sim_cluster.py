@@ -163,7 +163,12 @@ class TestShareRequests:
             environ={**admitted.container("notebook").env, contract.ENV_NOTEBOOK_KUBECONFIG: cluster.kubeconfig},
             timeout=60))
         recovered = tracker.latest()
-        assert (recovered.id, recovered.state, recovered.message) == ("pod-bob-v2", "scheduled", final["message"])
+        # one id for one request: the new pod's server answers for it by the id the old one gave it
+        assert (recovered.id, recovered.state, recovered.message) == (final["id"], "scheduled", final["message"])
+        again = make_tracker(KubeRecreateRequester, RequesterSettings(
+            environ={**admitted.container("notebook").env, contract.ENV_NOTEBOOK_KUBECONFIG: cluster.kubeconfig},
+            timeout=60)).get(final["id"])  # the panel follows the request it sent, on the server that took over
+        assert again is not None and (again.id, again.state) == (final["id"], "scheduled")
         assert recovered.cards == final["cards"] and recovered.progress[0] == "re-created from pod bob"
 
     def test_release_recreates_the_pod_without_a_gpu(self, cluster, in_pod, monkeypatch):

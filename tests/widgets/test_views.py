@@ -244,3 +244,59 @@ def test_compute_on_a_mig_slice_is_not_available_rather_than_zero(comms):
     assert comms.last(chart.model_id, "usage")["current"]["utilizationMeasured"] is True
     assert "12 % of the card" in repr(chart)
     chart.close()
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def test_every_widget_displays_a_static_fallback_beside_its_view(comms):
+    """The display's mime bundle has the widget view and the same facts as text/plain and text/html, so a
+    notebook saved with these outputs still reads where the widget's model is gone (nbconvert here)."""
+    import nbformat
+    from IPython.core.formatters import DisplayFormatter
+    from nbconvert import HTMLExporter
+
+    topology = {"state": "available", "source": "node-api", "message": None, "topology": {
+        "node": "gpu-node-1", "links": [], "tree": None,
+        "gpus": [{"index": 2, "mine": True, "myCores": 25, "allocatedCores": 75, "tenants": 2, "healthy": True}]}}
+
+    class Answers:
+        def allocation(self) -> dict:
+            return SHARE
+
+        def topology(self) -> dict:
+            return topology
+
+        def usage(self, history_seconds: float = 0) -> dict:
+            return {"state": "live", "source": "node-api", "message": None, "periodSeconds": 1.0,
+                    "limits": {"cores": 25, "memoryMib": 10240}, "history": [],
+                    "current": {"t": 100.0, "memoryUsedMib": 2048.0, "utilizationPercent": 12.0, "cards": []}}
+
+    source = Answers()
+    widgets = [AllocationCard(source), TopologyView(source), UsageChart(source, live=False),
+               Dashboard(source, live=False)]
+    outputs = []
+    for widget in widgets:
+        data, _ = DisplayFormatter().format(widget)
+        assert data[WIDGET_VIEW]["model_id"] == widget.model_id
+        assert data["text/plain"] == repr(widget) and "<" not in data["text/plain"][:1]
+        assert "<pre>" in data["text/html"] and "run the cell again for the live view" in data["text/html"]
+        outputs.append(nbformat.v4.new_output("display_data", data=data))
+        widget.close()
+    assert "GPU-2222" in outputs[0]["data"]["text/html"] and "yours + 2 others" in outputs[1]["data"]["text/html"]
+    assert "2 GiB of your 10 GiB" in outputs[2]["data"]["text/html"]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("%vgpu", outputs=outputs)])
+    page, _ = HTMLExporter().from_notebook_node(nbformat.reads(nbformat.writes(notebook), as_version=4))
+    assert page.count('class="jp-vgpu-snapshot"') == len(widgets) and "GPU-2222" in page
+
+
+def test_the_front_end_has_anywidgets_current_module_shape():
+    """`export default { render }`, and no `render` exported by name: anywidget warns (once per widget, in the
+    browser's console) that a module exporting `render` directly has a shape it will drop."""
+    import re
+
+    esm = (STATIC / "widget.js").read_text(encoding="utf-8")
+    clauses = re.findall(r"export\s*\{([^}]*)\}", esm)
+    exported = {part.split(" as ")[-1].strip() for clause in clauses for part in clause.split(",")}
+    assert "default" in exported and "render" not in exported, exported
+    assert not re.search(r"export\s+(?:async\s+)?(?:function|const|let|var)\s+render\b", esm)

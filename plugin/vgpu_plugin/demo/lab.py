@@ -65,11 +65,18 @@ def bundled_topology_dir() -> Path:
     return TOPOLOGY_DIR
 
 
+DEMO_ENFORCEMENT = "none"
+"""The demo's node daemons run with enforcement "none", the backend they really have: nothing
+enforces limits on simulated GPUs (no HAMi-core, no MPS server). The share is kept by scheduling,
+and the notebook's framework guard rails hold PyTorch, JAX, CuPy and TensorFlow to its memory; the
+panel and ``%vgpu`` say so, rather than naming a backend that is not there."""
+
+
 def start_cluster(*, run_processes: bool, policy: str = "binpack", workdir: str | None = None,
                   metrics_period: float = 1.0, mig: bool = False) -> SimCluster:
     """The demo's nodes on the captures bundled with the package (no checkout needed)."""
     cluster = SimCluster(demo_nodes(mig), workdir=workdir, fixtures_dir=bundled_topology_dir(), policy=policy,
-                         run_processes=run_processes, metrics_period=metrics_period)
+                         enforcement=DEMO_ENFORCEMENT, run_processes=run_processes, metrics_period=metrics_period)
     return cluster.start()
 
 
@@ -77,7 +84,8 @@ def start_real_cluster(*, policy: str, mig: bool = False) -> Any:
     """The demo's nodes on a real control plane and real kubelets (``realkube``; root only)."""
     from ..realkube.cluster import RealCluster
 
-    return RealCluster(demo_nodes(mig), fixtures_dir=bundled_topology_dir(), policy=policy).start()
+    return RealCluster(demo_nodes(mig), fixtures_dir=bundled_topology_dir(), policy=policy,
+                       enforcement=DEMO_ENFORCEMENT).start()
 
 
 def pick_port(address: str, wanted: int | None, default: int = 8888, tries: int = 50) -> int:
@@ -97,6 +105,23 @@ def pick_port(address: str, wanted: int | None, default: int = 8888, tries: int 
 def default_notebook_dir() -> str:
     """The demo's notebooks live here, in a directory of their own that outlives the demo."""
     return os.path.join(os.path.expanduser("~"), "jupyter-vgpu-demo")
+
+
+KEPT_DIR = ".jupyter-vgpu-demo"
+"""Beside the notebooks (hidden from the lab's file browser): what the demo keeps between runs, the
+lab's settings (theme and all) and its log."""
+
+NEWS_SETTINGS = ("@jupyterlab/apputils-extension", "notification.jupyterlab-settings")
+WIDGET_SETTINGS = ("@jupyter-widgets/jupyterlab-manager", "plugin.jupyterlab-settings")
+LAB_SETTINGS = {
+    # JupyterLab's "get notified about official Jupyter news?" prompt would cover the panel's
+    # Request / Release buttons: answered no
+    NEWS_SETTINGS: {"fetchNews": "false"},
+    # the widgets' state saved with the notebook: reopened in this run, the %vgpu outputs are drawn
+    # from it (in a later run the notebook is not trusted, and they read as their text)
+    WIDGET_SETTINGS: {"saveState": True},
+}
+"""The lab settings the demo gives its user, each only until the user sets it otherwise."""
 
 
 def normalize_base_url(base_url: str) -> str:
@@ -132,6 +157,7 @@ class Demo:
         self.runner: Any = None   # realkube.containers.ContainerRunner: the lab beside a real cluster
         self.base_url = normalize_base_url(options.base_url)
         self.notebook_dir = os.path.abspath(os.path.expanduser(options.root_dir or default_notebook_dir()))
+        self.kept_dir = os.path.join(self.notebook_dir, KEPT_DIR)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -195,11 +221,35 @@ class Demo:
         os.makedirs(path, exist_ok=True)
         return path
 
+    def _kept(self, *parts: str) -> str:
+        path = os.path.join(self.kept_dir, *parts)
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def lab_settings_dir(self) -> str:
+        """The lab's user settings, kept beside the notebooks (a theme chosen stays chosen), with
+        ``LAB_SETTINGS`` wherever the user has not set those keys."""
+        settings = self._kept("lab-settings")
+        for where, defaults in LAB_SETTINGS.items():
+            path = os.path.join(settings, *where)
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    current = json.load(handle)
+            except (OSError, ValueError):
+                current = {}
+            current = current if isinstance(current, dict) else {}
+            if not set(defaults) <= set(current):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w", encoding="utf-8") as handle:
+                    json.dump({**defaults, **current}, handle, indent=2)
+        return settings
+
     def _lab_environment(self) -> dict[str, str]:
-        """Where the lab and its kernels keep their config, data, settings, caches and runtime
-        files: in the demo's work dir, so a stop leaves nothing behind, nothing lands in the
-        user's own Jupyter directories, and the user's config cannot get in the way. The token
-        goes in the config file (mode 0600), never on a command line (`ps` shows those)."""
+        """Where the lab and its kernels keep their config, data, caches and runtime files: in the
+        demo's work dir, so a stop leaves nothing behind, nothing lands in the user's own Jupyter
+        directories, and the user's config cannot get in the way. The lab's settings and its log
+        are kept beside the notebooks (``KEPT_DIR``). The token goes in the config file (mode
+        0600), never on a command line (`ps` shows those)."""
         config = self._workdir("config")
         settings = {
             "ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}},  # an editable install lacks etc/jupyter/
@@ -219,7 +269,7 @@ class Demo:
             "JUPYTER_CONFIG_DIR": config,
             "JUPYTER_DATA_DIR": self._workdir("data"),
             "JUPYTER_RUNTIME_DIR": self._workdir("runtime"),
-            "JUPYTERLAB_SETTINGS_DIR": self._workdir("lab-settings"),
+            "JUPYTERLAB_SETTINGS_DIR": self.lab_settings_dir(),
             "JUPYTERLAB_WORKSPACES_DIR": self._workdir("lab-workspaces"),
             "IPYTHONDIR": self._workdir("ipython"),
             "XDG_CACHE_HOME": self._workdir("cache"),
@@ -254,7 +304,7 @@ class Demo:
         if os.geteuid() == 0:  # containers and CI run as root; jupyter refuses without this
             lab.append("--allow-root")
         return [sys.executable, "-m", "vgpu_plugin.demo.notebook", f"--address={self.options.ip}",
-                f"--port={self.port}", "--", *lab]
+                f"--port={self.port}", f"--log={self.lab_log()}", "--", *lab]
 
     def _create_notebook_pod(self) -> None:
         assert self.cluster is not None
@@ -306,7 +356,7 @@ class Demo:
             if self.runner is not None:
                 process = self.runner.process(meta["namespace"], meta["name"])
                 if process is not None:
-                    return process, self.lab_log(pod)
+                    return process, self.lab_log()
                 continue
             node_name = (pod.get("spec") or {}).get("nodeName")
             if not node_name or node_name not in self.cluster.nodes:
@@ -314,18 +364,13 @@ class Demo:
             node = self.cluster.nodes[node_name]
             admitted = node.kubelet.admitted(meta["uid"])
             if admitted and admitted.containers and admitted.containers[0].process is not None:
-                return admitted.containers[0].process, self.lab_log(pod)
+                return admitted.containers[0].process, self.lab_log()
         return None
 
-    def lab_log(self, pod: dict[str, Any]) -> str:
-        """Where the kubelet stand-in (or, on a real cluster, the runner) writes the output of ``pod``'s lab."""
-        assert self.cluster is not None
-        meta, node_name = pod["metadata"], (pod.get("spec") or {}).get("nodeName") or ""
-        if self.runner is not None:
-            return str(self.runner.log_path(meta["namespace"], meta["name"], NOTEBOOK_CONTAINER))
-        node = self.cluster.nodes.get(node_name) or next(iter(self.cluster.nodes.values()))
-        return os.path.join(os.path.dirname(node.plugin_dir), "logs",
-                            f"{meta['namespace']}_{meta['name']}_{NOTEBOOK_CONTAINER}.log")
+    def lab_log(self) -> str:
+        """Where the lab writes its output, whichever pod runs it (each pod's lab appends, after a line
+        naming the pod): beside the notebooks, so it is still there after Ctrl-C."""
+        return os.path.join(self.kept_dir, "logs", "lab.log")
 
     def _wait_for_lab(self) -> None:
         deadline = time.monotonic() + self.options.lab_timeout
@@ -376,6 +421,28 @@ class Demo:
         card = next((card for card in running.gpus.inventory() if card.index == index), None) if running else None
         return next((s for s in card.slices if s.uuid == uuid), None) if card is not None else None
 
+    def lab_notes(self) -> list[str]:
+        """What the guide says about the lab's charts and limits: what moves them, and what holds the share."""
+        if self.real:
+            usage = ["  the fake runtime starts no container: your lab runs beside the cluster with the command and",
+                     "  environment kubelet gave its container (the device plugin's answer included); no GPU process is",
+                     "  simulated there, so the charts show no usage"]
+        elif self.options.isolated:
+            usage = ["  memory your kernels hold counts as your slice's GPU memory; compute use on a MIG slice is not",
+                     "  measured (NVML has none per slice), so a busy cell moves no chart: the panel says so"]
+        else:
+            usage = ["  your card's usage follows what your notebook does: a busy cell (e.g. `while True: pass`) raises",
+                     "  its utilisation (one busy CPU core = your whole compute share); memory your kernels hold counts",
+                     "  as GPU memory"]
+        if self.options.isolated:
+            limits = ["  on a MIG slice the hardware isolates your compute and memory: the panel and %vgpu show the whole",
+                      "  slice (its real size), not the share you asked for; the other slices of the card are "
+                      "other people's"]
+        else:
+            limits = [f"  nothing enforces limits on simulated GPUs (enforcement {DEMO_ENFORCEMENT}): your share is kept",
+                      "  by scheduling, and the framework guard rails hold PyTorch, JAX, CuPy and TensorFlow to its memory"]
+        return usage + limits
+
     def guide(self) -> list[str]:
         assert self.cluster is not None
         cluster = self.cluster
@@ -394,20 +461,13 @@ class Demo:
         lines += [
             "",
             "JupyterLab (open the vGPU panel with Alt+Shift+G; in a notebook: %load_ext jupyter_vgpu, then %vgpu):",
-            *(["  the fake runtime starts no container: your lab runs beside the cluster with the command and",
-               "  environment kubelet gave its container (the device plugin's answer included); no GPU process is",
-               "  simulated there, so the charts show no usage"] if self.real else
-              ["  your card's usage follows what your notebook does: a busy cell (e.g. `while True: pass`) raises its",
-               "  utilisation (one busy CPU core = your whole compute share); memory your kernels hold counts as GPU "
-               "memory"]),
-            *(["  on a MIG slice the hardware isolates your compute and memory: the panel and %vgpu show the whole",
-               "  slice (its real size), not the share you asked for; the other slices of the card are other people's"]
-              if self.options.isolated else []),
+            *self.lab_notes(),
             "",
             self.url,
             "",
             f"  your notebooks: {self.notebook_dir}   (kept after Ctrl-C)",
-            f"  the lab's log:  {self.lab_log(notebook) if notebook else '?'}",
+            f"  the lab's log:  {self.lab_log()}   (kept after Ctrl-C)",
+            f"  lab settings:   {os.path.join(self.kept_dir, 'lab-settings')}   (your theme and choices, kept)",
             "",
             "Look around:",
             f"  kubectl --kubeconfig {cluster.kubeconfig} get pods -A -o wide",
@@ -446,7 +506,7 @@ class NotebookWatcher(threading.Thread):
                 self.announced.add(meta["uid"])
                 if meta["name"] != NOTEBOOK_POD:
                     self.say(f"demo: your notebook moved to {self.demo.describe_notebook(pod)}; "
-                             f"the lab comes back at the same URL in a few seconds (log: {self.demo.lab_log(pod)})")
+                             f"the lab comes back at the same URL in a few seconds (log: {self.demo.lab_log()})")
 
     def stop(self) -> None:
         self.stopping.set()

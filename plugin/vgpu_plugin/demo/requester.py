@@ -138,9 +138,9 @@ class KubeRecreateRequester(Requester):
             spec.setdefault("schedulerName", contract.SCHEDULER_NAME)
         # so the server in the new pod can tell its user what happened
         env = [e for e in target.get("env") or [] if e.get("name") != ENV_SHARE_REQUEST]
-        target["env"] = [*env, {"name": ENV_SHARE_REQUEST, "value": json.dumps(
-            {"from": self.pod, "cores": cores, "memoryUnits": memory_units, "at": time.time()},
-            separators=(",", ":"))}]
+        asked = {"from": self.pod, "cores": cores, "memoryUnits": memory_units, "at": time.time(),
+                 **({"id": self.request_id} if self.request_id else {})}  # the new server answers by that id
+        target["env"] = [*env, {"name": ENV_SHARE_REQUEST, "value": json.dumps(asked, separators=(",", ":"))}]
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -240,7 +240,7 @@ class KubeRecreateRequester(Requester):
             node = (pod.get("spec") or {}).get("nodeName")
             outcome = Outcome("scheduled", f"pod {self.pod} runs on {node} without a GPU; the share is released",
                               node=node)
-        request = ShareRequest(id=f"pod-{self.pod}", cores=int(asked.get("cores") or 0),
+        request = ShareRequest(id=str(asked.get("id") or f"pod-{self.pod}"), cores=int(asked.get("cores") or 0),
                                memoryUnits=int(asked.get("memoryUnits") or 0), state="scheduled",
                                message=outcome.message, node=outcome.node, cards=list(outcome.cards),
                                created=float(asked.get("at") or time.time()))

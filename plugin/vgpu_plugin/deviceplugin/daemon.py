@@ -122,7 +122,11 @@ class NodeDaemon:
         if not self.backend.available():
             log.warning("node %s: no usable GPUs (%s); advertising no devices", cfg.node, self.backend.problem())
         for card in self.cards.cards():
-            if card.unavailable:
+            if card.mig and any(s.placeable for s in card.slices):
+                # as the admin set it up: not a problem to warn about (the demo's MIG node starts so)
+                log.info("node %s: card %d (%s) is in MIG mode: served as its %d slice(s), never time-shared",
+                         cfg.node, card.index, card.uuid, len(card.slices))
+            elif card.unavailable:
                 log.warning("node %s: card %d (%s) is kept out of sharing: %s", cfg.node, card.index, card.uuid,
                             card.unavailable)
         mismatched = minor_mismatches(self.cards.cards())

@@ -99,7 +99,7 @@ def container_response(
         share = shares[0]
         card_mib = cards[share.index].memory_mib
         # framework guard rails, read at process start whatever the enforcement backend
-        envs[c.ENV_XLA_MEM_FRACTION] = f"{min(1.0, memory_mib[0] / card_mib):.3f}" if card_mib else "0"
+        envs[c.ENV_XLA_MEM_FRACTION] = c.format_fraction(c.memory_fraction(memory_mib[0], card_mib))
         envs[c.ENV_XLA_PREALLOCATE] = "false"
         envs[c.ENV_CUPY_MEMORY_LIMIT] = str(memory_mib[0] * 1024 * 1024)
         envs[c.ENV_TF_FORCE_GROWTH] = "true"
