@@ -243,14 +243,7 @@ def test_the_extenders_path_and_pods_asking_no_vgpu_pass(evaluator, tmp_path: Pa
     bypass = changed(pod(node=None), spec=preset_node)
     assert evaluator.admit(request(SCHEDULER, "CREATE", "pods"), bypass, None).allowed
     assert refused(evaluator.admit(request(GPU_ADMISSION, "CREATE", "pods"), bypass, None))
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(DEPLOY / "base", tmp_path)],
-        "patches": [{"target": {"kind": "ConfigMap", "name": "vgpu-trusted-writers"},
-                     "patch": yaml.safe_dump([{"op": "replace", "path": "/data/admissionAccount",
-                                               "value": GPU_ADMISSION}])}],
-    }))
-    configured = PolicyEvaluator(*policy_objects(render(str(tmp_path)))[::2])
+    configured = PolicyEvaluator(*policy_objects(with_gpu_admission(tmp_path))[::2])
     assert configured.admit(request(GPU_ADMISSION, "CREATE", "pods"), bypass, None).allowed
 
 
@@ -337,13 +330,8 @@ def test_the_node_daemon_changes_nothing_else_on_nodes(evaluator, case):
     assert refused(verdict), case
 
 
-# --- configuration ----------------------------------------------------------------------------------
-
-
-def test_gpu_admission_is_trusted_only_when_configured(evaluator, tmp_path: Path):
-    pending = pod(node=None)
-    claimed = changed(pending, annotations={NAMES.predicate_gpu_idx(0): "1", NAMES.predicate_node: "gpu-a"})
-    assert not evaluator.admit(request(GPU_ADMISSION, "UPDATE", "pods"), claimed, pending).allowed
+def with_gpu_admission(tmp_path: Path) -> tuple[dict, ...]:
+    """deploy/base rendered with gpu-admission's account configured as trusted."""
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": [os.path.relpath(DEPLOY / "base", tmp_path)],
@@ -351,7 +339,17 @@ def test_gpu_admission_is_trusted_only_when_configured(evaluator, tmp_path: Path
                      "patch": yaml.safe_dump([{"op": "replace", "path": "/data/admissionAccount",
                                                "value": GPU_ADMISSION}])}],
     }))
-    policy, _, params = policy_objects(render(str(tmp_path)))
+    return render(str(tmp_path))
+
+
+# --- configuration ----------------------------------------------------------------------------------
+
+
+def test_gpu_admission_is_trusted_only_when_configured(evaluator, tmp_path: Path):
+    pending = pod(node=None)
+    claimed = changed(pending, annotations={NAMES.predicate_gpu_idx(0): "1", NAMES.predicate_node: "gpu-a"})
+    assert not evaluator.admit(request(GPU_ADMISSION, "UPDATE", "pods"), claimed, pending).allowed
+    policy, _, params = policy_objects(with_gpu_admission(tmp_path))
     configured = PolicyEvaluator(policy, params)
     assert configured.admit(request(GPU_ADMISSION, "UPDATE", "pods"), claimed, pending).allowed
     assert not configured.admit(request(GPU_ADMISSION, "UPDATE", "pods"),

@@ -10,12 +10,8 @@ The same journey on the simulated cluster: tests/server/test_demo_request.py."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-
 import pytest
-from simkube.waiting import wait_for
+from demo_support import lab_api, request_and_follow
 
 pytestmark = pytest.mark.slow
 
@@ -26,13 +22,7 @@ def test_demo_on_the_real_stack_serves_the_allocation_and_moves_on_a_share_reque
     demo = Demo(DemoOptions(neighbours=False, root_dir=str(tmp_path), control_plane="real"),
                 say=lambda message: None).start()
 
-    def api(path, method="GET", body=None):
-        request = urllib.request.Request(demo.server_url + "vgpu/api/" + path, method=method,
-                                         data=None if body is None else json.dumps(body).encode(),
-                                         headers={"Authorization": f"token {demo.token}"})
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read())
-
+    api = lab_api(demo)
     first = None
     try:
         cluster = demo.cluster
@@ -53,21 +43,10 @@ def test_demo_on_the_real_stack_serves_the_allocation_and_moves_on_a_share_reque
             assert environ[key.encode()].decode() == recorded[key], key
         assert [card["uuid"] for card in before["cards"]] == recorded["NVIDIA_VISIBLE_DEVICES"].split(",")
 
-        request_id = api("requests", "POST", {"cores": 50, "memory": "8GiB"})["id"]
-        state = wait_for(lambda: (s := api(f"requests/{request_id}"))["state"] != "pending" and s, timeout=120,
-                         interval=0.2, what="the request to leave pending")
-        assert state["state"] == "scheduled" and state["message"].startswith("pod notebook-v2 was scheduled on "), state["message"]
-
-        def new_lab():
-            try:  # the old lab goes away with its pod; the new pod's lab answers on the same URL and token
-                after = api("allocation")["allocation"]
-            except (urllib.error.URLError, OSError, ValueError):
-                return None
-            return after if after and after["pod"] == "notebook-v2" else None
-
-        after = wait_for(new_lab, timeout=180, interval=0.5, what="the new pod's lab to answer")
+        request_id, state, after = request_and_follow(api, {"cores": 50, "memory": "8GiB"}, "notebook-v2")
         assert (after["cores"], after["memoryMib"]) == (50, 8192)
         assert first.poll() is not None, "the old pod's lab was stopped with its pod"
+        assert api(f"requests/{request_id}")["state"] == "scheduled"  # one id for one request, after the move
         assert cluster.read_pod(NOTEBOOK_NAMESPACE, "notebook") is None
     finally:
         demo.stop()
