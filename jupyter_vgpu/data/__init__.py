@@ -16,6 +16,15 @@ CARD_MEMORY_MIB = {
 (`nvidia-smi topo -m` does not say it)."""
 
 
+def topology_fixture(name: str) -> Path:
+    """Path of a bundled `nvidia-smi topo -m` capture, by file name with or without `.txt`."""
+    path = TOPOLOGY_DIR / (name if name.endswith(".txt") else f"{name}.txt")
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in TOPOLOGY_DIR.glob("*.txt")))
+        raise FileNotFoundError(f"no bundled topology {name!r}; known: {known}")
+    return path
+
+
 def bundled_card_memory_mib(text: str) -> int | None:
     """The cards' memory of the machine a capture's ``text`` shows, when it is one of the bundled
     captures (read from a copy or from stdin as well); None for any other text."""
