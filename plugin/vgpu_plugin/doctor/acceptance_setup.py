@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .acceptance_worker import worker_command, worker_env
-from .gpu_checks import nvml_library
+from .gpu_checks import mig_modes, nvml_library
 
 # nvml.h's nvmlComputeMode_t
 COMPUTE_MODES = {0: "DEFAULT", 1: "EXCLUSIVE_THREAD", 2: "PROHIBITED", 3: "EXCLUSIVE_PROCESS"}
@@ -99,13 +99,4 @@ class AcceptanceRun:
     def mig_mode(self, index: int) -> tuple[bool, bool] | None:
         """``nvmlDeviceGetMigMode`` (current, pending), read only; None for a card without MIG."""
         nv = self.nvml()
-        if nv is None:
-            return None
-        try:
-            current, pending = nv.nvmlDeviceGetMigMode(nv.nvmlDeviceGetHandleByIndex(index))
-        except Exception as error:
-            if getattr(error, "value", None) is None and not isinstance(error, AttributeError):
-                raise
-            return None
-        enabled = int(getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1))
-        return int(current) == enabled, int(pending) == enabled
+        return None if nv is None else mig_modes(nv, index)

@@ -46,18 +46,23 @@ def nvml_version(backend: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def nvml_mig_mode(backend: Any, index: int) -> bool | None:
-    """``nvmlDeviceGetMigMode``'s current mode for a card; None where MIG does not exist."""
-    nv = nvml_library(backend)
-    if nv is None:
-        return None
+def mig_modes(nv: Any, index: int) -> tuple[bool, bool] | None:
+    """``nvmlDeviceGetMigMode`` (current, pending) of a card, read only, through the NVML module
+    ``nv``; None where MIG does not exist."""
     try:
-        current, _pending = nv.nvmlDeviceGetMigMode(nv.nvmlDeviceGetHandleByIndex(index))
+        current, pending = nv.nvmlDeviceGetMigMode(nv.nvmlDeviceGetHandleByIndex(index))
     except Exception as error:
         if getattr(error, "value", None) is None and not isinstance(error, AttributeError):
             raise
         return None  # NOT_SUPPORTED: a card without MIG, or a driver older than R450
-    return int(current) == _NVML_MIG_ENABLE
+    return int(current) == _NVML_MIG_ENABLE, int(pending) == _NVML_MIG_ENABLE
+
+
+def nvml_mig_mode(backend: Any, index: int) -> bool | None:
+    """``nvmlDeviceGetMigMode``'s current mode for a card; None where MIG does not exist."""
+    nv = nvml_library(backend)
+    modes = mig_modes(nv, index) if nv is not None else None
+    return None if modes is None else modes[0]
 
 
 def mig_accessor(setup: NodeSetup) -> Any:
